@@ -1,0 +1,41 @@
+"""Profile one nn.Linear(in_dim, out_dim, bias=True) forward (Part 2: from nn.Linear to a fused MLP).
+
+Usage:
+    uv run 02_linear.py --batch 1024 --in_dim 32 --out_dim 64
+    uv run 02_linear.py --batch 1024 --in_dim 32 --out_dim 64 --compile
+
+Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|compiled>.json and .txt.
+"""
+
+import torch
+from torch import nn
+
+from common import check_close, cli, make_parser, positive_int, profile_steps, reference_dtype, report, setup
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__)
+    parser.add_argument("--batch", type=positive_int, default=1024, help="rows of x (default: 1024)")
+    parser.add_argument("--in_dim", type=positive_int, default=32, help="input features (default: 32)")
+    parser.add_argument("--out_dim", type=positive_int, default=64, help="output features (default: 64)")
+    args = parser.parse_args(argv)
+    run = setup(args, __file__)
+
+    # bias=True reproduces Part 1's matmul + add: y = x @ w.T + b
+    linear_layer = nn.Linear(args.in_dim, args.out_dim, bias=True).to(run.device, run.dtype)
+    x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
+    layer = torch.compile(linear_layer) if run.compiled else linear_layer
+
+    with torch.no_grad():
+        w, b = linear_layer.weight, linear_layer.bias
+        ref = reference_dtype(run.dtype)
+        check_close(layer(x), x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
+        result = profile_steps(lambda: layer(x), "linear_fwd", run,
+                               run.tag(args.batch, args.in_dim, args.out_dim))
+    report(result, run)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""Read exported Chrome traces: profiler steps and what happened inside each.
+
+Pure functions over the JSON torch.profiler writes (`.json` or `.json.gz`). GPU work
+(`kernel`, `gpu_memcpy`, `gpu_memset`) is assigned to the step whose CPU thread launched
+it, through the `correlation` id it shares with its `cuda_runtime`/`cuda_driver` launch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@dataclass
+class Step:
+    """One recorded profiler step (`ProfilerStep#N`)."""
+
+    number: int
+    start_us: float
+    dur_us: float
+    region_us: float | None = None  # CPU time of the record_function label inside the step
+    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
+    kernels: list[tuple[str, float]] = field(default_factory=list)  # (name, µs) in launch order
+    memcpy: list[tuple[str, float]] = field(default_factory=list)
+    memset: list[tuple[str, float]] = field(default_factory=list)
+    runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
+
+    @property
+    def gpu_busy_us(self) -> float:
+        """Sum of kernel, memcpy and memset durations (GPU busy time, not wall)."""
+        return sum(d for _, d in self.kernels + self.memcpy + self.memset)
+
+
+@dataclass
+class Trace:
+    """A loaded trace: its file, its steps, the label and whether it has a GPU lane."""
+
+    path: Path
+    label: str | None
+    steps: list[Step]
+    has_gpu: bool
+    device_name: str | None
+
+
+def load_json(path: Path | str) -> dict:
+    """Parse a Chrome trace (`.json` or `.json.gz`); raise ValueError naming the file if it is not one."""
+    path = Path(path)
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
+    if isinstance(data, list):  # the bare-array form of the format
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
+    return data
+
+
+def _complete_events(data: dict) -> list[dict]:
+    return [e for e in data["traceEvents"]
+            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+
+
+def _inside(event: dict, step: Step) -> bool:
+    return step.start_us <= float(event["ts"]) <= step.start_us + step.dur_us
+
+
+def _find_label(events: list[dict], steps: list[Step]) -> str | None:
+    """The record_function label: the most common user annotation inside the steps."""
+    names = Counter(e["name"] for e in events
+                    if e.get("cat") == "user_annotation" and not STEP_NAME.match(e["name"])
+                    and any(_inside(e, s) for s in steps))
+    return names.most_common(1)[0][0] if names else None
+
+
+def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
+    """Split a loaded trace into its profiler steps; raise ValueError if it has none."""
+    events = _complete_events(data)
+    steps = sorted(
+        (Step(int(m.group(1)), float(e["ts"]), float(e["dur"]))
+         for e in events if e.get("cat") == "user_annotation" and (m := STEP_NAME.match(e["name"]))),
+        key=lambda s: s.start_us,
+    )
+    if not steps:
+        raise ValueError(f"{path}: no ProfilerStep#N events (was it exported by a scheduled torch.profiler run?)")
+    label = label or _find_label(events, steps)
+
+    def step_of(event: dict) -> Step | None:
+        return next((s for s in steps if _inside(event, s)), None)
+
+    launch_step: dict[int, Step] = {}
+    for e in events:
+        cat = e.get("cat")
+        if cat in LAUNCH_CATEGORIES:
+            step = step_of(e)
+            if step is None:
+                continue
+            step.runtime[e["name"]] += 1
+            corr = e.get("args", {}).get("correlation")
+            if corr is not None:
+                launch_step[corr] = step
+        elif cat == "cpu_op" and (step := step_of(e)):
+            step.cpu_ops[e["name"]] += 1
+        elif cat == "user_annotation" and label and e["name"] == label and (step := step_of(e)):
+            step.region_us = (step.region_us or 0.0) + float(e["dur"])
+
+    has_gpu = False
+    for e in sorted((e for e in events if e.get("cat") in GPU_WORK), key=lambda e: float(e["ts"])):
+        has_gpu = True
+        corr = e.get("args", {}).get("correlation")
+        step = launch_step.get(corr) if corr is not None else None
+        step = step or step_of(e)
+        if step is None:
+            continue
+        bucket = {"kernel": step.kernels, "gpu_memcpy": step.memcpy, "gpu_memset": step.memset}[e["cat"]]
+        bucket.append((e["name"], float(e["dur"])))
+    has_gpu = has_gpu or any(e.get("cat") in LAUNCH_CATEGORIES for e in events)
+    props = data.get("deviceProperties") or []
+    device_name = props[0].get("name") if props and isinstance(props[0], dict) else None
+    return Trace(Path(path), label, steps, has_gpu, device_name)
+
+
+def read_trace(path: Path | str, label: str | None = None) -> Trace:
+    """Load and parse one exported trace file."""
+    return parse(load_json(path), path, label)
