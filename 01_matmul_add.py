@@ -12,12 +12,34 @@ and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 
 import torch
 
-from common import check_close, cli, make_parser, positive_int, profile_steps, reference_dtype, report, setup
+from common import (Expect, Work, check_output, cli, cpu_op, kernels, make_parser, memcpy, positive_int, profile_steps,
+                    reference_dtype, report, setup)
 
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     # x, w, b: [N, N], or [batch, N, N] with --batch (matmul then dispatches aten::bmm)
     return torch.add(torch.matmul(x, w), b)
+
+
+def guess(compiled: bool, batched: bool) -> list[Expect]:
+    """What one profiled step should show, written down before looking."""
+    if compiled:
+        return [
+            cpu_op("aten::addmm", 0 if batched else 1, "Inductor folds matmul + add into one addmm"),
+            cpu_op("aten::add", 0, "no separate add: b rides in the GEMM"),
+            kernels("gemm", 1, "the same GEMM family as eager"),
+            memcpy(0 if batched else 1, "b copied into the output buffer that addmm accumulates into"),
+        ]
+    mm = "aten::bmm" if batched else "aten::mm"
+    return [
+        cpu_op("aten::matmul", 1, "torch.matmul, the entry point"),
+        cpu_op(mm, 1, f"matmul dispatches {mm}" + (" for the batch axis" if batched else " for 2-D inputs")),
+        cpu_op("aten::bmm" if not batched else "aten::mm", 0, "and not the other one"),
+        cpu_op("aten::add", 1, "torch.add"),
+        kernels("gemm", 1, "one cuBLAS GEMM"),
+        kernels("pointwise", 1, "one elementwise add kernel"),
+        memcpy(0, "nothing to copy"),
+    ]
 
 
 @cli
@@ -34,13 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     x, w, b = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
     fn = torch.compile(matmul_add) if run.compiled else matmul_add
 
+    batch, n = args.batch or 1, args.size
+    work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * x.element_size())  # read x, w, b; write y
+    tag = run.tag(f"{args.batch}x{n}" if args.batch else n)
     with torch.no_grad():
+        result = profile_steps(lambda: fn(x, w, b), "matmul_add", run, tag, work)
         ref = reference_dtype(run.dtype)
-        check_close(fn(x, w, b), matmul_add(x.to(ref), w.to(ref), b.to(ref)), run.dtype, "matmul_add")
-        size = f"{args.batch}x{args.size}" if args.batch else args.size
-        result = profile_steps(lambda: fn(x, w, b), "matmul_add", run, run.tag(size))
-    report(result, run)
-    return 0
+        check_output(result, matmul_add(x.to(ref), w.to(ref), b.to(ref)), run.dtype, "matmul_add")
+    return report(result, run, guess(run.compiled, bool(args.batch)))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,28 @@ Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|co
 import torch
 from torch import nn
 
-from common import check_close, cli, make_parser, positive_int, profile_steps, reference_dtype, report, setup
+from common import (Expect, Work, check_output, cli, cpu_op, kernels, make_parser, memcpy, positive_int, profile_steps,
+                    reference_dtype, report, setup)
+
+
+def guess(compiled: bool) -> list[Expect]:
+    """What one profiled step should show, written down before looking."""
+    if compiled:
+        return [
+            cpu_op("aten::addmm", 1, "the same addmm, called directly with baked-in strides"),
+            cpu_op("aten::t", 0, "the view bookkeeping goes"),
+            kernels("gemm", 1, "the kernel stays"),
+            kernels("pointwise", 0, "bias still in the GEMM epilogue"),
+        ]
+    return [
+        cpu_op("aten::linear", 1, "nn.Linear -> F.linear -> aten::linear"),
+        cpu_op("aten::t", 1, "weight transposed as a view (no kernel)"),
+        cpu_op("aten::addmm", 1, "bias given, so addmm(bias, x, w.t())"),
+        cpu_op("aten::add", 0, "no separate bias add"),
+        kernels("gemm", 1, "one GEMM with the bias in its epilogue"),
+        kernels("pointwise", 0, "no add kernel"),
+        memcpy(0, "nothing copied"),
+    ]
 
 
 @cli
@@ -27,14 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
     layer = torch.compile(linear_layer) if run.compiled else linear_layer
 
+    m, k, n = args.batch, args.in_dim, args.out_dim
+    work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * x.element_size())
     with torch.no_grad():
+        result = profile_steps(lambda: layer(x), "linear_fwd", run, run.tag(m, k, n), work)
         w, b = linear_layer.weight, linear_layer.bias
         ref = reference_dtype(run.dtype)
-        check_close(layer(x), x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
-        result = profile_steps(lambda: layer(x), "linear_fwd", run,
-                               run.tag(args.batch, args.in_dim, args.out_dim))
-    report(result, run)
-    return 0
+        check_output(result, x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
+    return report(result, run, guess(run.compiled))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     try:
@@ -45,7 +56,7 @@ def make_parser(doc: str | None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
     Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps,
-    --active, --traces-dir. The script adds its own shape flags afterwards.
+    --active, --traces-dir, --bench, --strict, --peak-tflops, --peak-gbps. The script adds its own shape flags afterwards.
     """
     summary, _, details = (doc or "").strip().partition("\n")
     parser = OneLineParser(
@@ -69,7 +80,15 @@ def make_parser(doc: str | None) -> OneLineParser:
                        help="steps traced but discarded (default: 1)")
     sched.add_argument("--active", type=positive_int, default=3, help="steps recorded (default: 3)")
 
-    out = parser.add_argument_group("output")
+    out = parser.add_argument_group("output and checks")
     out.add_argument("--traces-dir", default=None,
                      help="folder for traces (default: traces/ beside the scripts)")
+    out.add_argument("--bench", action="store_true",
+                     help="also time the step without the profiler (median of many runs) to show its overhead")
+    out.add_argument("--strict", action="store_true",
+                     help="exit 1 when the trace does not match the script's guess")
+    out.add_argument("--peak-tflops", type=positive_float, default=None,
+                     help="override the device's peak TFLOP/s used for '%% of peak'")
+    out.add_argument("--peak-gbps", type=positive_float, default=None,
+                     help="override the device's peak memory bandwidth in GB/s")
     return parser

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.export import export
+from common.physics import Work
 from common.setup import Run
 
 WARMUP_ITERS = 5  # steps run before the profiler starts when --warmup is given
@@ -20,12 +22,19 @@ WARMUP_ITERS = 5  # steps run before the profiler starts when --warmup is given
 class Profiled:
     """What one profiled run produced."""
 
+    step: Callable[[], object]
     label: str
     tag: str
     trace_path: Path
     table_path: Path
     table: str  # key_averages table, sorted for the device
     prof: torch.profiler.profile
+    output: object  # what the last profiled step returned, for the correctness check
+
+    def discard(self) -> None:
+        """Remove the exported files (used when the output turns out wrong)."""
+        self.trace_path.unlink(missing_ok=True)
+        self.table_path.unlink(missing_ok=True)
 
 
 def synchronize(run: Run) -> None:
@@ -50,11 +59,13 @@ def warm_up(step: Callable[[], object], run: Run) -> None:
           f"{rest * 1e3:.3f} ms wall each (not profiled)")
 
 
-def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str) -> Profiled:
+def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str, work: Work) -> Profiled:
     """Profile `step` under `schedule(wait, warmup, active, repeat=1)` and export the result.
 
     Each iteration wraps the step in `record_function(label)`, waits for the GPU, and
-    calls `prof.step()`. The trace and table are written once, from `on_trace_ready`.
+    calls `prof.step()`. The trace and table are written once, from `on_trace_ready`;
+    the trace carries a `suite` metadata entry (script, tag, label, dtype, FLOPs, bytes)
+    that the summary reads back.
     """
     if run.warm:
         warm_up(step, run)
@@ -73,10 +84,15 @@ def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str) ->
         on_trace_ready=on_trace_ready,
         record_shapes=True,
     ) as prof:
-        for _ in range(s.steps):
+        for i in range(s.steps):
+            if i == s.steps - 1:  # metadata must be added while recording, before the last prof.step()
+                prof.add_metadata_json("suite", json.dumps({
+                    "script": run.script, "tag": tag, "label": label, "dtype": run.dtype_name,
+                    "device": run.device_name, "flops": work.flops, "bytes": work.bytes,
+                }))
             with record_function(label):
-                step()
+                output = step()
             synchronize(run)
             prof.step()
     trace_path, table_path, table = written["paths"]  # type: ignore[misc]
-    return Profiled(label, tag, trace_path, table_path, table, prof)
+    return Profiled(step, label, tag, trace_path, table_path, table, prof, output)

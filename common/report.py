@@ -1,19 +1,68 @@
-"""What a run prints after profiling: the table, the files written, how to share them."""
+"""What a run prints after profiling: table, guess vs trace, physics, bench, files written."""
 
 from __future__ import annotations
 
+import statistics
+
+from common.bench import bench
 from common.export import key_averages_table, share_command
+from common.physics import achieved, find_peak, Work
+from common.predict import Expect, check, format_verdicts
 from common.profiling import Profiled
 from common.setup import Run
+from common.trace import Trace, read_trace
 
 TABLE_ROWS = 15
 
 
-def report(result: Profiled, run: Run) -> None:
-    """Print the top of the key_averages table, the two paths, and the trace-util command."""
+def step_seconds(trace: Trace) -> tuple[float, str] | None:
+    """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
+    if trace.has_gpu:
+        return statistics.median(s.gpu_busy_us for s in trace.steps) * 1e-6, "GPU busy (kernel sum)"
+    regions = [s.region_us for s in trace.steps if s.region_us is not None]
+    return (statistics.median(regions) * 1e-6, f"CPU ({trace.label} region)") if regions else None
+
+
+def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: str | None) -> list[str]:
+    """Achieved TFLOP/s and GB/s for `work` done in `seconds`; % of peak only where the peak is known."""
+    peak = find_peak(device_name, run.peak_tflops, run.peak_gbps) if run.on_gpu else None
+    got = achieved(work, seconds, peak, run.dtype_name)
+    flops = f"{got.tflops:.3g} TFLOP/s" + (f" ({got.pct_flops:.1f}% of {peak.name} peak "
+                                         f"{peak.tflops(run.dtype_name):g})" if got.pct_flops is not None else "")
+    gbps = f"{got.gbps:.3g} GB/s" + (f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else "")
+    lines = [f"step time: {seconds * 1e6:.1f} µs {what}, median of the profiled steps",
+             f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step "
+             f"-> {flops}, {gbps}"]
+    if run.on_gpu and peak is None:
+        lines.append(f"  (no peak figures for {device_name!r}: pass --peak-tflops/--peak-gbps for % of peak)")
+    elif not run.on_gpu:
+        lines.append("  (on the CPU: no % of peak; the figures above use CPU time)")
+    return lines
+
+
+def report(result: Profiled, run: Run, guess: list[Expect]) -> int:
+    """Print the table, guess vs trace, the physics, the bench (with --bench) and the files.
+
+    Returns the exit code: 1 under --strict when a guess missed, else 0.
+    """
     print()
     print(key_averages_table(result.prof, run.on_gpu, row_limit=TABLE_ROWS))
+    trace = read_trace(result.trace_path, result.label)
+    verdicts = check(trace, guess)
+    print("\n".join(format_verdicts(verdicts, trace)))
+    work = Work(trace.meta["flops"], trace.meta["bytes"])
+    timed = step_seconds(trace)
+    if timed:
+        print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
+    if run.bench:
+        median, calls = bench(result.step)
+        line = f"bench (no profiler): {median * 1e6:.1f} µs wall per step, median over {calls} calls"
+        if timed:
+            line += f"; profiler figure {timed[0] * 1e6:.1f} µs {timed[1]} ({timed[0] / median:.2f}x)"
+        print(line)
     print(f"trace: {result.trace_path}")
     print(f"table: {result.table_path}")
     print(f"open the trace at https://ui.perfetto.dev, or share traces/ with: "
           f"{share_command(run.traces_dir.parent)}")
+    missed = any(v.checked and not v.matched for v in verdicts)
+    return 1 if run.strict and missed else 0

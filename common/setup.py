@@ -46,6 +46,10 @@ class Run:
     compiled: bool
     schedule: Schedule
     traces_dir: Path  # traces/<script>/
+    bench: bool = False
+    strict: bool = False
+    peak_tflops: float | None = None
+    peak_gbps: float | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -134,6 +138,10 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         compiled=args.compile,
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
         traces_dir=writable_dir(base / script),
+        bench=args.bench,
+        strict=args.strict,
+        peak_tflops=args.peak_tflops,
+        peak_gbps=args.peak_gbps,
     )
     print(f"[{script}] {run.describe()}")
     return run

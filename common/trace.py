@@ -28,15 +28,29 @@ class Step:
     dur_us: float
     region_us: float | None = None  # CPU time of the record_function label inside the step
     cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
-    kernels: list[tuple[str, float]] = field(default_factory=list)  # (name, µs) in launch order
-    memcpy: list[tuple[str, float]] = field(default_factory=list)
-    memset: list[tuple[str, float]] = field(default_factory=list)
+    gpu: list[tuple[str, str, float]] = field(default_factory=list)  # (category, name, µs) in GPU time order
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
+
+    def _of(self, category: str) -> list[tuple[str, float]]:
+        return [(name, us) for cat, name, us in self.gpu if cat == category]
+
+    @property
+    def kernels(self) -> list[tuple[str, float]]:
+        """(name, µs) of each kernel, in order."""
+        return self._of("kernel")
+
+    @property
+    def memcpy(self) -> list[tuple[str, float]]:
+        return self._of("gpu_memcpy")
+
+    @property
+    def memset(self) -> list[tuple[str, float]]:
+        return self._of("gpu_memset")
 
     @property
     def gpu_busy_us(self) -> float:
         """Sum of kernel, memcpy and memset durations (GPU busy time, not wall)."""
-        return sum(d for _, d in self.kernels + self.memcpy + self.memset)
+        return sum(us for _, _, us in self.gpu)
 
 
 @dataclass
@@ -48,6 +62,7 @@ class Trace:
     steps: list[Step]
     has_gpu: bool
     device_name: str | None
+    meta: dict  # the harness's `suite` metadata (script, tag, label, dtype, flops, bytes); {} if absent
 
 
 def load_json(path: Path | str) -> dict:
@@ -93,7 +108,8 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
     )
     if not steps:
         raise ValueError(f"{path}: no ProfilerStep#N events (was it exported by a scheduled torch.profiler run?)")
-    label = label or _find_label(events, steps)
+    meta = data.get("suite") if isinstance(data.get("suite"), dict) else {}
+    label = label or meta.get("label") or _find_label(events, steps)
 
     def step_of(event: dict) -> Step | None:
         return next((s for s in steps if _inside(event, s)), None)
@@ -122,12 +138,11 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
         step = step or step_of(e)
         if step is None:
             continue
-        bucket = {"kernel": step.kernels, "gpu_memcpy": step.memcpy, "gpu_memset": step.memset}[e["cat"]]
-        bucket.append((e["name"], float(e["dur"])))
+        step.gpu.append((e["cat"], e["name"], float(e["dur"])))
     has_gpu = has_gpu or any(e.get("cat") in LAUNCH_CATEGORIES for e in events)
     props = data.get("deviceProperties") or []
-    device_name = props[0].get("name") if props and isinstance(props[0], dict) else None
-    return Trace(Path(path), label, steps, has_gpu, device_name)
+    device_name = props[0].get("name") if props and isinstance(props[0], dict) else meta.get("device")
+    return Trace(Path(path), label, steps, has_gpu, device_name, meta)
 
 
 def read_trace(path: Path | str, label: str | None = None) -> Trace:

@@ -1,0 +1,66 @@
+"""What the four attention scripts share: shape flags, inputs, the causal mask, the reference, the physics."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from common.flags import positive_int
+from common.physics import Work
+from common.setup import Run
+
+
+def add_shape_flags(parser: argparse.ArgumentParser) -> None:
+    """--batch 8 --heads 16 --seq 1024 --head_dim 64 (the posts' shape)."""
+    shape = parser.add_argument_group("attention shape")
+    shape.add_argument("--batch", type=positive_int, default=8, help="batch size (default: 8)")
+    shape.add_argument("--heads", type=positive_int, default=16, help="attention heads (default: 16)")
+    shape.add_argument("--seq", type=positive_int, default=1024, help="sequence length (default: 1024)")
+    shape.add_argument("--head_dim", type=positive_int, default=64, help="per-head dimension (default: 64)")
+
+
+def shape_tag(args: argparse.Namespace) -> tuple[int, int, int, int]:
+    """The shape parts of the tag: batch, heads, seq, head_dim."""
+    return args.batch, args.heads, args.seq, args.head_dim
+
+
+def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
+    """Random q, k, v in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's), 'bshd' = [batch, seq, heads, head_dim].
+
+    The same seed gives the same numbers in either layout ('bshd' is 'bhsd' made contiguous
+    after a transpose), so outputs of different scripts are comparable.
+    """
+    torch.manual_seed(0)
+    shape = (args.batch, args.heads, args.seq, args.head_dim)
+    qkv = [torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3)]
+    if layout == "bshd":
+        qkv = [t.transpose(1, 2).contiguous() for t in qkv]
+    elif layout != "bhsd":
+        raise ValueError(f"unknown layout {layout!r}")
+    return tuple(qkv)
+
+
+def causal_mask(seq: int, device: torch.device) -> torch.Tensor:
+    """Boolean [seq, seq] mask, True above the diagonal (the future a query must not see). Built once."""
+    return torch.ones(seq, seq, dtype=torch.bool, device=device).triu(diagonal=1)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Causal attention in `dtype` (fp32 or fp64), written out op by op: the truth the variants are checked against.
+
+    q, k, v: [batch, heads, seq, head_dim]; returns the same shape.
+    """
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(causal_mask(q.shape[-2], q.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def attention_work(args: argparse.Namespace, element_size: int) -> Work:
+    """FLOPs of causal attention as executed by a fused kernel (half of the two seq x seq GEMMs),
+    and the fewest bytes: read q, k, v and write the output once."""
+    b, h, s, d = shape_tag(args)
+    flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
+    return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
