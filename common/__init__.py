@@ -1,18 +1,31 @@
 """The shared harness behind the numbered scripts: flags, setup, profiling, export, checks, guesses.
 
-A script needs only `from common import ...` of the names below.
+A script needs only `from common import ...` of the names below. They are imported on first
+use, so `python -m common.summary` (which reads JSON only) starts without importing torch.
 """
 
-from common.checks import check_close, check_output, reference_dtype
-from common.errors import SuiteError, cli
-from common.flags import make_parser, positive_int
-from common.physics import Work
-from common.predict import Expect, cpu_op, kernels, launches, memcpy, memset
-from common.profiling import Profiled, profile_steps
-from common.report import report
-from common.setup import Run, setup
+from __future__ import annotations
 
-__all__ = [
-    "Expect", "Profiled", "Run", "SuiteError", "Work", "check_close", "check_output", "cli", "cpu_op", "kernels", "launches",
-    "make_parser", "memcpy", "memset", "positive_int", "profile_steps", "reference_dtype", "report", "setup",
-]
+import importlib
+
+_EXPORTS = {
+    "check_close": "common.checks", "check_output": "common.checks", "reference_dtype": "common.checks",
+    "SuiteError": "common.errors", "cli": "common.errors",
+    "make_parser": "common.flags", "positive_int": "common.flags",
+    "Work": "common.physics",
+    "Expect": "common.predict", "cpu_op": "common.predict", "kernels": "common.predict",
+    "launches": "common.predict", "memcpy": "common.predict", "memset": "common.predict",
+    "Profiled": "common.profiling", "profile_steps": "common.profiling",
+    "report": "common.reporting",
+    "Run": "common.runtime", "setup": "common.runtime",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'common' has no attribute {name!r}") from None
+    return getattr(importlib.import_module(module), name)

@@ -9,7 +9,7 @@ import torch
 
 from common.flags import positive_int
 from common.physics import Work
-from common.setup import Run
+from common.runtime import Run
 
 
 def add_shape_flags(parser: argparse.ArgumentParser) -> None:

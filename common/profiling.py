@@ -13,7 +13,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.export import export
 from common.physics import Work
-from common.setup import Run
+from common.runtime import Run
 
 WARMUP_ITERS = 5  # steps run before the profiler starts when --warmup is given
 

@@ -9,7 +9,7 @@ from common.export import key_averages_table, share_command
 from common.physics import achieved, find_peak, Work
 from common.predict import Expect, check, format_verdicts
 from common.profiling import Profiled
-from common.setup import Run
+from common.runtime import Run
 from common.trace import Trace, read_trace
 
 TABLE_ROWS = 15
