@@ -85,7 +85,7 @@ def resolve_device(name: str) -> torch.device:
     """`auto` picks CUDA when present, else CPU (with a one-line notice)."""
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return torch.device("cuda", torch.cuda.current_device())
         print("notice: no CUDA GPU found, running on the CPU: the trace's GPU lane will be empty")
         return torch.device("cpu")
     try:
@@ -100,6 +100,8 @@ def resolve_device(name: str) -> torch.device:
                              "(torch.cuda.is_available() is False); use --device cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise SuiteError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
