@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,8 @@ def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str, wo
     activities = [ProfilerActivity.CPU]
     if run.on_gpu:
         activities.append(ProfilerActivity.CUDA)
+    else:  # without a GPU, Kineto logs a misleading "ERROR ... gpuGetDeviceCount failed"; keep only fatal logs
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     written: dict[str, object] = {}
 
     def on_trace_ready(prof: torch.profiler.profile) -> None:
