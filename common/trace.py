@@ -10,9 +10,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -52,6 +54,10 @@ class Step:
         """Sum of kernel, memcpy and memset durations (GPU busy time, not wall)."""
         return sum(us for _, _, us in self.gpu)
 
+    def calls(self, prefix: str) -> int:
+        """How many runtime/driver calls in this step have a name starting with `prefix`."""
+        return sum(n for name, n in self.runtime.items() if name.startswith(prefix))
+
 
 @dataclass
 class Trace:
@@ -63,6 +69,19 @@ class Trace:
     has_gpu: bool
     device_name: str | None
     meta: dict  # the harness's `suite` metadata (script, tag, label, dtype, flops, bytes); {} if absent
+
+    @property
+    def name(self) -> str:
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`."""
+        if self.meta.get("script") and self.meta.get("tag"):
+            return f"{self.meta['script']}/{self.meta['tag']}"
+        stem = self.path.name.removesuffix(".gz").removesuffix(".json")
+        return f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem
+
+    def per_step(self, value: Callable[[Step], float | None]) -> float | None:
+        """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
+        values = [v for v in map(value, self.steps) if v is not None]
+        return statistics.median(values) if values else None
 
 
 def load_json(path: Path | str) -> dict:
@@ -82,8 +101,16 @@ def load_json(path: Path | str) -> dict:
 
 
 def _complete_events(data: dict) -> list[dict]:
+    """The duration ("X") events that have a name, a start and a length; anything else is skipped."""
     return [e for e in data["traceEvents"]
-            if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e and "dur" in e]
+            if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)
+            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+
+
+def _correlation(event: dict) -> int | None:
+    """The id that ties a GPU event to the runtime/driver call that launched it."""
+    args = event.get("args")
+    return args.get("correlation") if isinstance(args, dict) else None
 
 
 def _inside(event: dict, step: Step) -> bool:
@@ -122,7 +149,7 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
             if step is None:
                 continue
             step.runtime[e["name"]] += 1
-            corr = e.get("args", {}).get("correlation")
+            corr = _correlation(e)
             if corr is not None:
                 launch_step[corr] = step
         elif cat == "cpu_op" and (step := step_of(e)):
@@ -133,7 +160,7 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
     has_gpu = False
     for e in sorted((e for e in events if e.get("cat") in GPU_WORK), key=lambda e: float(e["ts"])):
         has_gpu = True
-        corr = e.get("args", {}).get("correlation")
+        corr = _correlation(e)
         step = launch_step.get(corr) if corr is not None else None
         step = step or step_of(e)
         if step is None:

@@ -1,0 +1,202 @@
+"""The trace reader: steps, what each step launched, and agreement with the profiler's own events."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from common.trace import load_json, parse, read_trace
+from conftest import requires_cuda
+
+
+def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
+    """One complete ("X") Chrome-trace event."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def tiny_gpu_trace() -> dict:
+    """Two profiled steps on a GPU. Step 2's kernels run after its CPU span ends (the GPU lags):
+    only the correlation id ties them to step 2."""
+    return {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+        ev("kernel", "warmup_kernel", 1, 1, tid=7, correlation=99),  # launched before any step
+        ev("user_annotation", "ProfilerStep#2", 10, 100),
+        ev("user_annotation", "fwd", 12, 80),
+        ev("cpu_op", "aten::matmul", 14, 30), ev("cpu_op", "aten::mm", 15, 28),
+        ev("cuda_runtime", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", 16, 1, correlation=1),
+        ev("cuda_runtime", "cudaLaunchKernel", 18, 3, correlation=2),
+        ev("cpu_op", "aten::add", 50, 10),
+        ev("cuda_driver", "cuLaunchKernelEx", 52, 3, correlation=3),
+        ev("cuda_runtime", "cudaMemcpyAsync", 56, 2, correlation=4),
+        ev("gpu_user_annotation", "fwd", 20, 60, tid=7),  # the label's GPU projection, not a kernel
+        ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 20, 40, tid=7, correlation=2),
+        ev("kernel", "void at::native::vectorized_elementwise_kernel<4>(int)", 61, 5, tid=7, correlation=3),
+        ev("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 67, 2, tid=7, correlation=4),
+        ev("user_annotation", "ProfilerStep#3", 110, 50),
+        ev("user_annotation", "fwd", 112, 40),
+        ev("cpu_op", "aten::mm", 114, 20),
+        ev("cuda_runtime", "cudaMemsetAsync", 115, 1, correlation=5),
+        ev("cuda_runtime", "cudaLaunchKernel", 117, 3, correlation=6),
+        ev("gpu_memset", "Memset (Device)", 170, 1, tid=7, correlation=5),
+        ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 172, 30, tid=7, correlation=6),
+        {"ph": "f", "id": 6, "pid": 1, "tid": 7, "ts": 172, "cat": "ac2g", "name": "ac2g"},
+    ], "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}]}
+
+
+def tiny_cpu_trace() -> dict:
+    return {"traceEvents": [
+        ev("user_annotation", "ProfilerStep#0", 0, 100), ev("user_annotation", "fwd", 5, 60),
+        ev("cpu_op", "aten::add", 10, 20),
+        ev("user_annotation", "ProfilerStep#1", 100, 100), ev("user_annotation", "fwd", 105, 80),
+        ev("cpu_op", "aten::add", 110, 20), ev("cpu_op", "aten::add", 140, 20),
+        ev("user_annotation", "ProfilerStep#2", 200, 100), ev("user_annotation", "fwd", 205, 70),
+        ev("cpu_op", "aten::add", 210, 20),
+    ], "suite": {"script": "01_x", "tag": "8_bf16_cold_eager", "label": "fwd", "flops": 1e6, "bytes": 1e3}}
+
+
+def test_steps_are_the_profiler_step_events_in_time_order():
+    trace = parse(tiny_gpu_trace())
+    assert [s.number for s in trace.steps] == [2, 3]
+    assert [(s.start_us, s.dur_us) for s in trace.steps] == [(10, 100), (110, 50)]
+
+
+def test_gpu_work_belongs_to_the_step_that_launched_it_even_when_it_runs_later():
+    first, second = parse(tiny_gpu_trace()).steps
+    assert [n for n, _ in first.kernels] == ["void ampere_sgemm_64x64_nn<float>(int)",
+                                             "void at::native::vectorized_elementwise_kernel<4>(int)"]
+    assert first.memcpy == [("Memcpy DtoD (Device -> Device)", 2)] and first.memset == []
+    assert second.kernels == [("void ampere_sgemm_64x64_nn<float>(int)", 30)]  # ran at 172, after step 3's end
+    assert second.memset == [("Memset (Device)", 1)]
+
+
+def test_work_launched_outside_the_steps_and_gpu_annotations_are_not_counted():
+    names = [name for s in parse(tiny_gpu_trace()).steps for _, name, _ in s.gpu]
+    assert "warmup_kernel" not in names and "fwd" not in names
+
+
+def test_gpu_busy_is_the_sum_of_kernel_memcpy_and_memset_durations():
+    first, second = parse(tiny_gpu_trace()).steps
+    assert first.gpu_busy_us == 40 + 5 + 2
+    assert second.gpu_busy_us == 1 + 30
+
+
+def test_runtime_and_driver_calls_are_counted_per_step():
+    first, second = parse(tiny_gpu_trace()).steps
+    assert first.calls("cudaLaunchKernel") == 1 and first.calls("cuLaunchKernelEx") == 1
+    assert first.calls("cudaOccupancyMaxActiveBlocksPerMultiprocessor") == 1
+    assert second.calls("cudaLaunchKernel") == 1 and second.calls("cudaOccupancy") == 0
+    assert second.runtime["cudaMemsetAsync"] == 1
+
+
+def test_cpu_ops_nested_ones_included_and_the_region_per_step():
+    first, second = parse(tiny_gpu_trace()).steps
+    assert first.cpu_ops == {"aten::matmul": 1, "aten::mm": 1, "aten::add": 1}
+    assert second.cpu_ops == {"aten::mm": 1}
+    assert (first.region_us, second.region_us) == (80, 40)
+
+
+def test_label_is_guessed_without_metadata_and_the_device_comes_from_its_properties():
+    trace = parse(tiny_gpu_trace())
+    assert trace.label == "fwd" and trace.has_gpu and trace.device_name == "NVIDIA A100-SXM4-80GB"
+
+
+def test_cpu_only_trace_has_no_gpu_lane_and_reads_its_metadata():
+    trace = parse(tiny_cpu_trace(), "traces/01_x/8_bf16_cold_eager.json")
+    assert not trace.has_gpu and all(s.gpu == [] for s in trace.steps)
+    assert trace.name == "01_x/8_bf16_cold_eager" and trace.meta["flops"] == 1e6
+    assert [s.cpu_ops["aten::add"] for s in trace.steps] == [1, 2, 1]
+
+
+def test_per_step_is_the_median_over_steps():
+    trace = parse(tiny_cpu_trace())
+    assert trace.per_step(lambda s: s.region_us) == 70
+    assert trace.per_step(lambda s: s.cpu_ops["aten::add"]) == 1
+    assert trace.per_step(lambda s: None) is None
+
+
+def test_name_without_metadata_is_folder_and_file_stem():
+    data = tiny_gpu_trace()
+    assert parse(data, "traces/04_a/8_16_bf16_cold_eager.json.gz").name == "04_a/8_16_bf16_cold_eager"
+
+
+def test_json_and_json_gz_and_the_bare_array_form_read_the_same(tmp_path):
+    data = tiny_cpu_trace()
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    with gzip.open(tmp_path / "t.json.gz", "wt") as fh:
+        json.dump(data, fh)
+    (tmp_path / "bare.json").write_text(json.dumps(data["traceEvents"]))
+    counts = [[s.cpu_ops["aten::add"] for s in read_trace(tmp_path / n).steps] for n in ("t.json", "t.json.gz", "bare.json")]
+    assert counts == [[1, 2, 1]] * 3
+
+
+@pytest.mark.parametrize("content", ["not json", '{"foo": 1}', "[1, 2"])
+def test_a_file_that_is_not_a_trace_raises_a_value_error_naming_it(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="bad.json"):
+        load_json(path)
+
+
+def test_a_trace_without_profiler_steps_raises_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="nosteps.json: no ProfilerStep"):
+        parse({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}, "nosteps.json")
+
+
+def profile_tiny_matmul(tmp_path: Path, device: str) -> tuple[torch.profiler.profile, Path]:
+    """Profile x @ x + x under schedule(wait=1, warmup=1, active=3); return the profiler and the trace."""
+    path = tmp_path / "t.json"
+    x = torch.randn(32, 32, device=device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=3),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(5):
+            with record_function("fwd"):
+                torch.add(x @ x, x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            prof.step()
+    return prof, path
+
+
+def step_root(event) -> object:
+    """The ProfilerStep event an event nests in, following cpu_parent (None outside the steps)."""
+    while event.cpu_parent is not None:
+        event = event.cpu_parent
+    return event if event.name.startswith("ProfilerStep") else None
+
+
+def test_cpu_op_counts_per_step_agree_with_prof_events(tmp_path):
+    prof, path = profile_tiny_matmul(tmp_path, "cpu")
+    steps = [e for e in prof.events() if e.name.startswith("ProfilerStep")]
+    expected = [sum(1 for e in prof.events() if not e.is_user_annotation and step_root(e) is s) for s in steps]
+    trace = read_trace(path)
+    assert len(trace.steps) == 3 and trace.label == "fwd" and not trace.has_gpu
+    assert [sum(s.cpu_ops.values()) for s in trace.steps] == expected
+    assert all(s.cpu_ops["aten::mm"] == 1 and s.cpu_ops["aten::add"] == 1 for s in trace.steps)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_kernel_counts_per_step_agree_with_prof_events(tmp_path):
+    prof, path = profile_tiny_matmul(tmp_path, "cuda")
+    events = prof.events()
+    steps = sorted((e for e in events if e.name.startswith("ProfilerStep") and e.device_type.name == "CPU"),
+                   key=lambda e: e.time_range.start)
+    gpu = [e for e in events if e.device_type.name == "CUDA" and not e.is_user_annotation]
+
+    def in_step(e, s) -> bool:  # each step synchronizes, so its GPU work ends inside its CPU span
+        return s.time_range.start <= e.time_range.start <= s.time_range.end
+
+    is_copy = lambda e: e.name.startswith(("Memcpy", "Memset"))  # noqa: E731
+    expected_kernels = [sum(in_step(e, s) and not is_copy(e) for e in gpu) for s in steps]
+    expected_all = [sum(in_step(e, s) for e in gpu) for s in steps]
+    trace = read_trace(path)
+    assert trace.has_gpu and len(trace.steps) == 3
+    assert [len(s.kernels) for s in trace.steps] == expected_kernels
+    assert [len(s.gpu) for s in trace.steps] == expected_all
+    assert all(n >= 2 for n in expected_kernels)  # a GEMM and the add
