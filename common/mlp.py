@@ -1,0 +1,60 @@
+"""What the two MLP scripts share: shape flags, the input, the fp32 reference, the physics, the post's MLP class."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+
+import torch
+from torch import nn
+
+from common.checks import reference_dtype
+from common.flags import positive_int
+from common.physics import Work
+from common.runtime import REPO_ROOT, Run
+
+SIMPLE_MLP_SCRIPT = REPO_ROOT / "03_simple_mlp.py"
+
+
+def add_shape_flags(parser: argparse.ArgumentParser) -> None:
+    """--batch 64 --seq 128 --dim 768 --hidden 3072 (the post's shape)."""
+    shape = parser.add_argument_group("MLP shape")
+    shape.add_argument("--batch", type=positive_int, default=64, help="batch size (default: 64)")
+    shape.add_argument("--seq", type=positive_int, default=128, help="sequence length (default: 128)")
+    shape.add_argument("--dim", type=positive_int, default=768, help="model width, in and out (default: 768)")
+    shape.add_argument("--hidden", type=positive_int, default=3072, help="gate/up width (default: 3072)")
+
+
+def shape_tag(args: argparse.Namespace) -> tuple[int, int, int, int]:
+    """The shape parts of the tag: batch, seq, dim, hidden."""
+    return args.batch, args.seq, args.dim, args.hidden
+
+
+def make_input(args: argparse.Namespace, run: Run) -> torch.Tensor:
+    """Random x: [batch, seq, dim] on the run's device and dtype (drawn after the model, from the fixed seed)."""
+    return torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
+
+
+def reference_output(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`model(x)` on an fp32 copy (fp64 for fp32 runs): the truth an MLP variant is checked against."""
+    ref = reference_dtype(dtype)
+    with torch.no_grad():
+        return copy.deepcopy(model).to(ref)(x.to(ref))
+
+
+def mlp_work(args: argparse.Namespace, element_size: int) -> Work:
+    """FLOPs of the three GEMMs (plus GeLU and mul, one op per element each), and the fewest bytes:
+    read x and the three weights, write y. The [batch*seq, hidden] intermediates are not required traffic:
+    a fully fused MLP never writes them out."""
+    m, d, h = args.batch * args.seq, args.dim, args.hidden
+    flops = 3 * 2 * m * d * h + 2 * m * h  # gate, up, down: 2*m*d*h each
+    return Work(flops=flops, bytes=(2 * m * d + 3 * d * h) * element_size)
+
+
+def simple_mlp_class() -> type[nn.Module]:
+    """The post's SimpleGeGLUMLP, loaded from 03_simple_mlp.py, where the reader sees it, rather than copied."""
+    spec = importlib.util.spec_from_file_location("simple_mlp", SIMPLE_MLP_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.SimpleGeGLUMLP

@@ -1,0 +1,216 @@
+"""common/hub.py and 04_d_kernels_attention.py without a network: fast failures, clear messages, real local kernels."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from common import SuiteError
+from common import hub
+from common.attention import reference_attention
+from conftest import requires_cuda, trace_names, written
+
+needs_kernels = pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="needs the kernels package")
+
+FAST_S = 5.0  # an offline Hub failure must come back within this (it includes importing `kernels`)
+
+# A pure-torch stand-in for FlashAttention's flash_attn_func: [batch, seq, heads, head_dim] and `causal=`.
+TOY_FLASH_ATTN = '''
+import torch.nn.functional as F
+
+
+def flash_attn_func(q, k, v, causal=False):
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2)
+'''
+
+
+def make_kernel_dir(root: Path) -> Path:
+    """A kernel directory as `kernels` reads it: build/<variant>/metadata.json and build/<variant>/<package>/.
+
+    `torch-universal` is the noarch variant `kernels` accepts on any backend (CPU or CUDA).
+    """
+    variant = root / "toy-flash-attn" / "build" / "torch-universal"
+    (variant / "toy_flash_attn").mkdir(parents=True)
+    (variant / "toy_flash_attn" / "__init__.py").write_text(TOY_FLASH_ATTN)
+    (variant / "metadata.json").write_text(json.dumps({
+        "id": f"_toy_flash_attn_{abs(hash(str(root)))}", "name": "toy-flash-attn", "version": 1,
+        "license": "Apache-2.0", "python-depends": [], "backend": {"type": "cpu"},
+    }))
+    return root / "toy-flash-attn"
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """HF_HUB_OFFLINE=1 and an empty kernels cache: nothing may come from the network or a warm cache."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("LOCAL_KERNELS", raising=False)
+
+
+def timed_failure(call) -> tuple[str, float]:
+    start = time.perf_counter()
+    with pytest.raises(SuiteError) as exc:
+        call()
+    return str(exc.value), time.perf_counter() - start
+
+
+@needs_kernels
+def test_uncached_kernel_offline_fails_fast_and_says_what_to_do(offline):
+    message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.LIGER_REPO, version=1))
+    assert elapsed < FAST_S
+    assert "kernels-community/liger-kernels (version 1) is not in the local kernels cache" in message
+    assert "HF_HUB_OFFLINE is set" in message and "run once with a network" in message
+    assert "\n" not in message
+
+
+@needs_kernels
+def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
+    message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.FLASH_ATTN2, version=1))
+    assert elapsed < FAST_S
+    assert "the Hub did not answer" in message and "not in the local kernels cache" in message
+
+
+@needs_kernels
+def test_silent_hub_is_given_up_on_after_the_probe_timeout(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    silent = socket.socket()  # accepts connections and never answers: a Hub behind a packet-dropping network
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    try:
+        message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.LIGER_REPO, version=1))
+    finally:
+        silent.close()
+    assert elapsed < hub.PROBE_TIMEOUT_S + FAST_S
+    assert f"the Hub did not answer within {hub.PROBE_TIMEOUT_S:g} s" in message
+
+
+def test_misleading_trust_error_is_reported_as_an_unreachable_hub():
+    exc = ValueError("Kernel repository 'kernels-community/x' could not verify publisher trust status. Set ...")
+    message = hub.explain(exc, "kernels-community/x (version 1)", offline_reason=None)
+    assert message.startswith("could not reach the Hugging Face Hub to load kernels-community/x (version 1)")
+
+
+def test_version_and_revision_are_exclusive_and_one_is_required():
+    with pytest.raises(ValueError):
+        hub.load_hub_kernel(hub.LIGER_REPO, version=1, revision="main")
+    with pytest.raises(ValueError):
+        hub.load_hub_kernel(hub.LIGER_REPO)
+
+
+@needs_kernels
+def test_auto_source_falls_back_to_pypi_liger_when_the_hub_is_unreachable(offline, capsys):
+    pytest.importorskip("liger_kernel")
+    layer, source = hub.load_liger_geglu("auto")
+    assert source == "pypi" and layer.__module__.startswith("liger_kernel.")
+    out = capsys.readouterr().out
+    assert "not in the local kernels cache" in out and "falling back to LigerGEGLUMLP from the liger-kernel" in out
+
+
+@needs_kernels
+def test_hub_source_fails_fast_offline_and_points_at_pypi(offline):
+    message, elapsed = timed_failure(lambda: hub.load_liger_geglu("hub"))
+    assert elapsed < FAST_S
+    assert message.endswith("or use --source pypi")
+
+
+@needs_kernels
+def test_local_kernel_directory_loads_through_kernels_and_computes_attention(tmp_path):
+    module = hub.load_local_kernel(make_kernel_dir(tmp_path))
+    q, k, v = (torch.randn(2, 8, 3, 16) for _ in range(3))  # [batch, seq, heads, head_dim]
+    out = module.flash_attn_func(q, k, v, causal=True)
+    expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
+def test_kernel_dir_is_the_flash_attn_source_and_tags_local(tmp_path):
+    func, source = hub.load_flash_attn(hub.FLASH_ATTN2, version=1, kernel_dir=make_kernel_dir(tmp_path))
+    assert source == "local" and callable(func)
+
+
+@needs_kernels
+def test_local_kernels_mapping_makes_get_kernel_load_from_disk(offline, monkeypatch, tmp_path):
+    monkeypatch.setenv("LOCAL_KERNELS", f"{hub.FLASH_ATTN2}={make_kernel_dir(tmp_path)}")
+    func, source = hub.load_flash_attn(hub.FLASH_ATTN2, version=1)
+    assert source == "hub-flash-attn2" and func.__name__ == "flash_attn_func"
+
+
+def test_missing_kernel_dir_is_one_line():
+    with pytest.raises(SuiteError, match="does not exist"):
+        hub.load_local_kernel("/no/such/kernel")
+
+
+def test_get_local_kernel_arguments_follow_its_signature(tmp_path):
+    kernel_dir = make_kernel_dir(tmp_path)
+
+    def newer(repo_path, *, backend=None): ...
+
+    def older(repo_path, package_name): ...
+
+    assert hub.local_kernel_args(newer, kernel_dir) == [kernel_dir]
+    assert hub.local_kernel_args(older, kernel_dir) == [kernel_dir, "toy_flash_attn"]
+
+
+def test_offline_flash_attn_uses_an_installed_package_saying_so(offline, monkeypatch, tmp_path, capsys):
+    (tmp_path / "toy_flash_pkg.py").write_text(TOY_FLASH_ATTN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package", "toy_flash_pkg"))
+    func, source = hub.load_flash_attn(hub.FLASH_ATTN3, version=1)
+    assert source == "pkg-toy_flash_pkg" and func.__module__ == "toy_flash_pkg"
+    assert "using the installed toy_flash_pkg package instead" in capsys.readouterr().out
+
+
+@needs_kernels
+def test_offline_flash_attn_without_any_kernel_says_how_to_get_one(offline, monkeypatch):
+    monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package",))
+    message, elapsed = timed_failure(lambda: hub.load_flash_attn(hub.FLASH_ATTN3, version=1))
+    assert elapsed < FAST_S
+    assert "run once with a network" in message and "or pass --kernel-dir PATH" in message
+
+
+@pytest.mark.parametrize("capability, repo", [((9, 0), hub.FLASH_ATTN3), ((8, 0), hub.FLASH_ATTN2),
+                                              ((8, 9), hub.FLASH_ATTN2), ((12, 0), hub.FLASH_ATTN2)])
+def test_flash_attn3_on_hopper_flash_attn2_elsewhere(capability, repo):
+    assert hub.default_flash_repo(capability) == repo
+
+
+def test_pre_ampere_gpu_is_refused():
+    with pytest.raises(SuiteError, match="sm80"):
+        hub.default_flash_repo((7, 5))
+
+
+def test_kernels_attention_on_cpu_exits_2_with_one_line_and_writes_nothing(script, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        script("04_d_kernels_attention").main(["--device", "cpu", "--traces-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:") and "needs a CUDA GPU" in err
+    assert written(tmp_path) == []
+
+
+@pytest.mark.gpu
+@requires_cuda
+@needs_kernels
+def test_kernels_attention_on_gpu_from_a_local_kernel_dir(script, tmp_path):
+    flags = ["--batch", "2", "--heads", "2", "--seq", "64", "--head_dim", "64"]
+    kernel_dir = make_kernel_dir(tmp_path / "kernel")
+    assert script("04_d_kernels_attention").main(
+        [*flags, "--kernel-dir", str(kernel_dir), "--traces-dir", str(tmp_path)]) == 0
+    names = trace_names(tmp_path / "04_d_kernels_attention" / "2_2_64_64_local_bf16_cold_eager.json")
+    assert {"attn_fwd", "ProfilerStep#2"} <= names

@@ -1,0 +1,110 @@
+"""03_simple_mlp.py and 03_kernels_mlp.py: end to end on the CPU, the reference, the Liger layer's two shapes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.hub import liger_mlp_like
+from common.mlp import mlp_work, simple_mlp_class
+from conftest import requires_cuda, trace_names, written
+
+TINY = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
+TINY_TAG = "2_8_32_64"
+
+
+def run(script, name: str, tmp_path, *flags: str) -> int:
+    return script(name).main([*TINY, *flags, "--traces-dir", str(tmp_path)])
+
+
+def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(script, tmp_path, capsys):
+    assert run(script, "03_simple_mlp", tmp_path) == 0
+    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_eager.json"
+    names = trace_names(trace)
+    assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4", "mlp_fwd"} <= names
+    assert {"aten::linear", "aten::gelu", "aten::mul", "aten::mm"} <= names
+    table = trace.with_suffix(".txt").read_text()
+    assert "aten::linear" in table and "aten::gelu" in table
+    out = capsys.readouterr().out
+    assert "SimpleGeGLUMLP matches the reference" in out
+    assert "all 4 checked guesses match the trace" in out
+
+
+def test_simple_mlp_compiled_trace_shows_bare_mm_and_no_linear(script, tmp_path, capsys):
+    assert run(script, "03_simple_mlp", tmp_path, "--compile") == 0
+    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_compiled.json"
+    names = trace_names(trace)
+    assert {"ProfilerStep#2", "ProfilerStep#4", "mlp_fwd", "aten::mm"} <= names
+    assert not {"aten::linear", "aten::gelu"} & names
+    assert "aten::mm" in trace.with_suffix(".txt").read_text()
+    assert "all 3 checked guesses match the trace" in capsys.readouterr().out
+
+
+def test_simple_mlp_matches_the_tanh_gelu_formula_in_fp32():
+    torch.manual_seed(0)
+    mlp = simple_mlp_class()(32, 64)
+    x = torch.randn(2, 8, 32)
+    g, u = x @ mlp.gate_proj.weight.T, x @ mlp.up_proj.weight.T
+    gelu = 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
+    expected = (gelu * u) @ mlp.down_proj.weight.T
+    with torch.no_grad():
+        torch.testing.assert_close(mlp(x), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mlp.to(torch.bfloat16)(x.bfloat16()).float(), expected, rtol=3e-2, atol=3e-2)
+
+
+def test_mlp_work_counts_three_gemms_and_only_required_bytes():
+    args = argparse.Namespace(batch=64, seq=128, dim=768, hidden=3072)
+    work = mlp_work(args, element_size=2)
+    m = 64 * 128
+    assert work.flops == 3 * 2 * m * 768 * 3072 + 2 * m * 3072
+    assert work.bytes == (m * 768 + 3 * 768 * 3072 + m * 768) * 2  # x, three weights, y
+
+
+class ForwardOnlyGeGLU(nn.Module):
+    """Shaped like newer Hub builds of LigerGEGLUMLP: no __init__, a forward that reads gate/up/down_proj."""
+
+    def forward(self, x):
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+def test_forward_only_liger_layer_gets_the_simple_mlps_weights_and_output():
+    torch.manual_seed(0)
+    simple = simple_mlp_class()(32, 64)
+    layer = liger_mlp_like(ForwardOnlyGeGLU, simple)
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), simple(x))
+
+
+def test_config_built_liger_layer_from_pypi_holds_the_same_weights():
+    LigerGEGLUMLP = pytest.importorskip("liger_kernel.transformers").LigerGEGLUMLP
+    simple = simple_mlp_class()(32, 64).to(torch.bfloat16)
+    layer = liger_mlp_like(LigerGEGLUMLP, simple)
+    assert isinstance(layer, LigerGEGLUMLP)
+    for name, weight in simple.state_dict().items():
+        assert torch.equal(layer.state_dict()[name], weight)
+    assert layer.gate_proj.weight.dtype == torch.bfloat16
+
+
+def test_kernels_mlp_on_cpu_exits_2_with_one_line_and_writes_nothing(script, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(script, "03_kernels_mlp", tmp_path, "--device", "cpu")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:") and "needs a CUDA GPU" in err
+    assert written(tmp_path) == []
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_kernels_mlp_from_pypi_on_gpu_traces_liger_geglu_kernel(script, tmp_path):
+    pytest.importorskip("liger_kernel")
+    assert run(script, "03_kernels_mlp", tmp_path, "--source", "pypi") == 0
+    names = trace_names(tmp_path / "03_kernels_mlp" / f"{TINY_TAG}_pypi_bf16_cold_eager.json")
+    assert any("geglu" in str(n) for n in names)
+    assert "aten::gelu" not in names
