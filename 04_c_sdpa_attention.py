@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         result = profile_steps(lambda: attention(q, k, v), "attn_fwd", run, tag, work)
         ref = reference_attention(q, k, v, reference_dtype(run.dtype))
         check_output(result, ref, run.dtype, f"SDPA ({args.backend})")
-    return report(result, run, guess(args.backend, run.compiled, run.on_gpu, run.dtype != torch.float32))
+        # still pinned: --bench times the same backend again
+        return report(result, run, guess(args.backend, run.compiled, run.on_gpu, run.dtype != torch.float32))
 
 
 if __name__ == "__main__":
