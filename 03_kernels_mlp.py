@@ -1,4 +1,4 @@
-"""Profile Liger's hand-written GeGLU MLP loaded from the Hugging Face Hub with `kernels` (Part 2: from nn.Linear to a fused MLP).
+"""Profile Liger's hand-written GeGLU MLP, loaded from the Hub with `kernels` (Part 2: from nn.Linear to a fused MLP).
 
 Usage:
     uv run 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
@@ -50,14 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     # The post's SimpleGeGLUMLP from the same seed as in 03_simple_mlp.py: the same weights and x, for comparison.
     simple = simple_mlp_class()(args.dim, args.hidden).to(run.device, run.dtype)
     x = make_input(args, run)  # [batch, seq, dim]
+    # get_kernel("kernels-community/liger-kernels", version=1).layers.LigerGEGLUMLP, or PyPI's with --source pypi
     layer, source = load_liger_geglu(args.source)
     print(f"LigerGEGLUMLP from {source} ({layer.__module__})")
     liger = liger_mlp_like(layer, simple)
     mlp = torch.compile(liger) if run.compiled else liger
 
     with torch.no_grad():
-        # Checked before profiling: a layer bound from another build must prove itself before its trace is written.
-        check_close(mlp(x), reference_output(simple, x, run.dtype), run.dtype, f"LigerGEGLUMLP ({source})")
+        # Checked before profiling, eagerly: a layer from another build must prove itself before any trace is
+        # written (this also JIT-compiles the Triton kernel; the default schedule's skipped steps would anyway).
+        check_close(liger(x), reference_output(simple, x, run.dtype), run.dtype, f"LigerGEGLUMLP ({source})")
         result = profile_steps(lambda: mlp(x), "mlp_fwd", run, run.tag(*shape_tag(args), source),
                                mlp_work(args, x.element_size()))
     return report(result, run, guess(run.compiled))

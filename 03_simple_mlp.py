@@ -1,4 +1,4 @@
-"""Profile a GeGLU MLP forward: gate/up/down nn.Linear(bias=False), tanh GeLU, mul (Part 2: from nn.Linear to a fused MLP).
+"""Profile a GeGLU MLP forward: three nn.Linear(bias=False), tanh GeLU, mul (Part 2: from nn.Linear to a fused MLP).
 
 Usage:
     uv run 03_simple_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072

@@ -10,8 +10,9 @@ GPUs (sm80+). Without the Hub (offline, HF_HUB_OFFLINE=1, kernel not cached) an 
 package with the same API (flash_attn_interface, flash_attn) is used, saying so; otherwise the run stops
 and says how to get the kernel. Never SDPA: that is 04_c. It needs a CUDA GPU.
 
-Writes traces/04_d_kernels_attention/<batch>_<heads>_<seq>_<head_dim>_<source>_<dtype>_<cold|warm>_<eager|compiled>
-.json and .txt, the source being hub-<repo name>, pkg-<module> or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager.
+Writes traces/04_d_kernels_attention/<tag>.json (Chrome trace) and .txt (profiler table), the tag being
+<batch>_<heads>_<seq>_<head_dim>_<source>_<dtype>_<cold|warm>_<eager|compiled> and the source hub-<repo name>,
+pkg-<module> or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager.
 """
 
 import torch
@@ -22,6 +23,12 @@ from common.attention import add_shape_flags, attention_work, make_qkv, referenc
 from common.hub import FLASH_VERSION, default_flash_repo, load_flash_attn
 
 MAX_HEAD_DIM = 256  # FlashAttention 2 and 3 support head_dim up to 256, in multiples of 8
+
+
+def flash_attention(flash_attn_func, q, k, v):
+    # q, k, v: [batch, seq, heads, head_dim], the kernel's own layout: nothing to transpose
+    out = flash_attn_func(q, k, v, causal=True)
+    return out[0] if isinstance(out, tuple) else out  # flash-attn3 may return (out, softmax_lse)
 
 
 def guess() -> list[Expect]:
@@ -62,18 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     repo = args.repo or default_flash_repo(torch.cuda.get_device_capability(run.device))
     version = None if args.revision else (FLASH_VERSION if args.version is None else args.version)
     flash_attn_func, source = load_flash_attn(repo, version, args.revision, args.kernel_dir)
-    print(f"kernel: flash_attn_func from {source} ({flash_attn_func.__module__})")
+    print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
     q, k, v = make_qkv(args, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
-
-    def attention(q, k, v):
-        out = flash_attn_func(q, k, v, causal=True)
-        return out[0] if isinstance(out, tuple) else out  # flash-attn3 may return (out, softmax_lse)
-
-    fn = torch.compile(attention) if run.compiled else attention
+    fn = torch.compile(flash_attention) if run.compiled else flash_attention
     with torch.no_grad():
-        result = profile_steps(lambda: fn(q, k, v), "attn_fwd", run, run.tag(*shape_tag(args), source),
-                               attention_work(args, q.element_size()))
+        result = profile_steps(lambda: fn(flash_attn_func, q, k, v), "attn_fwd", run,
+                               run.tag(*shape_tag(args), source), attention_work(args, q.element_size()))
         # The reference works in [B, H, S, D]; the layout changes happen here, outside the profiled steps.
         expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), reference_dtype(run.dtype))
         check_output(result, expected.transpose(1, 2), run.dtype, f"flash_attn_func ({source})")

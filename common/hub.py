@@ -166,7 +166,8 @@ def load_liger_geglu(source: str = "auto") -> tuple[type[nn.Module], str]:
             if source == "hub":
                 raise SuiteError(f"{exc}; or use --source pypi") from None
             print(f"notice: {exc}")
-            print("notice: falling back to LigerGEGLUMLP from the liger-kernel package on PyPI (the same Triton kernel)")
+            print("notice: falling back to LigerGEGLUMLP from the liger-kernel package on PyPI "
+                  "(the same Triton kernel)")
     try:
         from liger_kernel.transformers import LigerGEGLUMLP
     except ImportError as exc:
@@ -228,4 +229,5 @@ def load_flash_attn(repo_id: str, version: int | None = None, revision: str | No
             print(f"notice: {exc}")
             print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
             return _flash_attn_func(module, name), f"pkg-{name}"
-        raise SuiteError(f"{exc}; or pass --kernel-dir PATH (a local kernel directory), or install flash-attn") from None
+        raise SuiteError(f"{exc}; or pass --kernel-dir PATH (a local kernel directory), "
+                         "or install flash-attn") from None
