@@ -14,24 +14,14 @@ Writes traces/04_c_sdpa_attention/<tag>.json (Chrome trace) and .txt (profiler t
 e.g. 8_16_1024_64_flash_bf16_cold_eager.
 """
 
-import re
-import warnings
-
 import torch
 from torch.nn import functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 
-from common import (Expect, Run, SuiteError, check_output, cli, cpu_op, kernels, launches, make_parser, memcpy,
+from common import (Expect, check_output, cli, cpu_op, kernels, launches, make_parser, memcpy,
                     profile_steps, reference_dtype, report, setup)
-from common.attention import add_shape_flags, attention_work, make_qkv, reference_attention, shape_tag
-
-BACKENDS = {
-    "math": SDPBackend.MATH,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-}
-
+from common.attention import (SDPA_BACKENDS, add_shape_flags, attention_work, make_qkv, reference_attention,
+                              require_sdpa_backend, shape_tag)
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # q, k, v: [batch, heads, seq, head_dim]; is_causal=True: no mask to build or pass
@@ -44,7 +34,6 @@ FUSED_OP = {
     "efficient": "aten::_scaled_dot_product_efficient_attention",
     "cudnn": "aten::_scaled_dot_product_cudnn_attention",
 }
-ALL_KERNELS = "."  # a regex every kernel name matches
 
 
 def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expect]:
@@ -70,7 +59,7 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
             *([cpu_op("aten::_to_copy", 4, "q, k, v upcast to fp32, the output cast back", at_least=True)]
               if upcast else []),
             kernels("gemm", 2, "fp32 GEMMs" + (", off the tensor cores (sgemm on the post's A100)" if upcast else "")),
-            kernels(ALL_KERNELS, 10, "many small kernels besides (20 in all on the post's A100)", at_least=True),
+            kernels("any", 10, "many small kernels besides (20 in all on the post's A100)", at_least=True),
         ]
     lines = [
         sdpa,
@@ -87,42 +76,11 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
     return lines + [cpu_op("aten::transpose", 1, "views to the kernel's [batch, seq, heads, head_dim]", at_least=True)]
 
 
-def require_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:
-    """Raise SuiteError, in one line naming the backend and the reason, when it cannot run these inputs here.
-
-    Asks SDPA's own dispatcher which kernel it would pick (torch._fused_sdp_choice, under the
-    sdpa_kernel pin of the caller) without running one, so a cold run stays cold. On a GPU the
-    dispatcher explains a refusal in warnings: "<Backend> kernel not used because:", then the reasons.
-    """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            torch._fused_sdp_choice(q, k, v, is_causal=True)
-            return
-        except RuntimeError as exc:
-            error = str(exc).splitlines()[0]
-    where = f"{run.device_name}, {run.dtype_name}, head_dim {q.shape[-1]}"
-    if not run.on_gpu and backend in ("efficient", "cudnn"):
-        reason = "PyTorch has no such kernel for the CPU (only math and flash); use one of those or a CUDA GPU"
-    else:
-        reason = dispatcher_reason(backend, [str(w.message) for w in caught]) or error
-    raise SuiteError(f"--backend {backend} cannot run here ({where}): {reason}")
-
-
-def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
-    """The first reason the dispatcher warned for `backend`: the line after its "... not used because:"."""
-    header = {"flash": "Flash attention", "efficient": "Memory efficient", "cudnn": "CuDNN attention"}.get(backend)
-    messages = [re.sub(r"\s*\(Triggered internally at .*$", "", m, flags=re.S) for m in messages]
-    start = next((i for i, m in enumerate(messages) if header and m.startswith(header)), None)
-    reasons = [] if start is None else messages[start + 1:]
-    return reasons[0] if reasons and not reasons[0].endswith("because:") else None
-
-
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
     add_shape_flags(parser)
-    parser.add_argument("--backend", choices=BACKENDS, default="math",
+    parser.add_argument("--backend", choices=SDPA_BACKENDS, default="math",
                         help="the SDPA backend pinned with sdpa_kernel (default: math)")
     args = parser.parse_args(argv)
     run = setup(args, __file__)
@@ -132,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
     work = attention_work(args, q.element_size())
     tag = run.tag(*shape_tag(args), args.backend)
-    with torch.no_grad(), sdpa_kernel(BACKENDS[args.backend]):  # only this backend may run
-        require_backend(args.backend, q, k, v, run)
+    with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]):  # only this backend may run
+        require_sdpa_backend(args.backend, q, k, v, run)
         result = profile_steps(lambda: attention(q, k, v), "attn_fwd", run, tag, work)
         ref = reference_attention(q, k, v, reference_dtype(run.dtype))
         check_output(result, ref, run.dtype, f"SDPA ({args.backend})")

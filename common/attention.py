@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import warnings
 
 import torch
+from torch.nn.attention import SDPBackend
 
+from common.errors import SuiteError
 from common.flags import positive_int
 from common.physics import Work
 from common.runtime import Run
+
+
+SDPA_BACKENDS = {
+    "math": SDPBackend.MATH,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+}
 
 
 def add_shape_flags(parser: argparse.ArgumentParser) -> None:
@@ -64,3 +76,34 @@ def attention_work(args: argparse.Namespace, element_size: int) -> Work:
     b, h, s, d = shape_tag(args)
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
+
+
+def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:
+    """Raise SuiteError, in one line naming the backend and the reason, when it cannot run these inputs here.
+
+    Asks SDPA's own dispatcher which kernel it would pick (torch._fused_sdp_choice, under the
+    sdpa_kernel pin of the caller) without running one, so a cold run stays cold. On a GPU the
+    dispatcher explains a refusal in warnings: "<Backend> kernel not used because:", then the reasons.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            torch._fused_sdp_choice(q, k, v, is_causal=True)
+            return
+        except RuntimeError as exc:
+            error = str(exc).splitlines()[0]
+    where = f"{run.device_name}, {run.dtype_name}, head_dim {q.shape[-1]}"
+    if not run.on_gpu and backend in ("efficient", "cudnn"):
+        reason = "PyTorch has no such kernel for the CPU (only math and flash); use one of those or a CUDA GPU"
+    else:
+        reason = dispatcher_reason(backend, [str(w.message) for w in caught]) or error
+    raise SuiteError(f"--backend {backend} cannot run here ({where}): {reason}")
+
+
+def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
+    """The first reason the dispatcher warned for `backend`: the line after its "... not used because:"."""
+    header = {"flash": "Flash attention", "efficient": "Memory efficient", "cudnn": "CuDNN attention"}.get(backend)
+    messages = [re.sub(r"\s*\(Triggered internally at .*$", "", m, flags=re.S) for m in messages]
+    start = next((i for i, m in enumerate(messages) if header and m.startswith(header)), None)
+    reasons = [] if start is None else messages[start + 1:]
+    return reasons[0] if reasons and not reasons[0].endswith("because:") else None

@@ -19,6 +19,9 @@ FAMILIES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
+
+
 def kernel_family(name: str) -> str:
     """'gemm', 'attention', 'triton', 'softmax', 'reduce', 'pointwise' or 'other'."""
     return next((fam for fam, pattern in FAMILIES if pattern.search(name)), "other")
@@ -40,7 +43,9 @@ class Expect:
 
     @property
     def title(self) -> str:
-        if self.kind == "kernel":
+        if self.kind == "kernel" and self.key == ANY:
+            name = "kernels in all"
+        elif self.kind == "kernel":
             name = f"{self.key} kernels" if self.key in dict(FAMILIES) else f"kernels /{self.key}/"
         elif self.kind in ("memcpy", "memset"):
             name = f"{self.kind} on the GPU"
@@ -51,6 +56,8 @@ class Expect:
     def observe(self, step: Step) -> int:
         """How many this step shows."""
         if self.kind == "kernel":
+            if self.key == ANY:
+                return len(step.kernels)
             if self.key in dict(FAMILIES) or self.key == "other":
                 return sum(kernel_family(n) == self.key for n, _ in step.kernels)
             return sum(bool(re.search(self.key, n, re.I)) for n, _ in step.kernels)
@@ -69,7 +76,7 @@ class Expect:
 
 
 def kernels(family: str, count: int, why: str, at_least: bool = False) -> Expect:
-    """Guess `count` kernels of `family` (see FAMILIES) or whose name matches the regex `family`."""
+    """Guess `count` kernels of `family` (see FAMILIES; "any" for all) or whose name matches the regex `family`."""
     return Expect("kernel", family, count, why, at_least)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.attention import causal_mask, reference_attention
+from common.attention import SDPA_BACKENDS, causal_mask, reference_attention
 from common.checks import check_close
 from common.trace import read_trace
 from conftest import requires_cuda, written
@@ -90,7 +90,7 @@ def test_all_variants_compute_the_same_attention(script):
         sdpa = script(SDPA)
         outs = {}
         for backend in ("math", "flash"):
-            with torch.nn.attention.sdpa_kernel(sdpa.BACKENDS[backend]):
+            with torch.nn.attention.sdpa_kernel(SDPA_BACKENDS[backend]):
                 outs[backend] = sdpa.sdpa_attention(q, k, v)
     assert torch.equal(naive, inplace), "in place or not, the same numbers"
     for out in (naive, outs["math"], outs["flash"]):
