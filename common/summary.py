@@ -82,7 +82,8 @@ def find_traces(paths: list[str]) -> list[Path]:
 def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
     """One table row for `trace`: per-step medians, and the rates its `suite` FLOPs/bytes give."""
     gpu = trace.has_gpu
-    launches = {col: trace.per_step(lambda s, p=prefix: s.calls(p)) if gpu else None for col, prefix in LAUNCHES.items()}
+    launches = {col: trace.per_step(lambda s, p=prefix: s.calls(p)) if gpu else None
+                for col, prefix in LAUNCHES.items()}
     launches["memcpy"] = trace.per_step(lambda s: len(s.memcpy)) if gpu else None
     launches["memset"] = trace.per_step(lambda s: len(s.memset)) if gpu else None
     row = Row(trace.name, len(trace.steps),
@@ -169,8 +170,8 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     busy = sum(total.values()) or 1.0
     ranked = sorted(total, key=total.get, reverse=True)[:n]
     steps = len(trace.steps)
-    return [KernelStat(short_name(name, 70), kernel_family(name) if cat == "kernel" else cat.removeprefix("gpu_"),
-                       total[cat, name] / steps, calls[cat, name] / steps, 100.0 * total[cat, name] / busy)
+    family = {key: kernel_family(key[1]) if key[0] == "kernel" else key[0].removeprefix("gpu_") for key in ranked}
+    return [KernelStat(short_name(name, 70) or name[:70], family[cat, name], total[cat, name] / steps, calls[cat, name] / steps, 100.0 * total[cat, name] / busy)
             for cat, name in ranked]
 
 
@@ -238,7 +239,7 @@ def plot(rows: list[Row], path: Path) -> None:
     ax.set_yticks(list(y), [r.name for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("µs per step (median over profiled steps)")
-    ax.legend()
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # above the bars
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,186 @@
+"""The summary CLI: one row per trace, ratios to a baseline, top kernels, Markdown, plot, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from common.summary import main, summarize, top_kernels
+from common.trace import parse
+from test_trace import ev, tiny_cpu_trace, tiny_gpu_trace
+
+
+def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:
+    """The tiny GPU trace with its kernel times scaled by `scale` and suite metadata for `tag`."""
+    data = tiny_gpu_trace()
+    for e in data["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            e["dur"] *= scale
+    data["suite"] = {"script": "04_x", "tag": tag, "label": "fwd", "dtype": "bf16", "flops": 312e6, "bytes": 2039e3}
+    return data
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    """A folder with two GPU variants (the second's kernels twice as slow) and one CPU trace."""
+    folder = tmp_path / "traces"
+    (folder / "04_x").mkdir(parents=True)
+    (folder / "04_x" / "a_fast.json").write_text(json.dumps(gpu_trace_data("a_fast")))
+    (folder / "04_x" / "b_slow.json").write_text(json.dumps(gpu_trace_data("b_slow", 2.0)))
+    (folder / "04_x" / "a_fast.txt").write_text("a profiler table, not a trace")
+    (folder / "01_x").mkdir()
+    (folder / "01_x" / "8_bf16_cold_eager.json").write_text(json.dumps(tiny_cpu_trace()))
+    return folder
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def row_of(out: str, name: str) -> list[str]:
+    """The cells of the text table's row for trace `name`."""
+    return next(line.split() for line in out.splitlines() if line.startswith(name + " "))
+
+
+def test_a_gpu_row_has_per_step_medians_launches_and_rates():
+    row = summarize(parse(gpu_trace_data("a")))
+    assert row.name == "04_x/a" and row.steps == 2 and row.on == "GPU"
+    assert row.kernels == 1.5  # median of 2 and 1 kernels
+    assert row.gpu_us == (47 + 31) / 2 and row.cpu_us == (80 + 40) / 2
+    assert row.launches == {"cudaLaunchKernel": 1, "cuLaunchKernelEx": 0.5, "occupancy": 0.5,
+                            "memcpy": 0.5, "memset": 0.5}
+    assert row.tflops == pytest.approx(312e6 / 39e-6 / 1e12)
+    assert row.pct_flops == pytest.approx(100 * row.tflops / 312)  # the A100-SXM4-80GB bf16 peak
+    assert row.pct_bytes == pytest.approx(100 * row.gbps / 2039)
+
+
+def test_a_cpu_row_leaves_gpu_figures_and_percent_of_peak_empty():
+    row = summarize(parse(tiny_cpu_trace()))
+    assert row.kernels is None and row.gpu_us is None and set(row.launches.values()) == {None}
+    assert row.on == "CPU" and row.cpu_us == 70 and row.tflops == pytest.approx(1e6 / 70e-6 / 1e12)
+    assert row.pct_flops is None and row.pct_bytes is None
+
+
+def test_peak_flags_give_percent_of_peak_on_an_unknown_gpu():
+    data = gpu_trace_data("a")
+    data["deviceProperties"] = [{"name": "Some Future GPU"}]
+    assert summarize(parse(data)).pct_flops is None
+    row = summarize(parse(data), peak_tflops=100.0, peak_gbps=1000.0)
+    assert row.pct_flops == pytest.approx(row.tflops) and row.pct_bytes == pytest.approx(row.gbps / 10)
+
+
+def test_top_kernels_rank_by_total_time_with_short_names_and_families():
+    stats = top_kernels(parse(tiny_gpu_trace()), 2)
+    assert [(k.name, k.family, k.us_per_step, k.calls_per_step) for k in stats] == [
+        ("ampere_sgemm_64x64_nn<…>", "gemm", 35.0, 1.0),
+        ("at::native::vectorized_elementwise_kernel<…>", "pointwise", 2.5, 0.5)]
+
+
+def test_text_table_has_one_row_per_trace_and_dashes_for_gpu_figures_on_cpu(traces, capsys):
+    code, out, err = run(capsys, traces)
+    assert code == 0 and err == ""
+    assert "baseline 01_x/8_bf16_cold_eager" in out  # the first trace, folders sorted
+    cpu = row_of(out, "01_x/8_bf16_cold_eager")
+    assert cpu[1:4] == ["3", "—", "—"] and cpu[4] == "70" and "CPU" in cpu
+    fast = row_of(out, "04_x/a_fast")
+    assert fast[1:5] == ["2", "1.5", "39", "60"] and "GPU" in fast
+    assert "Top 5 GPU work of 04_x/a_fast" in out and "ampere_sgemm_64x64_nn<…>" in out
+    assert "No GPU lane (CPU runs), so no kernels to list: 01_x/8_bf16_cold_eager" in out
+
+
+def test_baseline_ratios_against_a_tag_or_a_path(traces, capsys):
+    code, out, _ = run(capsys, traces / "04_x", "--baseline", "a_fast")
+    assert code == 0 and row_of(out, "04_x/a_fast")[-2:] == ["1.00", "1.00"]
+    assert row_of(out, "04_x/b_slow")[-2:] == ["2.00", "1.00"]  # kernels twice as long, same CPU time
+    code, out, _ = run(capsys, traces / "04_x", "--baseline", traces / "04_x" / "b_slow.json")
+    assert row_of(out, "04_x/a_fast")[-2:] == ["0.500", "1.00"]
+
+
+def test_a_cpu_baseline_gives_no_gpu_ratio(traces, capsys):
+    _, out, _ = run(capsys, traces, "--baseline", "01_x/8_bf16_cold_eager")
+    assert row_of(out, "04_x/a_fast")[-2:] == ["—", "0.857"]
+
+
+def test_an_ambiguous_or_unknown_baseline_is_one_error_line(traces, capsys):
+    for wanted, why in (("04_x", "matches 2 traces"), ("nope", "matches no trace")):
+        code, out, err = run(capsys, traces, "--baseline", wanted)
+        assert code == 2 and out == "" and err.count("\n") == 1 and why in err
+
+
+def test_markdown_output_is_pipe_tables(traces, capsys):
+    code, out, _ = run(capsys, traces / "04_x", "--markdown", "--top", "1")
+    assert code == 0 and "### Per-step summary of 2 trace(s)" in out
+    assert "| trace | steps | kernels | GPU µs | CPU µs | cudaLaunchKernel | cuLaunchKernelEx | occupancy |" in out
+    assert "| 04_x/b_slow | 2 | 1.5 | 78 | 60 |" in out
+    assert "| --- | ---: |" in out and "| 70.0 | 1 | 89.7 | gemm | ampere_sgemm_64x64_nn<…> |" in out
+
+
+def bad_input(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notrace.json").write_text("{not json")
+    (tmp_path / "nosteps.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}))
+    return {"no such file or folder": tmp_path / "missing.json", "no *.json": tmp_path / "empty",
+            "not a readable Chrome trace": tmp_path / "notrace.json", "no ProfilerStep": tmp_path / "nosteps.json"}
+
+
+def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
+    for why, path in bad_input(tmp_path).items():
+        code, out, err = run(capsys, path)
+        assert (code, out) == (2, "") and err.count("\n") == 1, why
+        assert err.startswith("error: ") and why in err and str(path) in err
+
+
+def test_bad_flags_are_one_error_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--top", "0", "x.json"])
+    assert exit_.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(traces, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    code, out, err = run(capsys, traces, "--plot", traces / "p.png")
+    assert (code, out) == (2, "") and "uv run --extra plot" in err and err.count("\n") == 1
+
+
+def test_plot_writes_a_png(traces, capsys):
+    pytest.importorskip("matplotlib")
+    code, out, _ = run(capsys, traces, "--plot", traces / "p.png")
+    assert code == 0 and f"plot: {traces / 'p.png'}" in out
+    assert (traces / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_round_trip_of_a_real_cpu_trace_as_json_and_json_gz(tmp_path, capsys):
+    path = tmp_path / "real" / "add.json"
+    path.parent.mkdir()
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(5):
+            with record_function("matmul_add"):
+                torch.add(x @ x, x)
+            prof.step()
+    with open(path, "rb") as src, gzip.open(path.with_suffix(".json.gz"), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    code, out, err = run(capsys, path.parent, "--markdown")
+    assert code == 0 and err == ""
+    rows = [line for line in out.splitlines() if line.startswith("| real/add")]
+    assert len(rows) == 2  # add.json and add.json.gz, both named real/add
+    cells = [r.split(" | ") for r in rows]
+    assert cells[0][1:4] == ["3", "—", "—"] and cells[0][4] == cells[1][4] and float(cells[0][4]) > 0
+
+
+def test_a_kernel_whose_short_name_would_be_empty_keeps_its_full_name():
+    data = tiny_gpu_trace()
+    softmax = "void (anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, float const*, int)"
+    data["traceEvents"].append(ev("kernel", softmax, 200, 500, tid=7, correlation=6))
+    top = top_kernels(parse(data), 1)[0]
+    assert top.name.startswith("void (anonymous namespace)::cunn_SoftMaxForward") and top.family == "softmax"
