@@ -7,12 +7,13 @@ Usage:
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
 PATH is a trace (.json or .json.gz) or a folder searched for them; a file that is not a trace, a
-folder without traces or a trace without profiler steps stops the run with one `error:` line (exit 2). "Per step" is the median over
-the trace's profiler steps (ProfilerStep#N). GPU time is GPU busy time: the sum of kernel, memcpy
-and memset durations, not wall time. CPU time is the span of the script's record_function label.
-TFLOP/s and GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only
-trace by the CPU time (column "on" says which), and % of peak is left out there: there is no
-CPU peak to compare with. "—" marks a figure the trace cannot give, never a zero.
+folder without traces or a trace without profiler steps stops the run with one `error:` line
+(exit 2). "Per step" is the median over the trace's profiler steps (ProfilerStep#N). GPU time is
+GPU busy time: the sum of kernel, memcpy and memset durations, not wall time. CPU time is the span
+of the script's record_function label. TFLOP/s and GB/s divide the FLOPs and bytes the script
+recorded by the GPU time; on a CPU-only trace by the CPU time (column "on" says which), and % of
+peak is left out there: there is no CPU peak to compare with. "—" marks a figure the trace cannot
+give, never a zero.
 """
 
 from __future__ import annotations
