@@ -6,8 +6,6 @@ import functools
 import sys
 from typing import Callable
 
-import torch
-
 EXIT_USAGE = 2
 
 
@@ -30,6 +28,8 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
 
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
+        import torch  # here, not at the top: `python -m common.summary` uses this module without torch
+
         try:
             return main(argv)
         except SuiteError as exc:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 
 @dataclass(frozen=True)
 class Work:
@@ -57,10 +55,6 @@ def find_peak(device_name: str | None, tflops: float | None = None, gbps: float 
     t16 = tflops if tflops is not None else base.tflops_16bit
     t32 = tflops if tflops is not None else base.tflops_fp32
     return Peak(base.name, t16, t32, gbps if gbps is not None else base.gbps)
-
-
-def dtype_bytes(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 @dataclass(frozen=True)

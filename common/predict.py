@@ -167,5 +167,5 @@ def short_name(name: str, limit: int = 90) -> str:
         elif depth == 0:
             out.append(ch)
     short = "".join(out)
-    short = re.sub(r"\(.*\)$", "", short)
+    short = re.sub(r"\([^()]*\)$", "", short)  # the argument list, not "(anonymous namespace)"
     return short if len(short) <= limit else short[: limit - 1] + "…"
