@@ -1,0 +1,130 @@
+"""Real traces from an NVIDIA H200 (the scripts at the posts' flags), pinning what a reader finds in them.
+
+Recorded with torch 2.11 on the H200 and committed gzipped under tests/fixtures/h200/<script>/<tag>.json.gz.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from common.predict import check, kernel_family
+from common.summary import main as summary_main
+from common.trace import Trace, read_trace
+
+FIXTURES = Path(__file__).parent / "fixtures" / "h200"
+ALL = sorted(FIXTURES.rglob("*.json.gz"))
+
+
+def fixture(script: str, tag: str) -> Trace:
+    return read_trace(FIXTURES / script / f"{tag}.json.gz")
+
+
+def per_step(trace: Trace, count) -> set[int]:
+    """The distinct values of `count(step)` over the profiled steps (one value: every step agrees)."""
+    return {count(step) for step in trace.steps}
+
+
+def guess_for(script_module, script: str, tag: str) -> list:
+    """Call the script's own guess() with the parameters its tag encodes."""
+    compiled = tag.endswith("_compiled")
+    if script == "01_matmul_add":
+        return script_module.guess(compiled, "x" in tag.split("_")[0])
+    if script == "04_c_sdpa_attention":
+        return script_module.guess(tag.split("_")[4], compiled, True, "_fp32_" not in tag)
+    if script == "04_d_kernels_attention":
+        return script_module.guess()
+    return script_module.guess(compiled)
+
+
+def test_the_fixtures_are_real_gpu_traces_with_three_profiled_steps():
+    assert len(ALL) >= 14
+    for path in ALL:
+        trace = read_trace(path)
+        assert trace.has_gpu and trace.device_name == "NVIDIA H200", path
+        assert [s.number for s in trace.steps] == [2, 3, 4], path
+        assert path.stat().st_size < 1_000_000
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.json.gz')}")
+def test_every_scripts_guess_matches_its_h200_trace(script, path):
+    name, tag = path.parent.name, path.name.removesuffix(".json.gz")
+    verdicts = check(read_trace(path), guess_for(script(name), name, tag))
+    assert all(v.checked for v in verdicts)
+    missed = [(v.expect.title, v.expect.count, v.seen) for v in verdicts if not v.matched]
+    assert not missed, f"{name}/{tag}: {missed}"
+
+
+def test_naive_attention_hides_a_device_to_device_memcpy_that_inplace_does_not():
+    naive = fixture("04_a_naive_attention", "8_16_1024_64_bf16_cold_eager")
+    inplace = fixture("04_b_inplace_ops_attention", "8_16_1024_64_bf16_cold_eager")
+    assert per_step(naive, lambda s: len(s.memcpy)) == {1}
+    assert all("DtoD" in name for s in naive.steps for name, _ in s.memcpy)
+    assert per_step(inplace, lambda s: len(s.memcpy)) == {0}
+    assert per_step(naive, lambda s: s.cpu_ops["aten::masked_fill"]) == {1}
+    assert per_step(inplace, lambda s: s.cpu_ops["aten::masked_fill"]) == {0}
+    # the same five kernels otherwise: 2 GEMMs, scale, mask, softmax
+    assert per_step(naive, lambda s: len(s.kernels)) == per_step(inplace, lambda s: len(s.kernels)) == {5}
+
+
+@pytest.mark.parametrize("backend", ["flash", "efficient", "cudnn"])
+def test_fused_sdpa_backends_run_one_attention_kernel_per_step(backend):
+    trace = fixture("04_c_sdpa_attention", f"8_16_1024_64_{backend}_bf16_cold_eager")
+    assert per_step(trace, lambda s: len(s.kernels)) == {1}
+    assert per_step(trace, lambda s: kernel_family(s.kernels[0][0])) == {"attention"}
+
+
+def test_sdpa_math_launches_twenty_kernels_and_is_slower_than_the_naive_version():
+    math = fixture("04_c_sdpa_attention", "8_16_1024_64_math_bf16_cold_eager")
+    inplace = fixture("04_b_inplace_ops_attention", "8_16_1024_64_bf16_cold_eager")
+    assert per_step(math, lambda s: len(s.kernels)) == {20}
+    assert per_step(math, lambda s: s.cpu_ops["aten::_safe_softmax"]) == {1}
+    assert math.per_step(lambda s: s.gpu_busy_us) > 2 * inplace.per_step(lambda s: s.gpu_busy_us)
+
+
+def test_cudnn_launches_through_the_driver_and_skips_the_transposes():
+    cudnn = fixture("04_c_sdpa_attention", "8_16_1024_64_cudnn_bf16_cold_eager")
+    flash = fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager")
+    assert per_step(cudnn, lambda s: s.calls("cuLaunchKernelEx")) == {1}
+    assert per_step(cudnn, lambda s: s.calls("cudaLaunchKernel")) == {0}
+    assert per_step(cudnn, lambda s: s.cpu_ops["aten::transpose"]) == {0}
+    assert per_step(flash, lambda s: s.calls("cudaLaunchKernel")) == {1}
+    assert min(per_step(flash, lambda s: s.cpu_ops["aten::transpose"])) >= 1
+
+
+def test_compiled_mlp_fuses_gelu_and_mul_into_one_triton_kernel():
+    trace = fixture("03_simple_mlp", "64_128_768_3072_bf16_cold_compiled")
+    eager = fixture("03_simple_mlp", "64_128_768_3072_bf16_cold_eager")
+    for step in trace.steps:
+        triton = [name for name, _ in step.kernels if name.startswith("triton_")]
+        assert len(triton) == 1 and re.search(r"gelu.*mul|mul.*gelu", triton[0])
+        assert sum(kernel_family(n) == "gemm" for n, _ in step.kernels) == 3
+    assert per_step(eager, lambda s: len(s.kernels)) == {5}
+
+
+def test_liger_runs_three_gemms_and_one_hand_written_geglu_kernel():
+    trace = fixture("03_kernels_mlp", "64_128_768_3072_pypi_bf16_cold_eager")
+    for step in trace.steps:
+        names = [name for name, _ in step.kernels]
+        assert sum(kernel_family(n) == "gemm" for n in names) == 3
+        assert [n for n in names if kernel_family(n) != "gemm"] == ["_geglu_tanh_forward_kernel"]
+
+
+def test_hopper_gemms_launch_with_culaunchkernelex_and_no_occupancy_query():
+    """On the posts' A100 each cuBLAS GEMM followed an occupancy query; Hopper's nvjet GEMMs do not."""
+    trace = fixture("01_matmul_add", "4096_bf16_warm_eager")
+    assert per_step(trace, lambda s: s.calls("cuLaunchKernelEx")) == {1}  # the nvjet GEMM
+    assert per_step(trace, lambda s: s.calls("cudaLaunchKernel")) == {1}  # the add
+    assert per_step(trace, lambda s: s.calls("cudaOccupancyMaxActiveBlocksPerMultiprocessor")) == {0}
+    compiled = fixture("01_matmul_add", "4096_bf16_warm_compiled")
+    assert per_step(compiled, lambda s: len(s.memcpy)) == {1}
+    assert per_step(compiled, lambda s: s.cpu_ops["aten::addmm"]) == {1}
+
+
+def test_the_summary_of_all_fixtures_runs_and_names_every_trace(capsys):
+    assert summary_main([str(FIXTURES), "--baseline", "04_a_naive_attention"]) == 0
+    out = capsys.readouterr().out
+    for path in ALL:
+        assert path.name.removesuffix(".json.gz") in out
