@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from common.bench import bench
+from common.bench import Bench, bench
 from common.export import key_averages_table, share_command
 from common.physics import achieved, find_peak, Work
 from common.predict import Expect, check, format_verdicts
@@ -40,6 +40,17 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
     return lines
 
 
+def bench_line(b: Bench, timed: tuple[float, str] | None) -> str:
+    """The unprofiled timing, set beside the profiler's figure for the same step."""
+    line = f"bench (no profiler): {b.wall_s * 1e6:.1f} µs wall per step (median over {b.wall_calls} calls)"
+    if b.gpu_s is not None:
+        line += f", {b.gpu_s * 1e6:.1f} µs on the GPU stream (CUDA events, median of {b.gpu_calls})"
+    if timed:
+        ref = b.gpu_s if b.gpu_s is not None else b.wall_s
+        line += f"; the profiler's {timed[1]} is {timed[0] * 1e6:.1f} µs ({timed[0] / ref:.2f}x)"
+    return line
+
+
 def report(result: Profiled, run: Run, guess: list[Expect]) -> int:
     """Print the table, guess vs trace, the physics, the bench (with --bench) and the files.
 
@@ -55,11 +66,7 @@ def report(result: Profiled, run: Run, guess: list[Expect]) -> int:
     if timed:
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
     if run.bench:
-        median, calls = bench(result.step)
-        line = f"bench (no profiler): {median * 1e6:.1f} µs wall per step, median over {calls} calls"
-        if timed:
-            line += f"; profiler figure {timed[0] * 1e6:.1f} µs {timed[1]} ({timed[0] / median:.2f}x)"
-        print(line)
+        print(bench_line(bench(result.step, run.on_gpu), timed))
     print(f"trace: {result.trace_path}")
     print(f"table: {result.table_path}")
     print(f"open the trace at https://ui.perfetto.dev, or share traces/ with: "
