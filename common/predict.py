@@ -153,19 +153,42 @@ def format_verdicts(verdicts: list[Verdict], trace: Trace) -> list[str]:
     return lines
 
 
+# In an ATen kernel's template arguments, the name that says what it computes (MulFunctor,
+# masked_fill_kernel, GeluCUDAKernelImpl, ...), past the generic wrappers.
+_HINT = re.compile(r"\w+(?:_kernel\w*|Functor\w*|KernelImpl)")
+_GENERIC = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "AUnaryFunctor", "BUnaryFunctor", "BinaryFunctor"}
+
+
 def short_name(name: str, limit: int = 90) -> str:
-    """A kernel name without its template arguments and `void` prefix, cut to `limit` characters."""
+    """A kernel name without `void`, template arguments and argument list, cut to `limit` characters.
+
+    ATen's generic kernels keep a hint of what they compute:
+    `at::native::vectorized_elementwise_kernel<…MulFunctor…>`.
+    """
     name = re.sub(r"^void\s+", "", name)
-    out, depth = [], 0
-    for ch in name:
+    out, depth, hint = [], 0, None
+    for i, ch in enumerate(name):
         if ch == "<":
             depth += 1
             if depth == 1:
-                out.append("<…>")
+                found = [m for m in _HINT.findall(name[i:]) if m not in _GENERIC]
+                hint = found[0] if found else None
+                out.append(f"<…{hint}…>" if hint else "<…>")
         elif ch == ">":
             depth = max(depth - 1, 0)
         elif depth == 0:
             out.append(ch)
-    short = "".join(out)
-    short = re.sub(r"\([^()]*\)$", "", short)  # the argument list, not "(anonymous namespace)"
+    short = _drop_argument_list("".join(out))
     return short if len(short) <= limit else short[: limit - 1] + "…"
+
+
+def _drop_argument_list(name: str) -> str:
+    """Cut a trailing, balanced `( ... )` (the argument list), keeping a leading "(anonymous namespace)"."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i] if i > 0 else name
+    return name

@@ -144,3 +144,12 @@ def test_percent_of_peak_only_where_the_peak_is_known():
 def test_short_name_keeps_an_anonymous_namespace():
     name = "void (anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float>(c10::BFloat16*, int)"
     assert short_name(name) == "(anonymous namespace)::cunn_SoftMaxForward<…>"
+
+
+def test_short_name_drops_nested_argument_lists_and_keeps_what_the_kernel_computes():
+    name = ("void at::native::elementwise_kernel<128, 4, Foo>(int, at::native::gpu_kernel_impl_nocast<"
+            "at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda(bool)#1}>)")
+    assert short_name(name) == "at::native::elementwise_kernel<…masked_fill_kernel…>"
+    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, " \
+          "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, float)"
+    assert short_name(mul) == "at::native::vectorized_elementwise_kernel<…MulFunctor…>"
