@@ -8,43 +8,44 @@ from typing import Callable
 
 import torch
 
-MIN_RUN_TIME_S = 0.5  # wall-clock timing runs at least this long
-GPU_TIMED_S = 0.3  # CUDA-event timing aims for about this much GPU work
-GPU_CALLS = (10, 1000)  # ... within this many calls
+MIN_RUN_TIME_S = 0.5  # wall-clock timing runs at least this long (sustained)
+BURST_CALLS = 20  # CUDA-event timing: a short burst, like the profiled window
 
 
 @dataclass(frozen=True)
 class Bench:
-    wall_s: float  # median wall time per call, back to back (torch.utils.benchmark)
+    wall_s: float  # median wall time per call, back to back for MIN_RUN_TIME_S (torch.utils.benchmark)
     wall_calls: int
-    gpu_s: float | None  # median GPU-stream time per call between CUDA events; None on the CPU
+    gpu_s: float | None  # median GPU-stream time per call of a short burst (CUDA events); None on the CPU
     gpu_calls: int
 
 
 def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
-    """Median time per call of `step`: wall clock, and on a GPU also CUDA events around each call.
+    """Median time per call of `step`: on a GPU, CUDA events around each call of a short burst;
+    everywhere, wall clock over a sustained run.
 
-    The calls are queued back to back, so each pair of events measures how long the GPU stream
-    spent on one step (kernels and the gaps between them): the figure to set beside the profiler's
-    GPU busy time. The step is called a few times first so compilation and set-up are not timed.
+    The burst's calls are queued back to back, so each pair of events measures how long the GPU
+    stream spent on one step (kernels and the gaps between them), under the same conditions as the
+    few profiled steps: the figure to set beside the profiler's GPU busy time. A sustained run can
+    be slower: on an H200 heavy GEMMs reach the power cap within about 0.1 s and the SM clock drops
+    (1980 -> 1590 MHz measured). The step is called a few times first so compilation is not timed.
     """
     # Imported here: torch.utils.benchmark pulls in cpp_extension, which warns on machines without CUDA.
     from torch.utils import benchmark
 
+    gpu = None
     with torch.no_grad():
         for _ in range(3):
             step()
+        if on_gpu:
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(BURST_CALLS)]
+            torch.cuda.synchronize()
+            for start, end in events:
+                start.record()
+                step()
+                end.record()
+            torch.cuda.synchronize()
+            gpu = statistics.median(start.elapsed_time(end) for start, end in events) * 1e-3  # ms -> s
         wall = benchmark.Timer(stmt="step()", globals={"step": step}).blocked_autorange(min_run_time=MIN_RUN_TIME_S)
-        wall_calls = len(wall.times) * wall.number_per_run
-        if not on_gpu:
-            return Bench(wall.median, wall_calls, None, 0)
-        n = max(GPU_CALLS[0], min(GPU_CALLS[1], int(GPU_TIMED_S / wall.median)))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-        torch.cuda.synchronize()
-        for start, end in events:
-            start.record()
-            step()
-            end.record()
-        torch.cuda.synchronize()
-        gpu = statistics.median(start.elapsed_time(end) for start, end in events) * 1e-3  # ms -> s
-    return Bench(wall.median, wall_calls, gpu, n)
+    return Bench(wall.median, len(wall.times) * wall.number_per_run, gpu, BURST_CALLS if on_gpu else 0)

@@ -42,9 +42,12 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
 
 def bench_line(b: Bench, timed: tuple[float, str] | None) -> str:
     """The unprofiled timing, set beside the profiler's figure for the same step."""
-    line = f"bench (no profiler): {b.wall_s * 1e6:.1f} µs wall per step (median over {b.wall_calls} calls)"
+    parts = []
     if b.gpu_s is not None:
-        line += f", {b.gpu_s * 1e6:.1f} µs on the GPU stream (CUDA events, median of {b.gpu_calls})"
+        parts.append(f"{b.gpu_s * 1e6:.1f} µs per step on the GPU stream (CUDA events, median of a "
+                     f"{b.gpu_calls}-call burst)")
+    parts.append(f"{b.wall_s * 1e6:.1f} µs wall per step sustained (median over {b.wall_calls} calls)")
+    line = "bench (no profiler): " + ", ".join(parts)
     if timed:
         ref = b.gpu_s if b.gpu_s is not None else b.wall_s
         line += f"; the profiler's {timed[1]} is {timed[0] * 1e6:.1f} µs ({timed[0] / ref:.2f}x)"
