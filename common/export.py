@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.autograd.profiler_util import EventList
 
 
 
@@ -15,13 +16,15 @@ def sort_key(on_gpu: bool) -> str:
     return "cuda_time_total" if on_gpu else "cpu_time_total"
 
 
-def key_averages_table(prof: torch.profiler.profile, on_gpu: bool, row_limit: int = -1) -> str:
-    """`prof.key_averages().table(...)`, sorted for the device.
+TABLE_ROWS_PRINTED = 15
+
+
+def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1) -> str:
+    """`averages.table(...)` (from `prof.key_averages()`), sorted for the device.
 
     Torch releases disagree on the GPU key (`cuda_time_total` vs `device_time_total`);
     try both rather than crash on either.
     """
-    averages = prof.key_averages()
     keys = [sort_key(on_gpu)] + (["device_time_total", "self_cuda_time_total"] if on_gpu else [])
     for key in keys:
         try:
@@ -46,13 +49,16 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def export(prof: torch.profiler.profile, out_dir: Path, tag: str, on_gpu: bool) -> tuple[Path, Path, str]:
-    """Export `<tag>.json` (Chrome trace) and `<tag>.txt` (full table); return both paths and the table."""
+    """Export `<tag>.json` (Chrome trace) and `<tag>.txt` (full table); return both paths and the
+    table's top TABLE_ROWS_PRINTED rows, for printing (key_averages is read once, while the data is there)."""
     trace_path = out_dir / f"{tag}.json"
     table_path = out_dir / f"{tag}.txt"
-    table = key_averages_table(prof, on_gpu)
+    averages = prof.key_averages()
+    table = key_averages_table(averages, on_gpu)
+    top = key_averages_table(averages, on_gpu, row_limit=TABLE_ROWS_PRINTED)
     atomic_write(trace_path, lambda tmp: prof.export_chrome_trace(str(tmp)))
     atomic_write(table_path, lambda tmp: tmp.write_text(table + "\n"))
-    return trace_path, table_path, table
+    return trace_path, table_path, top
 
 
 def share_command(traces_root: Path) -> str:

@@ -28,7 +28,7 @@ class Profiled:
     tag: str
     trace_path: Path
     table_path: Path
-    table: str  # key_averages table, sorted for the device
+    table: str  # the top of the key_averages table, sorted for the device (the file holds all of it)
     prof: torch.profiler.profile
     output: object  # what the last profiled step returned, for the correctness check
 

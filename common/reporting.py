@@ -5,15 +5,12 @@ from __future__ import annotations
 import statistics
 
 from common.bench import Bench, bench
-from common.export import key_averages_table, share_command
+from common.export import share_command
 from common.physics import achieved, find_peak, Work
 from common.predict import Expect, check, format_verdicts
 from common.profiling import Profiled
 from common.runtime import Run
 from common.trace import Trace, read_trace
-
-TABLE_ROWS = 15
-
 
 def step_seconds(trace: Trace) -> tuple[float, str] | None:
     """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
@@ -60,7 +57,7 @@ def report(result: Profiled, run: Run, guess: list[Expect]) -> int:
     Returns the exit code: 1 under --strict when a guess missed, else 0.
     """
     print()
-    print(key_averages_table(result.prof, run.on_gpu, row_limit=TABLE_ROWS))
+    print(result.table)
     trace = read_trace(result.trace_path, result.label)
     verdicts = check(trace, guess)
     print("\n".join(format_verdicts(verdicts, trace)))

@@ -51,12 +51,8 @@ def test_table_falls_back_when_the_gpu_sort_key_is_refused():
                 raise AttributeError("'FunctionEventAvg' object has no attribute 'cuda_time_total'")
             return f"sorted by {sort_by}"
 
-    class Prof:
-        def key_averages(self):
-            return Averages()
-
-    assert key_averages_table(Prof(), on_gpu=True) == "sorted by device_time_total"
-    assert key_averages_table(Prof(), on_gpu=False) == "sorted by cpu_time_total"
+    assert key_averages_table(Averages(), on_gpu=True) == "sorted by device_time_total"
+    assert key_averages_table(Averages(), on_gpu=False) == "sorted by cpu_time_total"
 
 
 def test_check_close_accepts_rounding_and_rejects_a_wrong_result(capsys):
