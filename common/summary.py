@@ -243,7 +243,7 @@ def plot(rows: list[Row], path: Path) -> None:
     ax.set_xlabel("µs per step (median over profiled steps)")
     ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # above the bars
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legend above the axes in the picture
     plt.close(fig)
 
 
