@@ -39,7 +39,8 @@ def shape_tag(args: argparse.Namespace) -> tuple[int, int, int, int]:
 
 
 def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
-    """Random q, k, v in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's), 'bshd' = [batch, seq, heads, head_dim].
+    """Random q, k, v in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's),
+    'bshd' = [batch, seq, heads, head_dim] (FlashAttention's).
 
     The same seed gives the same numbers in either layout ('bshd' is 'bhsd' made contiguous
     after a transpose), so outputs of different scripts are comparable.

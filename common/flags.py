@@ -56,7 +56,8 @@ def make_parser(doc: str | None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
     Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps,
-    --active, --traces-dir, --bench, --strict, --peak-tflops, --peak-gbps. The script adds its own shape flags afterwards.
+    --active, --traces-dir, --bench, --strict, --peak-tflops, --peak-gbps. The script adds its own
+    shape flags afterwards.
     """
     summary, _, details = (doc or "").strip().partition("\n")
     parser = OneLineParser(

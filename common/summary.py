@@ -173,7 +173,8 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     ranked = sorted(total, key=total.get, reverse=True)[:n]
     steps = len(trace.steps)
     family = {key: kernel_family(key[1]) if key[0] == "kernel" else key[0].removeprefix("gpu_") for key in ranked}
-    return [KernelStat(short_name(name, 70), family[cat, name], total[cat, name] / steps, calls[cat, name] / steps, 100.0 * total[cat, name] / busy)
+    return [KernelStat(short_name(name, 70), family[cat, name], total[cat, name] / steps,
+                       calls[cat, name] / steps, 100.0 * total[cat, name] / busy)
             for cat, name in ranked]
 
 

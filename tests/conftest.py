@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import pytest
 import torch
@@ -30,6 +31,16 @@ def load_script(name: str) -> ModuleType:
 def script():
     """`script("01_matmul_add")` -> the loaded module, whose `main(argv)` tests call."""
     return load_script
+
+
+def usage_error(call: Callable[[], object], capsys: pytest.CaptureFixture) -> str:
+    """Run `call`, expect the suite's bad-input exit (code 2, one `error:` line on stderr) and return that line."""
+    with pytest.raises(SystemExit) as exc:
+        call()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:"), err
+    return err
 
 
 def trace_names(path: Path) -> set[str]:

@@ -12,7 +12,7 @@ import torch
 from common.attention import SDPA_BACKENDS, causal_mask, reference_attention
 from common.checks import check_close
 from common.trace import read_trace
-from conftest import requires_cuda, written
+from conftest import requires_cuda, usage_error, written
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
 NAIVE, INPLACE, SDPA = "04_a_naive_attention", "04_b_inplace_ops_attention", "04_c_sdpa_attention"
@@ -99,22 +99,15 @@ def test_all_variants_compute_the_same_attention(script):
 
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])
 def test_gpu_only_backend_on_the_cpu_is_one_line_exit_2_and_no_file(script, tmp_path, capsys, backend):
-    with pytest.raises(SystemExit) as exc:
-        run(script, SDPA, tmp_path, "--backend", backend, "--device", "cpu")
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
+    err = usage_error(lambda: run(script, SDPA, tmp_path, "--backend", backend, "--device", "cpu"), capsys)
     assert err.startswith(f"error: --backend {backend} cannot run here (cpu, bf16, head_dim 8)")
     assert "only math and flash" in err
     assert written(tmp_path) == []
 
 
 def test_unknown_backend_is_one_line_exit_2(script, tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        run(script, SDPA, tmp_path, "--backend", "xformers")
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "invalid choice: 'xformers'" in err
+    err = usage_error(lambda: run(script, SDPA, tmp_path, "--backend", "xformers"), capsys)
+    assert "invalid choice: 'xformers'" in err
     assert written(tmp_path) == []
 
 
@@ -130,10 +123,8 @@ def test_a_refused_backend_reports_the_dispatchers_reason(script, tmp_path, caps
         raise RuntimeError("No available kernel. Aborting execution.")
 
     monkeypatch.setattr(torch, "_fused_sdp_choice", refuse)
-    with pytest.raises(SystemExit) as exc:
-        run(script, SDPA, tmp_path, "--backend", "flash", "--dtype", "fp32", "--device", "cpu")
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
+    flags = ["--backend", "flash", "--dtype", "fp32", "--device", "cpu"]
+    err = usage_error(lambda: run(script, SDPA, tmp_path, *flags), capsys)
     assert err == ("error: --backend flash cannot run here (cpu, fp32, head_dim 8): Expected query, key and value "
                    "to all be of dtype: {Half, BFloat16}. Got Query dtype: float")
     assert written(tmp_path) == []
@@ -167,9 +158,6 @@ def test_gpu_each_backend_matches_its_guess(script, tmp_path, backend):
 @requires_cuda
 @pytest.mark.parametrize("flags, reason", [(["--dtype", "fp32"], "dtype"), (["--head_dim", "512"], "dim")])
 def test_gpu_flash_refuses_fp32_and_huge_heads_in_one_line(script, tmp_path, capsys, flags, reason):
-    with pytest.raises(SystemExit) as exc:
-        run(script, SDPA, tmp_path, *GPU_SHAPE, "--backend", "flash", *flags)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: --backend flash cannot run here") and reason in err
+    err = usage_error(lambda: run(script, SDPA, tmp_path, *GPU_SHAPE, "--backend", "flash", *flags), capsys)
+    assert err.startswith("error: --backend flash cannot run here") and reason in err
     assert written(tmp_path) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import trace_names, written
+from conftest import trace_names, usage_error, written
 
 
 def run(script, name: str, tmp_path, *flags: str) -> int:
@@ -94,11 +94,8 @@ def test_bench_prints_the_unprofiled_time_next_to_the_profiler_figure(script, tm
     (["--active", "0"], "--active: expected a positive integer"),
 ])
 def test_bad_input_gets_one_line_exit_2_and_no_file(script, tmp_path, capsys, flags, message):
-    with pytest.raises(SystemExit) as exc:
-        run(script, "01_matmul_add", tmp_path, *flags)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error:") and message in err
+    err = usage_error(lambda: run(script, "01_matmul_add", tmp_path, *flags), capsys)
+    assert message in err
     assert written(tmp_path) == []
 
 
@@ -106,19 +103,15 @@ def test_cuda_device_without_cuda_is_a_clear_error(script, tmp_path, capsys):
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises(SystemExit) as exc:
-        run(script, "02_linear", tmp_path, "--device", "cuda")
-    assert exc.value.code == 2
-    assert "no CUDA GPU" in capsys.readouterr().err
+    err = usage_error(lambda: run(script, "02_linear", tmp_path, "--device", "cuda"), capsys)
+    assert "no CUDA GPU" in err
     assert written(tmp_path) == []
 
 
 def test_unwritable_traces_folder_is_a_clear_error(script, tmp_path, capsys):
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("a file where the traces folder should be")
-    with pytest.raises(SystemExit) as exc:
-        script("01_matmul_add").main(["--size", "8", "--traces-dir", str(blocker / "traces")])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: cannot write traces to") and len(err.splitlines()) == 1
+    main = script("01_matmul_add").main
+    err = usage_error(lambda: main(["--size", "8", "--traces-dir", str(blocker / "traces")]), capsys)
+    assert err.startswith("error: cannot write traces to")
     assert written(tmp_path) == [blocker]
