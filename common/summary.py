@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.errors import EXIT_USAGE
+from common.errors import EXIT_USAGE, SuiteError
 from common.flags import OneLineParser, positive_float, positive_int
 from common.physics import Work, achieved, find_peak
 from common.predict import kernel_family, short_name
@@ -38,10 +38,6 @@ LAUNCHES = {  # column -> runtime/driver call name prefix
     "cuLaunchKernelEx": "cuLaunchKernelEx",
     "occupancy": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
 }
-
-
-class SummaryError(Exception):
-    """Bad input, reported as one `error:` line and exit 2."""
 
 
 @dataclass
@@ -72,12 +68,12 @@ def find_traces(paths: list[str]) -> list[Path]:
             inside = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
                             and p.name.endswith((".json", ".json.gz")))
             if not inside:
-                raise SummaryError(f"{path}: no *.json or *.json.gz traces in this folder")
+                raise SuiteError(f"{path}: no *.json or *.json.gz traces in this folder")
             found += inside
         elif path.is_file():
             found.append(path)
         else:
-            raise SummaryError(f"{path}: no such file or folder")
+            raise SuiteError(f"{path}: no such file or folder")
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
@@ -122,9 +118,9 @@ def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
         if len(hits) == 1:
             return hits[0]
         if hits:
-            raise SummaryError(f"--baseline {wanted!r} matches {len(hits)} traces: "
+            raise SuiteError(f"--baseline {wanted!r} matches {len(hits)} traces: "
                                + ", ".join(t.name for t in hits) + "; give the full script/tag or a path")
-    raise SummaryError(f"--baseline {wanted!r} matches no trace (give a path, script/tag or tag)")
+    raise SuiteError(f"--baseline {wanted!r} matches no trace (give a path, script/tag or tag)")
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -252,7 +248,7 @@ def _check_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SummaryError("--plot needs matplotlib: run `uv run --extra plot python -m common.summary ...`") from None
+        raise SuiteError("--plot needs matplotlib: run `uv run --extra plot python -m common.summary ...`") from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -290,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplot: {args.plot}")
     except BrokenPipeError:  # `... | head` closed stdout: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (SummaryError, ValueError, OSError) as exc:
+    except (SuiteError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return 0
