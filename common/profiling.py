@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -81,12 +82,14 @@ def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str, wo
         written["paths"] = export(prof, run.traces_dir, tag, run.on_gpu)
 
     s = run.schedule
-    with profile(
+    with warnings.catch_warnings(), profile(
         activities=activities,
         schedule=schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=1),
         on_trace_ready=on_trace_ready,
         record_shapes=True,
     ) as prof:
+        # torch 2.11 warns that a cycle's events are cleared after on_trace_ready: we export once, in it
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         for i in range(s.steps):
             if i == s.steps - 1:  # metadata must be added while recording, before the last prof.step()
                 prof.add_metadata_json("suite", json.dumps({

@@ -40,7 +40,7 @@ def guess_for(script_module, script: str, tag: str) -> list:
 
 
 def test_the_fixtures_are_real_gpu_traces_with_three_profiled_steps():
-    assert len(ALL) >= 14
+    assert len(ALL) >= 15
     for path in ALL:
         trace = read_trace(path)
         assert trace.has_gpu and trace.device_name == "NVIDIA H200", path
@@ -121,6 +121,14 @@ def test_hopper_gemms_launch_with_culaunchkernelex_and_no_occupancy_query():
     compiled = fixture("01_matmul_add", "4096_bf16_warm_compiled")
     assert per_step(compiled, lambda s: len(s.memcpy)) == {1}
     assert per_step(compiled, lambda s: s.cpu_ops["aten::addmm"]) == {1}
+
+
+def test_flash_attention_fed_its_own_layout_is_one_kernel_without_transposes():
+    """04_d through --kernel-dir: a local kernel package calling PyTorch's FlashAttention-2 on [B, S, H, D]."""
+    trace = fixture("04_d_kernels_attention", "8_16_1024_64_local_bf16_cold_eager")
+    assert per_step(trace, lambda s: tuple(kernel_family(n) for n, _ in s.kernels)) == {("attention",)}
+    assert per_step(trace, lambda s: s.cpu_ops["aten::transpose"]) == {0}
+    assert per_step(trace, lambda s: s.cpu_ops["aten::scaled_dot_product_attention"]) == {0}
 
 
 def test_the_summary_of_all_fixtures_runs_and_names_every_trace(capsys):

@@ -14,6 +14,8 @@ import torch
 from common import SuiteError
 from common import hub
 from common.attention import reference_attention
+from common.predict import kernel_family
+from common.trace import read_trace
 from conftest import requires_cuda, trace_names, usage_error, written
 
 needs_kernels = pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="needs the kernels package")
@@ -31,14 +33,27 @@ def flash_attn_func(q, k, v, causal=False):
 '''
 
 
-def make_kernel_dir(root: Path) -> Path:
-    """A kernel directory as `kernels` reads it: build/<variant>/metadata.json and build/<variant>/<package>/.
+# A real FlashAttention-2 CUDA kernel behind the same API: PyTorch's own build of it, called on
+# [B, S, H, D] directly (what SDPA's flash backend calls after its transposes).
+TORCH_FLASH_ATTN = '''
+import torch
+
+
+def flash_attn_func(q, k, v, causal=False):
+    out, *_ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, causal, False)
+    return out
+'''
+
+
+def make_kernel_dir(root: Path, source: str = TOY_FLASH_ATTN) -> Path:
+    """A kernel directory as `kernels` reads it: build/<variant>/metadata.json and build/<variant>/<package>/,
+    the package's `__init__.py` being `source`.
 
     `torch-universal` is the noarch variant `kernels` accepts on any backend (CPU or CUDA).
     """
     variant = root / "toy-flash-attn" / "build" / "torch-universal"
     (variant / "toy_flash_attn").mkdir(parents=True)
-    (variant / "toy_flash_attn" / "__init__.py").write_text(TOY_FLASH_ATTN)
+    (variant / "toy_flash_attn" / "__init__.py").write_text(source)
     (variant / "metadata.json").write_text(json.dumps({
         "id": f"_toy_flash_attn_{abs(hash(str(root)))}", "name": "toy-flash-attn", "version": 1,
         "license": "Apache-2.0", "python-depends": [], "backend": {"type": "cpu"},
@@ -212,3 +227,17 @@ def test_kernels_attention_on_gpu_from_a_local_kernel_dir(script, tmp_path):
         [*flags, "--kernel-dir", str(kernel_dir), "--traces-dir", str(tmp_path)]) == 0
     names = trace_names(tmp_path / "04_d_kernels_attention" / "2_2_64_64_local_bf16_cold_eager.json")
     assert {"attn_fwd", "ProfilerStep#2"} <= names
+
+
+@pytest.mark.gpu
+@requires_cuda
+@needs_kernels
+def test_kernels_attention_with_a_fused_local_kernel_matches_its_guess(script, tmp_path):
+    """Through --kernel-dir, a FlashAttention-2 kernel fed [B, S, H, D]: one fused kernel, no transposes."""
+    kernel_dir = make_kernel_dir(tmp_path / "kernel", TORCH_FLASH_ATTN)
+    assert script("04_d_kernels_attention").main(
+        ["--kernel-dir", str(kernel_dir), "--strict", "--traces-dir", str(tmp_path)]) == 0
+    trace = read_trace(tmp_path / "04_d_kernels_attention" / "8_16_1024_64_local_bf16_cold_eager.json")
+    for step in trace.steps:
+        assert [kernel_family(name) for name, _ in step.kernels] == ["attention"]
+        assert step.cpu_ops["aten::transpose"] == 0
