@@ -68,7 +68,7 @@ class Expect:
         if self.kind == "cpu_op":
             return step.cpu_ops[self.key]
         if self.kind == "launch":
-            return sum(n for name, n in step.runtime.items() if name.startswith(self.key))
+            return step.calls(self.key)
         raise ValueError(f"unknown guess kind {self.kind!r}")
 
     def holds(self, seen: int) -> bool:

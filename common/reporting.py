@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-
 from common.bench import Bench, bench
 from common.export import share_command
 from common.physics import achieved, find_peak, Work
@@ -15,9 +13,9 @@ from common.trace import Trace, read_trace
 def step_seconds(trace: Trace) -> tuple[float, str] | None:
     """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
     if trace.has_gpu:
-        return statistics.median(s.gpu_busy_us for s in trace.steps) * 1e-6, "GPU busy (kernel sum)"
-    regions = [s.region_us for s in trace.steps if s.region_us is not None]
-    return (statistics.median(regions) * 1e-6, f"CPU ({trace.label} region)") if regions else None
+        return trace.per_step(lambda s: s.gpu_busy_us) * 1e-6, "GPU busy (kernel sum)"
+    region = trace.per_step(lambda s: s.region_us)
+    return (region * 1e-6, f"CPU ({trace.label} region)") if region is not None else None
 
 
 def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: str | None) -> list[str]:
