@@ -30,7 +30,6 @@ class Profiled:
     trace_path: Path
     table_path: Path
     table: str  # the top of the key_averages table, sorted for the device (the file holds all of it)
-    prof: torch.profiler.profile
     output: object  # what the last profiled step returned, for the correctness check
 
     def discard(self) -> None:
@@ -101,4 +100,4 @@ def profile_steps(step: Callable[[], object], label: str, run: Run, tag: str, wo
             synchronize(run)
             prof.step()
     trace_path, table_path, table = written["paths"]  # type: ignore[misc]
-    return Profiled(step, label, tag, trace_path, table_path, table, prof, output)
+    return Profiled(step, label, tag, trace_path, table_path, table, output)

@@ -10,12 +10,13 @@ from common.profiling import Profiled
 from common.runtime import Run
 from common.trace import Trace, read_trace
 
+
 def step_seconds(trace: Trace) -> tuple[float, str] | None:
     """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
-    if trace.has_gpu:
-        return trace.per_step(lambda s: s.gpu_busy_us) * 1e-6, "GPU busy (kernel sum)"
-    region = trace.per_step(lambda s: s.region_us)
-    return (region * 1e-6, f"CPU ({trace.label} region)") if region is not None else None
+    us, where = trace.step_time_us()
+    if us is None:
+        return None
+    return us * 1e-6, "GPU busy (kernel sum)" if where == "GPU" else f"CPU ({trace.label} region)"
 
 
 def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: str | None) -> list[str]:

@@ -88,12 +88,12 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
               kernels=trace.per_step(lambda s: len(s.kernels)) if gpu else None,
               gpu_us=trace.per_step(lambda s: s.gpu_busy_us) if gpu else None,
               cpu_us=trace.per_step(lambda s: s.region_us), launches=launches, on=None)
-    us = row.gpu_us if gpu else row.cpu_us
+    us, on = trace.step_time_us()
     flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
     if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
         peak = find_peak(trace.device_name, peak_tflops, peak_gbps) if gpu else None
         got = achieved(Work(flops, nbytes), us * 1e-6, peak, str(trace.meta.get("dtype", "bf16")))
-        row.on, row.tflops, row.gbps = ("GPU" if gpu else "CPU"), got.tflops, got.gbps
+        row.on, row.tflops, row.gbps = on, got.tflops, got.gbps
         row.pct_flops, row.pct_bytes = got.pct_flops, got.pct_bytes
     return row
 

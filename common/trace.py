@@ -83,6 +83,13 @@ class Trace:
         values = [v for v in map(value, self.steps) if v is not None]
         return statistics.median(values) if values else None
 
+    def step_time_us(self) -> tuple[float | None, str]:
+        """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy
+        time where the trace has a GPU lane, else ("CPU") the median span of the annotated region."""
+        if self.has_gpu:
+            return self.per_step(lambda s: s.gpu_busy_us), "GPU"
+        return self.per_step(lambda s: s.region_us), "CPU"
+
 
 def load_json(path: Path | str) -> dict:
     """Parse a Chrome trace (`.json` or `.json.gz`); raise ValueError naming the file if it is not one."""
