@@ -11,9 +11,18 @@ and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 """
 
 import torch
+from torch.profiler import profile, record_function
 
-from common import (Expect, Work, check_output, cli, cpu_op, kernels, make_parser, memcpy, positive_int, profile_steps,
-                    reference_dtype, report, setup)
+from common.bench import bench
+from common.checks import check_output, reference_dtype
+from common.cli import cli, positive_int
+from common.export import TraceFiles
+from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
+from common.physics import Work
+from common.profiling import activities, sync, warm_up
+from common.report import exit_code, print_bench, print_files, print_report
+from common.runtime import make_parser, setup
+from common.trace import read_trace
 
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -25,20 +34,20 @@ def guess(compiled: bool, batched: bool) -> list[Expect]:
     """What one profiled step should show, written down before looking."""
     if compiled:
         return [
-            cpu_op("aten::addmm", 0 if batched else 1, "Inductor folds matmul + add into one addmm"),
-            cpu_op("aten::add", 0, "no separate add: b rides in the GEMM"),
-            kernels("gemm", 1, "the same GEMM family as eager"),
-            memcpy(0 if batched else 1, "b copied into the output buffer that addmm accumulates into"),
+            expect_op("aten::addmm", 0 if batched else 1, "Inductor folds matmul + add into one addmm"),
+            expect_op("aten::add", 0, "no separate add: b rides in the GEMM"),
+            expect_kernels("gemm", 1, "the same GEMM family as eager"),
+            expect_memcpy(0 if batched else 1, "b copied into the output buffer that addmm accumulates into"),
         ]
     mm = "aten::bmm" if batched else "aten::mm"
     return [
-        cpu_op("aten::matmul", 1, "torch.matmul, the entry point"),
-        cpu_op(mm, 1, f"matmul dispatches {mm}" + (" for the batch axis" if batched else " for 2-D inputs")),
-        cpu_op("aten::bmm" if not batched else "aten::mm", 0, "and not the other one"),
-        cpu_op("aten::add", 1, "torch.add"),
-        kernels("gemm", 1, "one cuBLAS GEMM"),
-        kernels("pointwise", 1, "one elementwise add kernel"),
-        memcpy(0, "nothing to copy"),
+        expect_op("aten::matmul", 1, "torch.matmul, the entry point"),
+        expect_op(mm, 1, f"matmul dispatches {mm}" + (" for the batch axis" if batched else " for 2-D inputs")),
+        expect_op("aten::bmm" if not batched else "aten::mm", 0, "and not the other one"),
+        expect_op("aten::add", 1, "torch.add"),
+        expect_kernels("gemm", 1, "one cuBLAS GEMM"),
+        expect_kernels("pointwise", 1, "one elementwise add kernel"),
+        expect_memcpy(0, "nothing to copy"),
     ]
 
 
@@ -46,24 +55,47 @@ def guess(compiled: bool, batched: bool) -> list[Expect]:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
     parser.add_argument("--size", type=positive_int, default=64, help="N of the N x N matrices (default: 64)")
-    parser.add_argument("--batch", type=positive_int, default=None,
-                        help="give x, w and b a leading batch axis of this size, so matmul becomes "
-                             "aten::bmm (a batch axis on x alone folds into one aten::mm)")
+    parser.add_argument(
+        "--batch",
+        type=positive_int,
+        default=None,
+        help="give x, w and b a leading batch axis of this size, so matmul becomes "
+        "aten::bmm (default: none, 2-D; a batch axis on x alone folds into one aten::mm)",
+    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
-    shape = (args.batch, args.size, args.size) if args.batch else (args.size, args.size)
+    batch, n = args.batch or 1, args.size
+    shape = (args.batch, n, n) if args.batch else (n, n)
     x, w, b = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
     fn = torch.compile(matmul_add) if run.compiled else matmul_add
 
-    batch, n = args.batch or 1, args.size
     work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * x.element_size())  # read x, w, b; write y
-    tag = run.tag(f"{args.batch}x{n}" if args.batch else n)
+    files = TraceFiles(run, run.tag(f"{args.batch}x{n}" if args.batch else n), "matmul_add", work)
     with torch.no_grad():
-        result = profile_steps(lambda: fn(x, w, b), "matmul_add", run, tag, work)
+        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            warm_up(lambda: fn(x, w, b), run)
+        with profile(
+            activities=activities(run),
+            schedule=run.schedule.torch(),
+            record_shapes=True,
+            on_trace_ready=files.save,
+        ) as prof:
+            for _ in range(run.schedule.steps):
+                with record_function("matmul_add"):
+                    y = fn(x, w, b)
+                sync(run)
+                prof.step()
         ref = reference_dtype(run.dtype)
-        check_output(result, matmul_add(x.to(ref), w.to(ref), b.to(ref)), run.dtype, "matmul_add")
-    return report(result, run, guess(run.compiled, bool(args.batch)))
+        check_output(files, y, matmul_add(x.to(ref), w.to(ref), b.to(ref)), run.dtype, "matmul_add")
+
+    trace = read_trace(files.json)
+    verdicts = check_guess(trace, guess(run.compiled, bool(args.batch)))
+    print_report(files, trace, verdicts, run)
+    if args.bench:
+        print_bench(bench(lambda: fn(x, w, b), run.on_gpu), trace)
+    print_files(files, run)
+    return exit_code(verdicts, run.strict)
 
 
 if __name__ == "__main__":

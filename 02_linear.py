@@ -9,37 +9,46 @@ Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|co
 
 import torch
 from torch import nn
+from torch.profiler import profile, record_function
 
-from common import (Expect, Work, check_output, cli, cpu_op, kernels, make_parser, memcpy, positive_int, profile_steps,
-                    reference_dtype, report, setup)
+from common.bench import bench
+from common.checks import check_output, reference_dtype
+from common.cli import cli
+from common.export import TraceFiles
+from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
+from common.physics import Work
+from common.profiling import activities, sync, warm_up
+from common.report import exit_code, print_bench, print_files, print_report
+from common.runtime import add_shape_flags, make_parser, setup, shape_of
+from common.trace import read_trace
+
+SHAPE = {"batch": (1024, "rows of x"), "in_dim": (32, "input features"), "out_dim": (64, "output features")}
 
 
 def guess(compiled: bool) -> list[Expect]:
     """What one profiled step should show, written down before looking."""
     if compiled:
         return [
-            cpu_op("aten::addmm", 1, "the same addmm, called directly with baked-in strides"),
-            cpu_op("aten::t", 0, "the view bookkeeping goes"),
-            kernels("gemm", 1, "the kernel stays"),
-            kernels("pointwise", 0, "bias still in the GEMM epilogue"),
+            expect_op("aten::addmm", 1, "the same addmm, called directly with baked-in strides"),
+            expect_op("aten::t", 0, "the view bookkeeping goes"),
+            expect_kernels("gemm", 1, "the kernel stays"),
+            expect_kernels("pointwise", 0, "bias still in the GEMM epilogue"),
         ]
     return [
-        cpu_op("aten::linear", 1, "nn.Linear -> F.linear -> aten::linear"),
-        cpu_op("aten::t", 1, "weight transposed as a view (no kernel)"),
-        cpu_op("aten::addmm", 1, "bias given, so addmm(bias, x, w.t())"),
-        cpu_op("aten::add", 0, "no separate bias add"),
-        kernels("gemm", 1, "one GEMM with the bias in its epilogue"),
-        kernels("pointwise", 0, "no add kernel"),
-        memcpy(0, "nothing copied"),
+        expect_op("aten::linear", 1, "nn.Linear -> F.linear -> aten::linear"),
+        expect_op("aten::t", 1, "weight transposed as a view (no kernel)"),
+        expect_op("aten::addmm", 1, "bias given, so addmm(bias, x, w.t())"),
+        expect_op("aten::add", 0, "no separate bias add"),
+        expect_kernels("gemm", 1, "one GEMM with the bias in its epilogue"),
+        expect_kernels("pointwise", 0, "no add kernel"),
+        expect_memcpy(0, "nothing copied"),
     ]
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    parser.add_argument("--batch", type=positive_int, default=1024, help="rows of x (default: 1024)")
-    parser.add_argument("--in_dim", type=positive_int, default=32, help="input features (default: 32)")
-    parser.add_argument("--out_dim", type=positive_int, default=64, help="output features (default: 64)")
+    add_shape_flags(parser, "linear shape", SHAPE)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
@@ -50,12 +59,31 @@ def main(argv: list[str] | None = None) -> int:
 
     m, k, n = args.batch, args.in_dim, args.out_dim
     work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * x.element_size())
+    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work)
     with torch.no_grad():
-        result = profile_steps(lambda: layer(x), "linear_fwd", run, run.tag(m, k, n), work)
-        w, b = linear_layer.weight, linear_layer.bias
-        ref = reference_dtype(run.dtype)
-        check_output(result, x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
-    return report(result, run, guess(run.compiled))
+        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            warm_up(lambda: layer(x), run)
+        with profile(
+            activities=activities(run),
+            schedule=run.schedule.torch(),
+            record_shapes=True,
+            on_trace_ready=files.save,
+        ) as prof:
+            for _ in range(run.schedule.steps):
+                with record_function("linear_fwd"):
+                    y = layer(x)
+                sync(run)
+                prof.step()
+        w, b, ref = linear_layer.weight, linear_layer.bias, reference_dtype(run.dtype)
+        check_output(files, y, x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
+
+    trace = read_trace(files.json)
+    verdicts = check_guess(trace, guess(run.compiled))
+    print_report(files, trace, verdicts, run)
+    if args.bench:
+        print_bench(bench(lambda: layer(x), run.on_gpu), trace)
+    print_files(files, run)
+    return exit_code(verdicts, run.strict)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,18 @@ import math
 
 import torch
 from torch import nn
+from torch.profiler import profile, record_function
 
-from common import (Expect, check_output, cli, cpu_op, kernels, make_parser, memcpy, profile_steps, reference_dtype,
-                    report, setup)
-from common.attention import add_shape_flags, attention_work, causal_mask, make_qkv, reference_attention, shape_tag
+from common.attention import SHAPE, attention_work, causal_mask, make_qkv, reference_attention
+from common.bench import bench
+from common.checks import check_output, reference_dtype
+from common.cli import cli
+from common.export import TraceFiles
+from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
+from common.profiling import activities, sync, warm_up
+from common.report import exit_code, print_bench, print_files, print_report
+from common.runtime import add_shape_flags, make_parser, setup, shape_of
+from common.trace import read_trace
 
 
 class NaiveCausalAttention(nn.Module):
@@ -40,31 +48,31 @@ def guess(compiled: bool) -> list[Expect]:
     """
     if compiled:
         return [
-            cpu_op("aten::masked_fill", 0, "Inductor traces a functional graph and fuses the mask"),
-            cpu_op("aten::softmax", 0, "scale, mask and softmax become generated code"),
-            cpu_op("aten::bmm", 2, "the two GEMMs stay library calls (extern bmm)"),
-            kernels("gemm", 2, "q @ k.T and attn @ v"),
-            kernels("triton", 1, "scale + mask + softmax fused by Inductor", at_least=True),
-            memcpy(0, "no clone in a compiled graph: in place or not no longer matters"),
+            expect_op("aten::masked_fill", 0, "Inductor traces a functional graph and fuses the mask"),
+            expect_op("aten::softmax", 0, "scale, mask and softmax become generated code"),
+            expect_op("aten::bmm", 2, "the two GEMMs stay library calls (extern bmm)"),
+            expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
+            expect_kernels("triton", 1, "scale + mask + softmax fused by Inductor", at_least=True),
+            expect_memcpy(0, "no clone in a compiled graph: in place or not no longer matters"),
         ]
     return [
-        cpu_op("aten::matmul", 2, "q @ k.T and attn @ v"),
-        cpu_op("aten::mul", 1, "scores * scale"),
-        cpu_op("aten::masked_fill", 1, "the out-of-place masking ..."),
-        cpu_op("aten::clone", 1, "... is a clone of scores ..."),
-        cpu_op("aten::masked_fill_", 1, "... then the in-place fill on that copy"),
-        cpu_op("aten::softmax", 1, "attention weights"),
-        kernels("gemm", 2, "q @ k.T and attn @ v"),
-        kernels("pointwise", 2, "the scale mul and the masking"),
-        kernels("softmax", 1, "one softmax kernel"),
-        memcpy(1, "the post's surprise: the clone inside masked_fill copies scores device to device"),
+        expect_op("aten::matmul", 2, "q @ k.T and attn @ v"),
+        expect_op("aten::mul", 1, "scores * scale"),
+        expect_op("aten::masked_fill", 1, "the out-of-place masking ..."),
+        expect_op("aten::clone", 1, "... is a clone of scores ..."),
+        expect_op("aten::masked_fill_", 1, "... then the in-place fill on that copy"),
+        expect_op("aten::softmax", 1, "attention weights"),
+        expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
+        expect_kernels("pointwise", 2, "the scale mul and the masking"),
+        expect_kernels("softmax", 1, "one softmax kernel"),
+        expect_memcpy(1, "the post's surprise: the clone inside masked_fill copies scores device to device"),
     ]
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser)
+    add_shape_flags(parser, "attention shape", SHAPE)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
@@ -75,12 +83,30 @@ def main(argv: list[str] | None = None) -> int:
 
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    work = attention_work(args, q.element_size())
+    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "attn_fwd", attention_work(args, q.element_size()))
     with torch.no_grad():  # forward only: autograd keeps no scores, so overwriting them in place is safe
-        result = profile_steps(lambda: model(q, k, v, mask), "attn_fwd", run, run.tag(*shape_tag(args)), work)
-        ref = reference_attention(q, k, v, reference_dtype(run.dtype))
-        check_output(result, ref, run.dtype, "naive attention")
-    return report(result, run, guess(run.compiled))
+        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            warm_up(lambda: model(q, k, v, mask), run)
+        with profile(
+            activities=activities(run),
+            schedule=run.schedule.torch(),
+            record_shapes=True,
+            on_trace_ready=files.save,
+        ) as prof:
+            for _ in range(run.schedule.steps):
+                with record_function("attn_fwd"):
+                    out = model(q, k, v, mask)
+                sync(run)
+                prof.step()
+        check_output(files, out, reference_attention(q, k, v, reference_dtype(run.dtype)), run.dtype, "naive attention")
+
+    trace = read_trace(files.json)
+    verdicts = check_guess(trace, guess(run.compiled))
+    print_report(files, trace, verdicts, run)
+    if args.bench:
+        print_bench(bench(lambda: model(q, k, v, mask), run.on_gpu), trace)
+    print_files(files, run)
+    return exit_code(verdicts, run.strict)
 
 
 if __name__ == "__main__":

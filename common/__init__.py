@@ -1,31 +1,15 @@
-"""The shared harness behind the numbered scripts: flags, setup, profiling, export, checks, guesses.
+"""A toolbox the numbered scripts call: one job per module, no re-exports (import from the modules).
 
-A script needs only `from common import ...` of the names below. They are imported on first
-use, so `python -m common.summary` (which reads JSON only) starts without importing torch.
+cli        the command-line contract: one `error:` line, exit codes, argument types (no torch)
+runtime    the flags every script shares, and the run they resolve to (device, dtype, seed, schedule, tag)
+profiling  the small tools the scripts' torch.profiler loop calls: activities, sync, warm-up
+export     the on_trace_ready writer: <tag>.json (Chrome trace) and <tag>.txt (key_averages table)
+checks     correctness against a higher-precision reference, before a trace is trusted
+trace      the trace reader: profiler steps, kernels, launches, kernel families and short names (no torch)
+guess      a script's written-down guess, checked against its trace
+physics    FLOPs, minimum bytes, device peaks, achieved rates
+report     what a run prints after profiling; bench: timing without the profiler
+summary    `python -m common.summary`: the posts' tables from one or many traces (no torch)
+hub        Hub kernels through `kernels`, offline-aware, with the PyPI and local fallbacks
+mlp, attention   what the two model families share (inputs, references, physics)
 """
-
-from __future__ import annotations
-
-import importlib
-
-_EXPORTS = {
-    "check_close": "common.checks", "check_output": "common.checks", "reference_dtype": "common.checks",
-    "SuiteError": "common.errors", "cli": "common.errors",
-    "make_parser": "common.flags", "positive_int": "common.flags",
-    "Work": "common.physics",
-    "Expect": "common.predict", "cpu_op": "common.predict", "kernels": "common.predict",
-    "launches": "common.predict", "memcpy": "common.predict", "memset": "common.predict",
-    "Profiled": "common.profiling", "profile_steps": "common.profiling",
-    "report": "common.reporting",
-    "Run": "common.runtime", "setup": "common.runtime",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'common' has no attribute {name!r}") from None
-    return getattr(importlib.import_module(module), name)

@@ -10,11 +10,9 @@ import warnings
 import torch
 from torch.nn.attention import SDPBackend
 
-from common.errors import SuiteError
-from common.flags import positive_int
+from common.cli import SuiteError
 from common.physics import Work
-from common.runtime import Run
-
+from common.runtime import SEED, Run
 
 SDPA_BACKENDS = {
     "math": SDPBackend.MATH,
@@ -24,18 +22,13 @@ SDPA_BACKENDS = {
 }
 
 
-def add_shape_flags(parser: argparse.ArgumentParser) -> None:
-    """--batch 8 --heads 16 --seq 1024 --head_dim 64 (the posts' shape)."""
-    shape = parser.add_argument_group("attention shape")
-    shape.add_argument("--batch", type=positive_int, default=8, help="batch size (default: 8)")
-    shape.add_argument("--heads", type=positive_int, default=16, help="attention heads (default: 16)")
-    shape.add_argument("--seq", type=positive_int, default=1024, help="sequence length (default: 1024)")
-    shape.add_argument("--head_dim", type=positive_int, default=64, help="per-head dimension (default: 64)")
-
-
-def shape_tag(args: argparse.Namespace) -> tuple[int, int, int, int]:
-    """The shape parts of the tag: batch, heads, seq, head_dim."""
-    return args.batch, args.heads, args.seq, args.head_dim
+# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
+SHAPE = {
+    "batch": (8, "batch size"),
+    "heads": (16, "attention heads"),
+    "seq": (1024, "sequence length"),
+    "head_dim": (64, "per-head dimension"),
+}
 
 
 def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
@@ -45,7 +38,7 @@ def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[
     The same seed gives the same numbers in either layout ('bshd' is 'bhsd' made contiguous
     after a transpose), so outputs of different scripts are comparable.
     """
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     shape = (args.batch, args.heads, args.seq, args.head_dim)
     qkv = [torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3)]
     if layout == "bshd":
@@ -74,7 +67,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dtype
 def attention_work(args: argparse.Namespace, element_size: int) -> Work:
     """FLOPs of causal attention as executed by a fused kernel (half of the two seq x seq GEMMs),
     and the fewest bytes: read q, k, v and write the output once."""
-    b, h, s, d = shape_tag(args)
+    b, h, s, d = args.batch, args.heads, args.seq, args.head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
 
@@ -106,5 +99,5 @@ def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
     header = {"flash": "Flash attention", "efficient": "Memory efficient", "cudnn": "CuDNN attention"}.get(backend)
     messages = [re.sub(r"\s*\(Triggered internally at .*$", "", m, flags=re.S) for m in messages]
     start = next((i for i, m in enumerate(messages) if header and m.startswith(header)), None)
-    reasons = [] if start is None else messages[start + 1:]
+    reasons = [] if start is None else messages[start + 1 :]
     return reasons[0] if reasons and not reasons[0].endswith("because:") else None

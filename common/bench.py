@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -38,8 +38,9 @@ def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
         for _ in range(3):
             step()
         if on_gpu:
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(BURST_CALLS)]
+            events = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(BURST_CALLS)
+            ]
             torch.cuda.synchronize()
             for start, end in events:
                 start.record()

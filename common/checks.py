@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from common.errors import SuiteError
-from common.profiling import Profiled
+from common.cli import SuiteError
+from common.export import TraceFiles
 
 # Tolerance per dtype, relative to the output's scale: max|diff| <= TOL * max(1, max|reference|).
 TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 1e-4}
@@ -28,19 +28,23 @@ def check_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype
     max_diff = diff.max().item() if diff.numel() else 0.0
     tol = TOLERANCE[dtype] * scale
     if not max_diff <= tol:  # also catches NaN
-        raise SuiteError(f"{what}: output disagrees with the reference: max |diff| {max_diff:.3g} "
-                         f"> tolerance {tol:.3g}; the trace of a wrong result is not worth reading")
+        raise SuiteError(
+            f"{what}: output disagrees with the reference: max |diff| {max_diff:.3g} "
+            f"> tolerance {tol:.3g}; the trace of a wrong result is not worth reading"
+        )
     print(f"check: {what} matches the reference (max |diff| {max_diff:.2g}, tolerance {tol:.2g})")
     return max_diff
 
 
-def check_output(result: Profiled, expected: torch.Tensor, dtype: torch.dtype, what: str) -> float:
+def check_output(
+    files: TraceFiles, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str
+) -> float:
     """check_close on the last profiled step's output; a wrong result's trace is removed, not kept.
 
     Checking after profiling keeps a cold run cold: nothing runs the step before the profiler does.
     """
     try:
-        return check_close(result.output, expected, dtype, what)
+        return check_close(actual, expected, dtype, what)
     except SuiteError as exc:
-        result.discard()
+        files.discard()
         raise SuiteError(f"{exc} (trace removed)") from None

@@ -1,22 +1,34 @@
-"""Write the Chrome trace and the key_averages table under traces/<script>/, atomically."""
+"""The on_trace_ready writer: traces/<script>/<tag>.json (Chrome trace) and <tag>.txt (key_averages table).
+
+Both files are written to unique hidden temporaries in the target folder and renamed into place only
+when both are whole, so concurrent runs never mix their bytes, and a failed, killed or interrupted run
+leaves no file under a final name (trace-util and Perfetto only look at `*.json`). Temporaries that a
+killed run left behind are removed by the next run into the same folder.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.autograd.profiler_util import EventList
 
+from common.cli import SuiteError
+from common.physics import Work
+from common.runtime import Run
+
+TABLE_ROWS_PRINTED = 15
+STALE_TEMP_S = 300  # a temporary this old belongs to a run that was killed
 
 
 def sort_key(on_gpu: bool) -> str:
     """The table's sort key: CUDA total on a GPU (the name `table()` accepts), CPU total otherwise."""
     return "cuda_time_total" if on_gpu else "cpu_time_total"
-
-
-TABLE_ROWS_PRINTED = 15
 
 
 def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1) -> str:
@@ -34,31 +46,102 @@ def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1) -
     return averages.table(row_limit=row_limit)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` on a hidden temporary beside `path`, then rename it into place.
-
-    A killed run leaves at most a hidden `.name.tmp`, never a half-written trace
-    (trace-util and Perfetto only look at `*.json`).
-    """
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def remove_stale_temporaries(folder: Path, older_than_s: float = STALE_TEMP_S) -> None:
+    """Delete hidden `.*.tmp` files in `folder` older than `older_than_s` (left by killed runs)."""
+    now = time.time()
+    for path in folder.glob(".*.tmp"):
+        try:
+            if now - path.stat().st_mtime > older_than_s:
+                path.unlink()
+        except OSError:
+            pass  # another run removed it, or it is not ours to remove
 
 
-def export(prof: torch.profiler.profile, out_dir: Path, tag: str, on_gpu: bool) -> tuple[Path, Path, str]:
-    """Export `<tag>.json` (Chrome trace) and `<tag>.txt` (full table); return both paths and the
-    table's top TABLE_ROWS_PRINTED rows, for printing (key_averages is read once, while the data is there)."""
-    trace_path = out_dir / f"{tag}.json"
-    table_path = out_dir / f"{tag}.txt"
-    averages = prof.key_averages()
-    table = key_averages_table(averages, on_gpu)
-    top = key_averages_table(averages, on_gpu, row_limit=TABLE_ROWS_PRINTED)
-    atomic_write(trace_path, lambda tmp: prof.export_chrome_trace(str(tmp)))
-    atomic_write(table_path, lambda tmp: tmp.write_text(table + "\n"))
-    return trace_path, table_path, top
+def temporary_beside(path: Path) -> Path:
+    """A new, uniquely named hidden file in `path`'s folder: `.<name>.<random>.tmp`."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    return Path(name)
+
+
+def add_metadata(trace: Path, out: Path, meta: dict) -> None:
+    """Copy the Chrome trace `trace` to `out` with a top-level `"suite": meta` entry, streaming (any size)."""
+    with trace.open("rb") as src, out.open("wb") as dst:
+        head = src.read(1)
+        while head.isspace():
+            head = src.read(1)
+        if head != b"{":
+            raise ValueError(f"{trace}: the exported trace is not a JSON object")
+        dst.write(b'{"suite": ' + json.dumps(meta).encode() + b",")
+        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+class TraceFiles:
+    """Where one run's trace and table go, and the writer that torch.profiler calls once recording ends:
+    `profile(..., on_trace_ready=files.save)`."""
+
+    def __init__(self, run: Run, tag: str, label: str, work: Work) -> None:
+        self.run, self.tag, self.label, self.work = run, tag, label, work
+        self.json = run.traces_dir / f"{tag}.json"
+        self.txt = run.traces_dir / f"{tag}.txt"
+        self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
+        self.written = False
+        for path in (self.json, self.txt):
+            if path.is_dir():
+                raise SuiteError(f"cannot write {path}: a folder is in the way")
+
+    def save(self, prof: torch.profiler.profile) -> None:
+        """Export the trace (with the run's `suite` metadata) and the full table, both or neither.
+
+        Called by torch.profiler at the end of the active steps, and also when the loop stops early
+        (Ctrl-C, an error): then nothing is written, since a trace with missing steps would read as whole.
+        """
+        if prof.step_num < self.run.schedule.steps:
+            return
+        folder = self.run.traces_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
+        remove_stale_temporaries(folder)
+        averages = prof.key_averages()
+        self.table = key_averages_table(averages, self.run.on_gpu, row_limit=TABLE_ROWS_PRINTED)
+        raw, trace, table = (temporary_beside(p) for p in (self.json, self.json, self.txt))
+        try:
+            prof.export_chrome_trace(str(raw))
+            add_metadata(raw, trace, self.metadata())
+            table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
+            os.replace(table, self.txt)
+            try:
+                os.replace(trace, self.json)
+            except OSError:
+                self.txt.unlink(missing_ok=True)  # the pair, or neither
+                raise
+            self.written = True
+        except OSError as exc:
+            raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
+        finally:
+            for tmp in (raw, trace, table):
+                tmp.unlink(missing_ok=True)
+
+    def metadata(self) -> dict:
+        """What the summary reads back from the trace: the run's script, tag, label, device and physics."""
+        return {
+            "script": self.run.script,
+            "tag": self.tag,
+            "label": self.label,
+            "dtype": self.run.dtype_name,
+            "device": self.run.device_name,
+            "flops": self.work.flops,
+            "bytes": self.work.bytes,
+            "steps": self.run.schedule.active,
+        }
+
+    def discard(self) -> None:
+        """Remove the written files (used when the output turns out wrong)."""
+        self.json.unlink(missing_ok=True)
+        self.txt.unlink(missing_ok=True)
+        self.written = False
 
 
 def share_command(traces_root: Path) -> str:

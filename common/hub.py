@@ -1,56 +1,52 @@
-"""Kernels from the Hugging Face Hub through `kernels`, with or without a network.
+"""What surrounds the scripts' `get_kernel(...)` call: offline awareness, clear errors, the fallbacks.
 
-Online, `get_kernel` downloads into the cache (KERNELS_CACHE, else the Hugging Face cache).
-Offline (HF_HUB_OFFLINE=1, or the Hub does not answer within PROBE_TIMEOUT_S) only the cache and
-LOCAL_KERNELS="org/repo=/path" mappings are used, so a cached kernel still loads and a missing
-one fails at once with a message that says what to do. The fallbacks load the *same* kernel from
-elsewhere (Liger from PyPI, an installed FlashAttention, a local kernel directory), never another
-algorithm. `kernels` itself is imported only when a Hub kernel is asked for: the scripts import
-without it.
+The call itself is in the scripts, as the post prints it. Wrapped in `with hub_access(repo):`,
+it runs online as usual (downloading into KERNELS_CACHE, else the Hugging Face cache); offline
+(HF_HUB_OFFLINE=1, or the Hub does not answer within PROBE_TIMEOUT_S) it reads only the cache and
+LOCAL_KERNELS="org/repo=/path" mappings, so a cached kernel still loads and a missing one fails at
+once; and any failure becomes HubError, one line that says what to do. The fallbacks load the
+*same* kernel from elsewhere (Liger from PyPI, an installed FlashAttention, a local kernel
+directory), never another algorithm. The scripts import without `kernels` installed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
+import re
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Callable, Iterator
 
 import torch
 from torch import nn
 
-from common.errors import SuiteError
+from common.cli import SuiteError
 
 PROBE_TIMEOUT_S = 3.0  # huggingface_hub's own HTTP client has no timeout: on a network that drops packets it hangs
 
-LIGER_REPO, LIGER_VERSION = "kernels-community/liger-kernels", 1  # the post's get_kernel call
-LIGER_SOURCES = ("auto", "hub", "pypi")
 FLASH_ATTN2, FLASH_ATTN3 = "kernels-community/flash-attn2", "kernels-community/flash-attn3"
 FLASH_VERSION = 1
 # pip-installed FlashAttention 3 and 2: the same flash_attn_func(q, k, v, causal=...) on [B, S, H, D]
 FLASH_PACKAGES = ("flash_attn_interface", "flash_attn")
 
-GET_IT = ("run once with a network to cache it (KERNELS_CACHE moves the cache), "
-          "or map it to a local copy with LOCAL_KERNELS=org/repo=/path")
-
-
-def _kernels() -> ModuleType:
-    """The `kernels` package, or a SuiteError saying how to install it."""
-    try:
-        return importlib.import_module("kernels")
-    except ImportError:
-        raise SuiteError("the `kernels` package is not installed: `uv sync` (or `pip install kernels`) "
-                         "to load kernels from the Hugging Face Hub") from None
+GET_IT = (
+    "run once with a network to cache it (KERNELS_CACHE moves the cache), "
+    "or map it to a local copy with LOCAL_KERNELS=org/repo=/path"
+)
 
 
 def hub_offline() -> bool:
     """True when the environment asks huggingface_hub for no network (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE)."""
-    return any(os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
@@ -94,28 +90,38 @@ def explain(exc: Exception, what: str, offline_reason: str | None) -> str:
     return f"could not load {what}: {type(exc).__name__}: {first}"
 
 
-def load_hub_kernel(repo_id: str, version: int | None = None, revision: str | None = None) -> ModuleType:
-    """`kernels.get_kernel(repo_id, version=N)` or `(..., revision=R)`: exactly one of the two.
+class HubError(SuiteError):
+    """A Hub kernel could not be loaded here; the message says why and what to do."""
+
+
+@contextlib.contextmanager
+def hub_access(repo_id: str) -> Iterator[None]:
+    """Run the `get_kernel(repo_id, ...)` call inside this block offline-aware, with one-line failures.
 
     Offline, or when the Hub does not answer within PROBE_TIMEOUT_S, only the cache and LOCAL_KERNELS
-    are consulted. Every failure becomes one SuiteError line.
+    are consulted. `kernels` missing, the kernel not cached, no build for this machine, remote code
+    failing: each becomes HubError.
     """
-    if (version is None) == (revision is None):
-        raise ValueError("get_kernel takes exactly one of version and revision")
-    kernels = _kernels()
-    what = f"{repo_id} ({f'version {version}' if revision is None else f'revision {revision}'})"
+    try:
+        importlib.import_module("kernels")
+    except ImportError:
+        raise HubError(
+            "the `kernels` package is not installed: `uv sync` (or `pip install kernels`) "
+            "to load kernels from the Hugging Face Hub"
+        ) from None
     if hub_offline():
         offline_reason = "HF_HUB_OFFLINE is set"
     elif not hub_reachable():
         offline_reason = f"the Hub did not answer within {PROBE_TIMEOUT_S:g} s"
     else:
         offline_reason = None
-    ref = {"version": version} if revision is None else {"revision": revision}
     try:
         with _cache_only() if offline_reason else contextlib.nullcontext():
-            return kernels.get_kernel(repo_id, **ref)
+            yield
+    except SuiteError:
+        raise
     except Exception as exc:  # remote code can fail in many ways; each is the user's to fix, none a suite bug
-        raise SuiteError(explain(exc, what, offline_reason)) from None
+        raise HubError(explain(exc, repo_id, offline_reason)) from None
 
 
 def local_kernel_args(get_local_kernel: Callable[..., ModuleType], path: Path) -> list[object]:
@@ -131,48 +137,76 @@ def local_kernel_args(get_local_kernel: Callable[..., ModuleType], path: Path) -
 
 
 def load_local_kernel(path: Path | str) -> ModuleType:
-    """`kernels.get_local_kernel` on a kernel directory: `<path>/build/<variant>/` holding `metadata.json`
-    and the package (`<package>/__init__.py`), e.g. a Hub kernel repository cloned or downloaded by hand."""
-    kernels = _kernels()
+    """The kernel in a local kernel directory (`<path>/build/<variant>/` holding `metadata.json` and the
+    package), e.g. a Hub kernel repository downloaded by hand: through `kernels.get_local_kernel` when
+    `kernels` is installed, else imported directly from the build variant that fits this torch."""
     path = Path(path).expanduser().resolve()
     if not path.is_dir():
         raise SuiteError(f"kernel directory {path} does not exist")
+    try:
+        kernels = importlib.import_module("kernels")
+    except ImportError:
+        return import_build_variant(path)
     try:
         return kernels.get_local_kernel(*local_kernel_args(kernels.get_local_kernel, path))
     except SuiteError:
         raise
     except Exception as exc:
         text = str(exc).strip()
-        raise SuiteError(f"could not load the kernel in {path}: {type(exc).__name__}: "
-                         f"{text.splitlines()[0] if text else ''}") from None
+        raise SuiteError(
+            f"could not load the kernel in {path}: {type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+        ) from None
+
+
+def build_variant(path: Path) -> Path:
+    """The folder of `path`/build/ that fits this torch, as `kernels` names them: `torch211-cxx11-cu130-
+    x86_64-linux` (torch 2.11, CUDA 13.0), else a noarch `torch-universal` / `torch-cuda` build."""
+    variants = sorted(p for p in (path / "build").glob("*") if p.is_dir())
+    if not variants:
+        raise SuiteError(f"{path}: no build/<variant>/ folder inside: not a kernel directory")
+    major, minor = torch.__version__.split(".")[:2]
+    cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else None
+    exact = [v for v in variants if v.name.startswith(f"torch{major}{minor}-") and (cuda is None or cuda in v.name)]
+    noarch = [v for v in variants if v.name in ("torch-universal", "torch-cuda" if cuda else "torch-cpu")]
+    if exact or noarch:
+        return (exact or noarch)[0]
+    names = ", ".join(v.name for v in variants)
+    raise SuiteError(
+        f"{path}: no build for torch {major}.{minor}" + (f" with {cuda}" if cuda else "") + f" (builds: {names})"
+    )
+
+
+def import_build_variant(path: Path) -> ModuleType:
+    """Import the kernel package of `build_variant(path)` (its `__init__.py`, or `<package>/__init__.py`)."""
+    variant = build_variant(path)
+    init = variant / "__init__.py"
+    if not init.is_file():
+        inits = sorted(variant.glob("*/__init__.py"))
+        if not inits:
+            raise SuiteError(f"{variant}: no __init__.py and no <package>/__init__.py inside")
+        init = inits[0]
+    name = re.sub(r"\W", "_", f"_local_kernel_{path.name}")
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except Exception as exc:
+        del sys.modules[name]
+        raise SuiteError(f"could not import the kernel in {variant}: {type(exc).__name__}: {exc}") from None
+    return module
 
 
 # --- Liger's fused GeGLU (03_kernels_mlp.py) ---------------------------------------------------------------
 
-def load_liger_geglu(source: str = "auto") -> tuple[type[nn.Module], str]:
-    """The LigerGEGLUMLP class and where it came from: 'hub' (kernels-community/liger-kernels, version 1,
-    as in the post) or 'pypi' (the liger-kernel package: the same Triton kernel). 'auto' tries the Hub and
-    falls back to PyPI, saying so."""
-    if source not in LIGER_SOURCES:
-        raise SuiteError(f"unknown source {source!r}; use one of {', '.join(LIGER_SOURCES)}")
-    if source in ("auto", "hub"):
-        try:
-            layer = getattr(getattr(load_hub_kernel(LIGER_REPO, version=LIGER_VERSION), "layers", None),
-                            "LigerGEGLUMLP", None)
-            if layer is None:
-                raise SuiteError(f"{LIGER_REPO} has no layers.LigerGEGLUMLP")
-            return layer, "hub"
-        except SuiteError as exc:
-            if source == "hub":
-                raise SuiteError(f"{exc}; or use --source pypi") from None
-            print(f"notice: {exc}")
-            print("notice: falling back to LigerGEGLUMLP from the liger-kernel package on PyPI "
-                  "(the same Triton kernel)")
+
+def pypi_liger_geglu() -> type[nn.Module]:
+    """LigerGEGLUMLP from the liger-kernel package on PyPI: the same Triton kernel as the Hub's."""
     try:
         from liger_kernel.transformers import LigerGEGLUMLP
     except ImportError as exc:
         raise SuiteError(f"cannot import liger_kernel ({exc}): `uv sync` (or `pip install liger-kernel`)") from None
-    return LigerGEGLUMLP, "pypi"
+    return LigerGEGLUMLP
 
 
 def liger_mlp_like(layer: type[nn.Module], reference: nn.Module) -> nn.Module:
@@ -196,6 +230,7 @@ def liger_mlp_like(layer: type[nn.Module], reference: nn.Module) -> nn.Module:
 
 # --- FlashAttention (04_d_kernels_attention.py) ------------------------------------------------------------
 
+
 def default_flash_repo(capability: tuple[int, int]) -> str:
     """flash-attn3 on Hopper (sm90), flash-attn2 on any other sm80+ GPU."""
     major, minor = capability
@@ -204,30 +239,27 @@ def default_flash_repo(capability: tuple[int, int]) -> str:
     return FLASH_ATTN3 if major == 9 else FLASH_ATTN2
 
 
-def _flash_attn_func(module: ModuleType, where: str) -> Callable[..., object]:
+def flash_attn_func_of(module: ModuleType, where: str) -> Callable[..., object]:
+    """`module.flash_attn_func`, or a one-line error naming `where` the module came from."""
     func = getattr(module, "flash_attn_func", None)
     if func is None:
         raise SuiteError(f"{where} has no flash_attn_func")
     return func
 
 
-def load_flash_attn(repo_id: str, version: int | None = None, revision: str | None = None,
-                    kernel_dir: Path | str | None = None) -> tuple[Callable[..., object], str]:
-    """`flash_attn_func` and its source for the tag: 'local' (from `kernel_dir`), 'hub-<repo name>', or
-    'pkg-<module>' (an installed FlashAttention package, used only when the Hub kernel cannot be loaded)."""
-    if kernel_dir is not None:
-        return _flash_attn_func(load_local_kernel(kernel_dir), str(kernel_dir)), "local"
-    try:
-        module = load_hub_kernel(repo_id, version=version, revision=revision)
-        return _flash_attn_func(module, repo_id), f"hub-{repo_id.split('/')[-1]}"
-    except SuiteError as exc:
-        for name in FLASH_PACKAGES:
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            print(f"notice: {exc}")
-            print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
-            return _flash_attn_func(module, name), f"pkg-{name}"
-        raise SuiteError(f"{exc}; or pass --kernel-dir PATH (a local kernel directory), "
-                         "or install flash-attn") from None
+def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[..., object], str]:
+    """After the Hub kernel failed to load: `flash_attn_func` of an installed FlashAttention package (saying
+    so) and its source tag `pkg-<module>`; else one line with the ways to get the kernel onto this machine."""
+    for name in FLASH_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        print(f"notice: {hub_failure}")
+        print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
+        return flash_attn_func_of(module, name), f"pkg-{name}"
+    folder = repo_id.split("/")[-1]
+    raise SuiteError(
+        f"{hub_failure}; or, on a machine with a network, `hf download {repo_id} --local-dir "
+        f"{folder}`, bring the folder here and pass --kernel-dir {folder} (works without `kernels`)"
+    )

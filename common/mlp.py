@@ -1,4 +1,4 @@
-"""What the two MLP scripts share: shape flags, the input, the fp32 reference, the physics, the post's MLP class."""
+"""What the two MLP scripts share: the shape flags, the input, the fp32 reference, the physics, the post's MLP."""
 
 from __future__ import annotations
 
@@ -10,25 +10,18 @@ import torch
 from torch import nn
 
 from common.checks import reference_dtype
-from common.flags import positive_int
 from common.physics import Work
 from common.runtime import REPO_ROOT, Run
 
 SIMPLE_MLP_SCRIPT = REPO_ROOT / "03_simple_mlp.py"
 
-
-def add_shape_flags(parser: argparse.ArgumentParser) -> None:
-    """--batch 64 --seq 128 --dim 768 --hidden 3072 (the post's shape)."""
-    shape = parser.add_argument_group("MLP shape")
-    shape.add_argument("--batch", type=positive_int, default=64, help="batch size (default: 64)")
-    shape.add_argument("--seq", type=positive_int, default=128, help="sequence length (default: 128)")
-    shape.add_argument("--dim", type=positive_int, default=768, help="model width, in and out (default: 768)")
-    shape.add_argument("--hidden", type=positive_int, default=3072, help="gate/up width (default: 3072)")
-
-
-def shape_tag(args: argparse.Namespace) -> tuple[int, int, int, int]:
-    """The shape parts of the tag: batch, seq, dim, hidden."""
-    return args.batch, args.seq, args.dim, args.hidden
+# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
+SHAPE = {
+    "batch": (64, "batch size"),
+    "seq": (128, "sequence length"),
+    "dim": (768, "model width, in and out"),
+    "hidden": (3072, "gate/up width"),
+}
 
 
 def make_input(args: argparse.Namespace, run: Run) -> torch.Tensor:

@@ -29,20 +29,20 @@ class Peak:
 # Vendor datasheet figures, dense (no sparsity), bf16/fp16 with fp32 accumulation.
 # First match wins, so more specific names come first. Override with --peak-tflops/--peak-gbps.
 PEAKS = [
-    Peak("H200", 989.0, 67.0, 4800.0),            # H200 SXM datasheet
-    Peak("H100 NVL", 835.0, 60.0, 3900.0),        # H100 NVL datasheet
-    Peak("H100 PCIe", 756.0, 51.0, 2000.0),       # H100 PCIe datasheet
-    Peak("H100", 989.0, 67.0, 3350.0),            # H100 SXM datasheet
+    Peak("H200", 989.0, 67.0, 4800.0),  # H200 SXM datasheet
+    Peak("H100 NVL", 835.0, 60.0, 3900.0),  # H100 NVL datasheet
+    Peak("H100 PCIe", 756.0, 51.0, 2000.0),  # H100 PCIe datasheet
+    Peak("H100", 989.0, 67.0, 3350.0),  # H100 SXM datasheet
     Peak("A100-SXM4-80GB", 312.0, 19.5, 2039.0),  # A100 datasheet (80GB SXM, the posts' GPU)
-    Peak("A100", 312.0, 19.5, 1555.0),            # A100 40GB datasheet
-    Peak("L40S", 362.0, 91.6, 864.0),             # L40S datasheet
-    Peak("L4", 121.0, 30.3, 300.0),               # L4 datasheet
-    Peak("A10G", 70.0, 31.2, 600.0),              # AWS A10G (half the A10's tensor rate)
-    Peak("A10", 125.0, 31.2, 600.0),              # A10 datasheet
-    Peak("RTX 5090", 209.5, 104.8, 1792.0),       # GeForce RTX 5090 (fp32-accumulate rate)
-    Peak("RTX 4090", 165.2, 82.6, 1008.0),        # GeForce RTX 4090 (fp32-accumulate rate)
-    Peak("RTX 3090", 71.0, 35.6, 936.0),          # GeForce RTX 3090 (fp32-accumulate rate)
-    Peak("T4", 65.0, 8.1, 320.0),                 # T4 datasheet (fp16; no bf16 tensor cores)
+    Peak("A100", 312.0, 19.5, 1555.0),  # A100 40GB datasheet
+    Peak("L40S", 362.0, 91.6, 864.0),  # L40S datasheet
+    Peak("L4", 121.0, 30.3, 300.0),  # L4 datasheet
+    Peak("A10G", 70.0, 31.2, 600.0),  # AWS A10G (half the A10's tensor rate)
+    Peak("A10", 125.0, 31.2, 600.0),  # A10 datasheet
+    Peak("RTX 5090", 209.5, 104.8, 1792.0),  # GeForce RTX 5090 (fp32-accumulate rate)
+    Peak("RTX 4090", 165.2, 82.6, 1008.0),  # GeForce RTX 4090 (fp32-accumulate rate)
+    Peak("RTX 3090", 71.0, 35.6, 936.0),  # GeForce RTX 3090 (fp32-accumulate rate)
+    Peak("T4", 65.0, 8.1, 320.0),  # T4 datasheet (fp16; no bf16 tensor cores)
 ]
 
 

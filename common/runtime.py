@@ -1,19 +1,22 @@
-"""Resolve device, dtype, seed and output folder from the parsed flags, and echo them."""
+"""The flags every script shares, and the run they resolve to: device, dtype, seed, schedule, output folder, tag."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from common.errors import SuiteError
+from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
 
 SEED = 0
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DTYPE_BY_NAME = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,21 @@ class Schedule:
     def is_default(self) -> bool:
         return self == Schedule()
 
+    def torch(self) -> Callable[[int], object]:
+        """`torch.profiler.schedule(wait, warmup, active, repeat=1)`.
+
+        With --warmup-steps 0 torch warns "won't be using warmup, this can skew profiler results": the
+        first recorded step then also pays for starting the tracer. That is the point of the cold-start
+        experiment, so the warning is replaced by the run's own line (see Run.describe).
+        """
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*won't be using warmup")
+            return torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
+
 
 @dataclass(frozen=True)
 class Run:
-    """Everything the harness resolved for one script run."""
+    """Everything the shared flags resolved to for one script run."""
 
     script: str  # the script's stem, e.g. "01_matmul_add"
     device: torch.device
@@ -45,8 +59,7 @@ class Run:
     warm: bool
     compiled: bool
     schedule: Schedule
-    traces_dir: Path  # traces/<script>/
-    bench: bool = False
+    traces_dir: Path  # traces/<script>/, created when the trace is written
     strict: bool = False
     peak_tflops: float | None = None
     peak_gbps: float | None = None
@@ -74,11 +87,86 @@ class Run:
         return "_".join(words)
 
     def describe(self) -> str:
-        """One line: device, dtype, warm/cold, eager/compiled, schedule."""
+        """One line: device, dtype, threads on the CPU, warm/cold, eager/compiled, schedule."""
         s = self.schedule
-        return (f"device={self.device_name} ({self.device}) dtype={self.dtype_name} "
-                f"run={'warm' if self.warm else 'cold'} mode={'compiled' if self.compiled else 'eager'} "
-                f"schedule=wait {s.wait}, warmup {s.warmup}, active {s.active}")
+        where = f"{self.device_name} ({self.device})"
+        if not self.on_gpu:
+            where += f", {torch.get_num_threads()} thread(s)"
+        line = (
+            f"device={where} dtype={self.dtype_name} run={'warm' if self.warm else 'cold'} "
+            f"mode={'compiled' if self.compiled else 'eager'} "
+            f"schedule=wait {s.wait}, warmup {s.warmup}, active {s.active}"
+        )
+        if s.warmup == 0:
+            line += " (no profiler warm-up step: the first recorded step also pays for starting the tracer)"
+        return line
+
+
+def make_parser(doc: str | None) -> OneLineParser:
+    """A parser for one script: its docstring as help, plus the flags every script shares.
+
+    Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps, --active,
+    --traces-dir, --bench, --strict, --peak-tflops, --peak-gbps. The script adds its own.
+    """
+    parser = OneLineParser(doc)
+    run = parser.add_argument_group("device and precision")
+    run.add_argument(
+        "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
+    )
+    run.add_argument("--dtype", choices=DTYPES, default="bf16", help="tensor dtype (default: bf16)")
+
+    mode = parser.add_argument_group("how the step runs")
+    mode.add_argument(
+        "--warmup",
+        action="store_true",
+        help="run the step a few times before profiling (a 'warm' run; default: off, a cold run)",
+    )
+    mode.add_argument(
+        "--compile", action="store_true", help="torch.compile the profiled function or module (default: off, eager)"
+    )
+
+    sched = parser.add_argument_group("profiler schedule (torch.profiler.schedule)")
+    sched.add_argument("--wait", type=non_negative_int, default=1, help="steps skipped before recording (default: 1)")
+    sched.add_argument(
+        "--warmup-steps", type=non_negative_int, default=1, help="steps traced but discarded (default: 1)"
+    )
+    sched.add_argument("--active", type=positive_int, default=3, help="steps recorded (default: 3)")
+
+    out = parser.add_argument_group("output and checks")
+    out.add_argument("--traces-dir", default=None, help="folder for traces (default: traces/ beside the scripts)")
+    out.add_argument(
+        "--bench",
+        action="store_true",
+        help="also time the step without the profiler, to show its overhead (default: off)",
+    )
+    out.add_argument(
+        "--strict", action="store_true", help="exit 1 when the trace does not match the script's guess (default: off)"
+    )
+    out.add_argument(
+        "--peak-tflops",
+        type=positive_float,
+        default=None,
+        help="the device's peak TFLOP/s for '%% of peak' (default: the datasheet figure of known GPUs)",
+    )
+    out.add_argument(
+        "--peak-gbps",
+        type=positive_float,
+        default=None,
+        help="the device's peak memory GB/s (default: the datasheet figure of known GPUs)",
+    )
+    return parser
+
+
+def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: dict[str, tuple[int, str]]) -> None:
+    """One integer flag per entry of `shape` (name -> (default, help)), e.g. --batch 8 --seq 1024."""
+    group = parser.add_argument_group(title)
+    for name, (default, text) in shape.items():
+        group.add_argument(f"--{name}", type=positive_int, default=default, help=f"{text} (default: {default})")
+
+
+def shape_of(args: argparse.Namespace, shape: dict[str, tuple[int, str]]) -> tuple[int, ...]:
+    """The values of `shape`'s flags, in order: the shape part of the tag."""
+    return tuple(getattr(args, name) for name in shape)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -96,8 +184,10 @@ def resolve_device(name: str) -> torch.device:
         raise SuiteError(f"unsupported --device {name!r}; use auto, cpu, cuda or cuda:N")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise SuiteError(f"--device {name} asked for CUDA, but this machine has no CUDA GPU "
-                             "(torch.cuda.is_available() is False); use --device cpu")
+            raise SuiteError(
+                f"--device {name} asked for CUDA, but this machine has no CUDA GPU "
+                "(torch.cuda.is_available() is False); use --device cpu"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise SuiteError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
         if device.index is None:
@@ -105,22 +195,21 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def resolve_dtype(name: str) -> torch.dtype:
+def check_writable(folder: Path) -> Path:
+    """Prove that `folder` can be created and written, without creating it (a refused run leaves nothing)."""
+    probe = folder
+    while not probe.exists():
+        if probe.is_symlink():
+            raise SuiteError(f"cannot write traces to {folder}: {probe} is a link to nothing")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SuiteError(f"cannot write traces to {folder}: {probe} is not a folder")
     try:
-        return DTYPE_BY_NAME[name]
-    except KeyError:
-        raise SuiteError(f"unknown --dtype {name!r}; use one of {', '.join(DTYPE_BY_NAME)}") from None
-
-
-def writable_dir(path: Path) -> Path:
-    """Create `path` and prove a file can be written there, before any work is done."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".probe-"):
             pass
     except OSError as exc:
-        raise SuiteError(f"cannot write traces to {path}: {exc.strerror or exc}") from None
-    return path
+        raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
+    return folder
 
 
 def setup(args: argparse.Namespace, script_file: str) -> Run:
@@ -130,17 +219,18 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     script = Path(script_file).stem
-    base = Path(args.traces_dir) if args.traces_dir else REPO_ROOT / "traces"
+    if args.traces_dir is not None and not args.traces_dir.strip():
+        raise SuiteError("--traces-dir is empty; give a folder, or leave the flag out for traces/")
+    base = Path(os.path.expanduser(args.traces_dir)) if args.traces_dir is not None else REPO_ROOT / "traces"
     run = Run(
         script=script,
         device=device,
-        dtype=resolve_dtype(args.dtype),
+        dtype=DTYPES[args.dtype],
         dtype_name=args.dtype,
         warm=args.warmup,
         compiled=args.compile,
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
-        traces_dir=writable_dir(base / script),
-        bench=args.bench,
+        traces_dir=check_writable(base / script),
         strict=args.strict,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,

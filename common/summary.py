@@ -25,11 +25,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.errors import EXIT_USAGE, SuiteError
-from common.flags import OneLineParser, positive_float, positive_int
+from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.physics import Work, achieved, find_peak
-from common.predict import kernel_family, short_name
-from common.trace import Trace, read_trace
+from common.trace import GpuOp, Trace, read_trace, short_name
 
 DASH = "—"
 TEXT_COLUMNS = {"trace", "on", "family", "kernel"}  # left-aligned; numbers are right-aligned
@@ -65,8 +63,11 @@ def find_traces(paths: list[str]) -> list[Path]:
     for text in paths:
         path = Path(text)
         if path.is_dir():
-            inside = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
-                            and p.name.endswith((".json", ".json.gz")))
+            inside = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and p.name.endswith((".json", ".json.gz"))
+            )
             if not inside:
                 raise SuiteError(f"{path}: no *.json or *.json.gz traces in this folder")
             found += inside
@@ -80,14 +81,20 @@ def find_traces(paths: list[str]) -> list[Path]:
 def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
     """One table row for `trace`: per-step medians, and the rates its `suite` FLOPs/bytes give."""
     gpu = trace.has_gpu
-    launches = {col: trace.per_step(lambda s, p=prefix: s.calls(p)) if gpu else None
-                for col, prefix in LAUNCHES.items()}
+    launches = {
+        col: trace.per_step(lambda s, p=prefix: s.calls(p)) if gpu else None for col, prefix in LAUNCHES.items()
+    }
     launches["memcpy"] = trace.per_step(lambda s: len(s.memcpy)) if gpu else None
     launches["memset"] = trace.per_step(lambda s: len(s.memset)) if gpu else None
-    row = Row(trace.name, len(trace.steps),
-              kernels=trace.per_step(lambda s: len(s.kernels)) if gpu else None,
-              gpu_us=trace.per_step(lambda s: s.gpu_busy_us) if gpu else None,
-              cpu_us=trace.per_step(lambda s: s.region_us), launches=launches, on=None)
+    row = Row(
+        trace.name,
+        len(trace.steps),
+        kernels=trace.per_step(lambda s: len(s.kernels)) if gpu else None,
+        gpu_us=trace.per_step(lambda s: s.gpu_busy_us) if gpu else None,
+        cpu_us=trace.per_step(lambda s: s.region_us),
+        launches=launches,
+        on=None,
+    )
     us, on = trace.step_time_us()
     flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
     if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
@@ -118,8 +125,11 @@ def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
         if len(hits) == 1:
             return hits[0]
         if hits:
-            raise SuiteError(f"--baseline {wanted!r} matches {len(hits)} traces: "
-                               + ", ".join(t.name for t in hits) + "; give the full script/tag or a path")
+            raise SuiteError(
+                f"--baseline {wanted!r} matches {len(hits)} traces: "
+                + ", ".join(t.name for t in hits)
+                + "; give the full script/tag or a path"
+            )
     raise SuiteError(f"--baseline {wanted!r} matches no trace (give a path, script/tag or tag)")
 
 
@@ -127,7 +137,7 @@ def _num(value: float | None, digits: int = 3) -> str:
     """`value` with `digits` significant digits (whole numbers from 10**digits up), or the dash if missing."""
     if value is None:
         return DASH
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
 
 def _ratio(value: float | None) -> str:
@@ -137,12 +147,41 @@ def _ratio(value: float | None) -> str:
 
 def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """The summary table as (headers, one list of cells per row)."""
-    headers = ["trace", "steps", "kernels", "GPU µs", "CPU µs", *LAUNCHES, "memcpy", "memset",
-               "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]
-    cells = [[r.name, str(r.steps), _num(r.kernels), _num(r.gpu_us, 4), _num(r.cpu_us, 4),
-              *(_num(v) for v in r.launches.values()),
-              _num(r.tflops), _num(r.gbps), r.on or DASH, _num(r.pct_flops, 2), _num(r.pct_bytes, 2),
-              _ratio(r.gpu_ratio), _ratio(r.cpu_ratio)] for r in rows]
+    headers = [
+        "trace",
+        "steps",
+        "kernels",
+        "GPU µs",
+        "CPU µs",
+        *LAUNCHES,
+        "memcpy",
+        "memset",
+        "TFLOP/s",
+        "GB/s",
+        "on",
+        "%peak TF",
+        "%peak BW",
+        "GPU ×base",
+        "CPU ×base",
+    ]
+    cells = [
+        [
+            r.name,
+            str(r.steps),
+            _num(r.kernels),
+            _num(r.gpu_us, 4),
+            _num(r.cpu_us, 4),
+            *(_num(v) for v in r.launches.values()),
+            _num(r.tflops),
+            _num(r.gbps),
+            r.on or DASH,
+            _num(r.pct_flops, 2),
+            _num(r.pct_bytes, 2),
+            _ratio(r.gpu_ratio),
+            _ratio(r.cpu_ratio),
+        ]
+        for r in rows
+    ]
     return headers, cells
 
 
@@ -162,22 +201,31 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     total: dict[tuple[str, str], float] = defaultdict(float)
     calls: dict[tuple[str, str], int] = defaultdict(int)
     for step in trace.steps:
-        for cat, name, us in step.gpu:
-            total[cat, name] += us
-            calls[cat, name] += 1
+        for op in step.gpu:
+            total[op.category, op.name] += op.us
+            calls[op.category, op.name] += 1
     busy = sum(total.values()) or 1.0
     ranked = sorted(total, key=total.get, reverse=True)[:n]
     steps = len(trace.steps)
-    family = {key: kernel_family(key[1]) if key[0] == "kernel" else key[0].removeprefix("gpu_") for key in ranked}
-    return [KernelStat(short_name(name, 70), family[cat, name], total[cat, name] / steps,
-                       calls[cat, name] / steps, 100.0 * total[cat, name] / busy)
-            for cat, name in ranked]
+    family = {key: GpuOp(*key, 0.0).family for key in ranked}
+    return [
+        KernelStat(
+            short_name(name, 70),
+            family[cat, name],
+            total[cat, name] / steps,
+            calls[cat, name] / steps,
+            100.0 * total[cat, name] / busy,
+        )
+        for cat, name in ranked
+    ]
 
 
 def kernel_cells(stats: list[KernelStat]) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells)."""
-    return (["µs/step", "calls/step", "% GPU", "family", "kernel"],
-            [[f"{k.us_per_step:.1f}", f"{k.calls_per_step:g}", f"{k.share:.1f}", k.family, k.name] for k in stats])
+    return (
+        ["µs/step", "calls/step", "% GPU", "family", "kernel"],
+        [[f"{k.us_per_step:.1f}", f"{k.calls_per_step:g}", f"{k.share:.1f}", k.family, k.name] for k in stats],
+    )
 
 
 def text_table(headers: list[str], cells: list[list[str]]) -> str:
@@ -186,7 +234,9 @@ def text_table(headers: list[str], cells: list[list[str]]) -> str:
     left = [h in TEXT_COLUMNS for h in headers]
 
     def line(row: list[str]) -> str:
-        return "  ".join(c.ljust(w) if l else c.rjust(w) for c, w, l in zip(row, widths, left)).rstrip()
+        return "  ".join(
+            c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(row, widths, left, strict=True)
+        ).rstrip()
 
     return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, cells)])
 
@@ -202,17 +252,24 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, top: int, mark
     """The whole report: the summary table, its legend, then each trace's top kernels."""
     table = markdown_table if markdown else text_table
     heading = (lambda s: f"### {s}") if markdown else (lambda s: s)
-    out = [heading(f"Per-step summary of {len(rows)} trace(s), baseline {baseline.name}"), "",
-           table(*table_cells(rows)), "",
-           "Per step = median over profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
-           "CPU µs = the annotated region. Rates divide the script's FLOPs/bytes by the time named in 'on'; "
-           "no % of peak on CPU or an unknown GPU (see --peak-tflops/--peak-gbps). ×base = time / baseline time. "
-           f"{DASH} = not in this trace."]
+    out = [
+        heading(f"Per-step summary of {len(rows)} trace(s), baseline {baseline.name}"),
+        "",
+        table(*table_cells(rows)),
+        "",
+        "Per step = median over profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
+        "CPU µs = the annotated region. Rates divide the script's FLOPs/bytes by the time named in 'on'; "
+        "no % of peak on CPU or an unknown GPU (see --peak-tflops/--peak-gbps). ×base = time / baseline time. "
+        f"{DASH} = not in this trace.",
+    ]
     for trace in (t for t in traces if t.has_gpu):
         out += ["", heading(f"Top {top} GPU work of {trace.name} (by total time over {len(trace.steps)} steps)")]
         stats = top_kernels(trace, top)
-        out += (["", table(*kernel_cells(stats))] if markdown else [table(*kernel_cells(stats))]) if stats \
+        out += (
+            (["", table(*kernel_cells(stats))] if markdown else [table(*kernel_cells(stats))])
+            if stats
             else ["no GPU work inside the profiled steps"]
+        )
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         out += ["", f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"]
@@ -222,16 +279,25 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, top: int, mark
 def plot(rows: list[Row], path: Path) -> None:
     """Write a bar chart of GPU and CPU time per step for each trace to `path` (PNG)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     nan = float("nan")
     y = range(len(rows))
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
-    ax.barh([i - 0.2 for i in y], [r.gpu_us if r.gpu_us is not None else nan for r in rows], 0.4,
-            label="GPU busy (kernel sum)")
-    ax.barh([i + 0.2 for i in y], [r.cpu_us if r.cpu_us is not None else nan for r in rows], 0.4,
-            label="CPU (annotated region)")
+    ax.barh(
+        [i - 0.2 for i in y],
+        [r.gpu_us if r.gpu_us is not None else nan for r in rows],
+        0.4,
+        label="GPU busy (kernel sum)",
+    )
+    ax.barh(
+        [i + 0.2 for i in y],
+        [r.cpu_us if r.cpu_us is not None else nan for r in rows],
+        0.4,
+        label="CPU (annotated region)",
+    )
     times = [t for r in rows for t in (r.gpu_us, r.cpu_us) if t]
     if times and max(times) / min(times) > 100:
         ax.set_xscale("log")
@@ -253,21 +319,25 @@ def _check_matplotlib() -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command-line flags (one `error:` line and exit 2 on a bad one)."""
-    summary, _, details = (__doc__ or "").partition("\n")
-    parser = OneLineParser(prog="python -m common.summary", description=summary, epilog=details.strip(),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(__doc__, prog="python -m common.summary")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files (.json, .json.gz) or folders of them")
-    parser.add_argument("--baseline", help="the trace ratios are taken against: a path, script/tag, or tag "
-                                           "(default: the first trace)")
+    parser.add_argument(
+        "--baseline", help="the trace ratios are taken against: a path, script/tag, or tag (default: the first trace)"
+    )
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables instead of plain text")
-    parser.add_argument("--plot", type=Path, metavar="FILE", help="also write a PNG bar chart of GPU and CPU time "
-                                                                   "(needs matplotlib: uv run --extra plot ...)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE",
+        help="also write a PNG bar chart of GPU and CPU time (needs matplotlib: uv run --extra plot ...)",
+    )
     parser.add_argument("--peak-tflops", type=positive_float, help="the device's peak TFLOP/s for %% of peak")
     parser.add_argument("--peak-gbps", type=positive_float, help="the device's peak memory GB/s for %% of peak")
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
     return parser.parse_args(argv)
 
 
+@cli
 def main(argv: list[str] | None = None) -> int:
     """Print the summary of the traces named on the command line; 0 on success, 2 on bad input."""
     args = parse_args(argv)
@@ -286,9 +356,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplot: {args.plot}")
     except BrokenPipeError:  # `... | head` closed stdout: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (SuiteError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ValueError as exc:  # a file that is not a trace
+        raise SuiteError(str(exc)) from None
     return 0
 
 

@@ -6,15 +6,14 @@ Recorded with torch 2.11 on the H200 and committed gzipped under tests/fixtures/
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from helpers import FIXTURES, load_script
 
-from common.predict import check, kernel_family
+from common.guess import check_guess
 from common.summary import main as summary_main
-from common.trace import Trace, read_trace
+from common.trace import Trace, kernel_family, read_trace
 
-FIXTURES = Path(__file__).parent / "fixtures" / "h200"
 ALL = sorted(FIXTURES.rglob("*.json.gz"))
 
 
@@ -49,9 +48,9 @@ def test_the_fixtures_are_real_gpu_traces_with_three_profiled_steps():
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.json.gz')}")
-def test_every_scripts_guess_matches_its_h200_trace(script, path):
+def test_every_scripts_guess_matches_its_h200_trace(path):
     name, tag = path.parent.name, path.name.removesuffix(".json.gz")
-    verdicts = check(read_trace(path), guess_for(script(name), name, tag))
+    verdicts = check_guess(read_trace(path), guess_for(load_script(name), name, tag))
     assert all(v.checked for v in verdicts)
     missed = [(v.expect.title, v.expect.count, v.seen) for v in verdicts if not v.matched]
     assert not missed, f"{name}/{tag}: {missed}"
@@ -61,7 +60,7 @@ def test_naive_attention_hides_a_device_to_device_memcpy_that_inplace_does_not()
     naive = fixture("04_a_naive_attention", "8_16_1024_64_bf16_cold_eager")
     inplace = fixture("04_b_inplace_ops_attention", "8_16_1024_64_bf16_cold_eager")
     assert per_step(naive, lambda s: len(s.memcpy)) == {1}
-    assert all("DtoD" in name for s in naive.steps for name, _ in s.memcpy)
+    assert all("DtoD" in name for s in naive.steps for name in (op.name for op in s.memcpy))
     assert per_step(inplace, lambda s: len(s.memcpy)) == {0}
     assert per_step(naive, lambda s: s.cpu_ops["aten::masked_fill"]) == {1}
     assert per_step(inplace, lambda s: s.cpu_ops["aten::masked_fill"]) == {0}
@@ -73,7 +72,7 @@ def test_naive_attention_hides_a_device_to_device_memcpy_that_inplace_does_not()
 def test_fused_sdpa_backends_run_one_attention_kernel_per_step(backend):
     trace = fixture("04_c_sdpa_attention", f"8_16_1024_64_{backend}_bf16_cold_eager")
     assert per_step(trace, lambda s: len(s.kernels)) == {1}
-    assert per_step(trace, lambda s: kernel_family(s.kernels[0][0])) == {"attention"}
+    assert per_step(trace, lambda s: s.kernels[0].family) == {"attention"}
 
 
 def test_sdpa_math_launches_twenty_kernels_and_is_slower_than_the_naive_version():
@@ -98,16 +97,16 @@ def test_compiled_mlp_fuses_gelu_and_mul_into_one_triton_kernel():
     trace = fixture("03_simple_mlp", "64_128_768_3072_bf16_cold_compiled")
     eager = fixture("03_simple_mlp", "64_128_768_3072_bf16_cold_eager")
     for step in trace.steps:
-        triton = [name for name, _ in step.kernels if name.startswith("triton_")]
+        triton = [k.name for k in step.kernels if k.name.startswith("triton_")]
         assert len(triton) == 1 and re.search(r"gelu.*mul|mul.*gelu", triton[0])
-        assert sum(kernel_family(n) == "gemm" for n, _ in step.kernels) == 3
+        assert sum(k.family == "gemm" for k in step.kernels) == 3
     assert per_step(eager, lambda s: len(s.kernels)) == {5}
 
 
 def test_liger_runs_three_gemms_and_one_hand_written_geglu_kernel():
     trace = fixture("03_kernels_mlp", "64_128_768_3072_pypi_bf16_cold_eager")
     for step in trace.steps:
-        names = [name for name, _ in step.kernels]
+        names = [k.name for k in step.kernels]
         assert sum(kernel_family(n) == "gemm" for n in names) == 3
         assert [n for n in names if kernel_family(n) != "gemm"] == ["_geglu_tanh_forward_kernel"]
 
@@ -126,7 +125,7 @@ def test_hopper_gemms_launch_with_culaunchkernelex_and_no_occupancy_query():
 def test_flash_attention_fed_its_own_layout_is_one_kernel_without_transposes():
     """04_d through --kernel-dir: a local kernel package calling PyTorch's FlashAttention-2 on [B, S, H, D]."""
     trace = fixture("04_d_kernels_attention", "8_16_1024_64_local_bf16_cold_eager")
-    assert per_step(trace, lambda s: tuple(kernel_family(n) for n, _ in s.kernels)) == {("attention",)}
+    assert per_step(trace, lambda s: tuple(k.family for k in s.kernels)) == {("attention",)}
     assert per_step(trace, lambda s: s.cpu_ops["aten::transpose"]) == {0}
     assert per_step(trace, lambda s: s.cpu_ops["aten::scaled_dot_product_attention"]) == {0}
 

@@ -7,41 +7,38 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script
 
 from common.checks import check_close
-from common.errors import SuiteError
-from common.export import atomic_write, key_averages_table
+from common.cli import SuiteError
+from common.export import key_averages_table
+from common.guess import check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op, format_verdicts
 from common.physics import Work, achieved, find_peak
-from common.predict import check, cpu_op, format_verdicts, kernel_family, kernels, launches, memcpy, short_name
 from common.runtime import Run, Schedule
-from common.trace import Step, Trace
+from common.trace import GpuOp, Step, Trace, kernel_family, short_name
 
 
 def make_run(tmp_path: Path, **kw) -> Run:
-    base = dict(script="x", device=torch.device("cpu"), dtype=torch.bfloat16, dtype_name="bf16", warm=False,
-                compiled=False, schedule=Schedule(), traces_dir=tmp_path)
+    base = dict(
+        script="x",
+        device=torch.device("cpu"),
+        dtype=torch.bfloat16,
+        dtype_name="bf16",
+        warm=False,
+        compiled=False,
+        schedule=Schedule(),
+        traces_dir=tmp_path,
+    )
     return Run(**{**base, **kw})
 
 
 def test_tag_encodes_dtype_warmth_mode_and_a_non_default_schedule(tmp_path):
     assert make_run(tmp_path).tag(64) == "64_bf16_cold_eager"
-    assert make_run(tmp_path, warm=True, compiled=True, dtype_name="fp16").tag(8, 16, "flash") == \
-        "8_16_flash_fp16_warm_compiled"
+    assert (
+        make_run(tmp_path, warm=True, compiled=True, dtype_name="fp16").tag(8, 16, "flash")
+        == "8_16_flash_fp16_warm_compiled"
+    )
     assert make_run(tmp_path, schedule=Schedule(0, 0, 20)).tag(64) == "64_bf16_cold_eager_w0u0a20"
-
-
-def test_atomic_write_leaves_no_partial_file_when_the_writer_fails(tmp_path):
-    target = tmp_path / "t.json"
-
-    def broken(tmp: Path) -> None:
-        tmp.write_text('{"traceEvents": [')
-        raise RuntimeError("killed mid-write")
-
-    with pytest.raises(RuntimeError):
-        atomic_write(target, broken)
-    assert list(tmp_path.iterdir()) == []
-    atomic_write(target, lambda tmp: tmp.write_text("{}"))
-    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
 
 
 def test_table_falls_back_when_the_gpu_sort_key_is_refused():
@@ -65,45 +62,66 @@ def test_check_close_accepts_rounding_and_rejects_a_wrong_result(capsys):
         check_close(torch.full_like(ref, float("nan")), ref, torch.float32, "nan")
 
 
-@pytest.mark.parametrize("name, family", [
-    ("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "gemm"),
-    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "gemm"),
-    ("cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8", "gemm"),
-    ("volta_sgemm_128x64_tn", "gemm"),
-    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
-    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128> >(Flash_fwd_params)", "attention"),
-    ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_6_128x64x64_4x1x1_cga1x1x1_kernel0_0",
-     "attention"),
-    ("triton_poi_fused__unsafe_view_gelu_mul_0", "triton"),
-    ("void (anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, float const*, int)", "softmax"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int, float*)", "pointwise"),
-    ("_geglu_tanh_forward_kernel", "other"),
-])
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT", "gemm"),
+        ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "gemm"),
+        ("cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8", "gemm"),
+        ("volta_sgemm_128x64_tn", "gemm"),
+        ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128> >(Flash_fwd_params)", "attention"),
+        (
+            "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_6_128x64x64_4x1x1_cga1x1x1_kernel0_0",
+            "attention",
+        ),
+        ("triton_poi_fused__unsafe_view_gelu_mul_0", "triton"),
+        ("void (anonymous namespace)::cunn_SoftMaxForward<8, float>(float*, float const*, int)", "softmax"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int, float*)", "pointwise"),
+        ("_geglu_tanh_forward_kernel", "other"),
+    ],
+)
 def test_kernel_families_are_portable_across_gpus(name, family):
     assert kernel_family(name) == family
 
 
 def test_short_name_drops_templates_and_arguments():
-    assert short_name("void at::native::vectorized_elementwise_kernel<4, Foo<int> >(int, float*)") == \
-        "at::native::vectorized_elementwise_kernel<…>"
+    assert (
+        short_name("void at::native::vectorized_elementwise_kernel<4, Foo<int> >(int, float*)")
+        == "at::native::vectorized_elementwise_kernel<…>"
+    )
 
 
 def gpu_trace(kernel_names: list[str], memcpys: int, ops: dict[str, int]) -> Trace:
     steps = []
     for n in (2, 3, 4):
-        step = Step(n, n * 100.0, 90.0, region_us=50.0, cpu_ops=Counter(ops),
-                    runtime=Counter({"cudaLaunchKernel": len(kernel_names)}))
-        step.gpu = [("kernel", k, 10.0) for k in kernel_names] + [("gpu_memcpy", "Memcpy DtoD", 2.0)] * memcpys
+        step = Step(
+            n,
+            n * 100.0,
+            90.0,
+            region_us=50.0,
+            cpu_ops=Counter(ops),
+            runtime=Counter({"cudaLaunchKernel": len(kernel_names)}),
+        )
+        step.gpu = [GpuOp("kernel", k, 10.0) for k in kernel_names] + [
+            GpuOp("gpu_memcpy", "Memcpy DtoD", 2.0)
+        ] * memcpys
         steps.append(step)
     return Trace(Path("t.json"), "attn_fwd", steps, True, "NVIDIA H200", {})
 
 
 def test_guess_vs_trace_marks_matches_and_shouts_about_a_miss():
-    trace = gpu_trace(["ampere_sgemm", "elementwise_kernel", "cunn_SoftMaxForward", "ampere_sgemm"], 1,
-                      {"aten::masked_fill": 1})
-    guess = [kernels("gemm", 2, "two GEMMs"), kernels("softmax", 1, "softmax"), memcpy(0, "no copy expected"),
-             cpu_op("aten::masked_fill", 1, "out of place"), launches("cudaLaunchKernel", 4, "one per kernel")]
-    verdicts = check(trace, guess)
+    trace = gpu_trace(
+        ["ampere_sgemm", "elementwise_kernel", "cunn_SoftMaxForward", "ampere_sgemm"], 1, {"aten::masked_fill": 1}
+    )
+    guess = [
+        expect_kernels("gemm", 2, "two GEMMs"),
+        expect_kernels("softmax", 1, "softmax"),
+        expect_memcpy(0, "no copy expected"),
+        expect_op("aten::masked_fill", 1, "out of place"),
+        expect_launches("cudaLaunchKernel", 4, "one per kernel"),
+    ]
+    verdicts = check_guess(trace, guess)
     assert [v.matched for v in verdicts] == [True, True, False, True, True]
     text = "\n".join(format_verdicts(verdicts, trace))
     assert "[MISS] memcpy on the GPU" in text
@@ -114,14 +132,14 @@ def test_guess_vs_trace_marks_matches_and_shouts_about_a_miss():
 def test_on_a_cpu_trace_only_cpu_op_guesses_are_checked():
     trace = gpu_trace([], 0, {"aten::mm": 1})
     trace.has_gpu = False
-    verdicts = check(trace, [kernels("gemm", 1, "one GEMM"), cpu_op("aten::mm", 1, "mm")])
+    verdicts = check_guess(trace, [expect_kernels("gemm", 1, "one GEMM"), expect_op("aten::mm", 1, "mm")])
     assert [v.checked for v in verdicts] == [False, True]
     assert "only the CPU-op lines can be checked" in "\n".join(format_verdicts(verdicts, trace))
 
 
-def test_report_exits_1_under_strict_when_a_guess_misses(script, tmp_path, monkeypatch):
-    module = script("02_linear")
-    monkeypatch.setattr(module, "guess", lambda compiled: [cpu_op("aten::add", 1, "a wrong guess on purpose")])
+def test_report_exits_1_under_strict_when_a_guess_misses(tmp_path, monkeypatch):
+    module = load_script("02_linear")
+    monkeypatch.setattr(module, "guess", lambda compiled: [expect_op("aten::add", 1, "a wrong guess on purpose")])
     argv = ["--batch", "4", "--in_dim", "4", "--out_dim", "4", "--traces-dir", str(tmp_path)]
     assert module.main(argv) == 0
     assert module.main([*argv, "--strict"]) == 1
@@ -143,9 +161,13 @@ def test_short_name_keeps_an_anonymous_namespace():
 
 
 def test_short_name_drops_nested_argument_lists_and_keeps_what_the_kernel_computes():
-    name = ("void at::native::elementwise_kernel<128, 4, Foo>(int, at::native::gpu_kernel_impl_nocast<"
-            "at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda(bool)#1}>)")
+    name = (
+        "void at::native::elementwise_kernel<128, 4, Foo>(int, at::native::gpu_kernel_impl_nocast<"
+        "at::native::(anonymous namespace)::masked_fill_kernel(at::TensorIterator&)::{lambda(bool)#1}>)"
+    )
     assert short_name(name) == "at::native::elementwise_kernel<…masked_fill_kernel…>"
-    mul = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, " \
-          "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, float)"
+    mul = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, float)"
+    )
     assert short_name(mul) == "at::native::vectorized_elementwise_kernel<…MulFunctor…>"

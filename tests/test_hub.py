@@ -2,47 +2,44 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script, needs_kernels, requires_cuda, trace_names, usage_error, written
 
-from common import SuiteError
 from common import hub
 from common.attention import reference_attention
-from common.predict import kernel_family
+from common.cli import SuiteError
 from common.trace import read_trace
-from conftest import requires_cuda, trace_names, usage_error, written
-
-needs_kernels = pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="needs the kernels package")
 
 FAST_S = 5.0  # an offline Hub failure must come back within this (it includes importing `kernels`)
 
 # A pure-torch stand-in for FlashAttention's flash_attn_func: [batch, seq, heads, head_dim] and `causal=`.
-TOY_FLASH_ATTN = '''
+TOY_FLASH_ATTN = """
 import torch.nn.functional as F
 
 
 def flash_attn_func(q, k, v, causal=False):
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2)
-'''
+"""
 
 
 # A real FlashAttention-2 CUDA kernel behind the same API: PyTorch's own build of it, called on
 # [B, S, H, D] directly (what SDPA's flash backend calls after its transposes).
-TORCH_FLASH_ATTN = '''
+TORCH_FLASH_ATTN = """
 import torch
 
 
 def flash_attn_func(q, k, v, causal=False):
     out, *_ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, q.shape[1], k.shape[1], 0.0, causal, False)
     return out
-'''
+"""
 
 
 def make_kernel_dir(root: Path, source: str = TOY_FLASH_ATTN) -> Path:
@@ -54,10 +51,18 @@ def make_kernel_dir(root: Path, source: str = TOY_FLASH_ATTN) -> Path:
     variant = root / "toy-flash-attn" / "build" / "torch-universal"
     (variant / "toy_flash_attn").mkdir(parents=True)
     (variant / "toy_flash_attn" / "__init__.py").write_text(source)
-    (variant / "metadata.json").write_text(json.dumps({
-        "id": f"_toy_flash_attn_{abs(hash(str(root)))}", "name": "toy-flash-attn", "version": 1,
-        "license": "Apache-2.0", "python-depends": [], "backend": {"type": "cpu"},
-    }))
+    (variant / "metadata.json").write_text(
+        json.dumps(
+            {
+                "id": f"_toy_flash_attn_{abs(hash(str(root)))}",
+                "name": "toy-flash-attn",
+                "version": 1,
+                "license": "Apache-2.0",
+                "python-depends": [],
+                "backend": {"type": "cpu"},
+            }
+        )
+    )
     return root / "toy-flash-attn"
 
 
@@ -69,6 +74,17 @@ def offline(monkeypatch, tmp_path):
     monkeypatch.delenv("LOCAL_KERNELS", raising=False)
 
 
+LIGER = "kernels-community/liger-kernels"
+
+
+def hub_kernel(repo_id: str, **ref: object):
+    """What the Hub scripts do: `get_kernel(...)` inside `hub_access(...)`."""
+    from kernels import get_kernel
+
+    with hub.hub_access(repo_id):
+        return get_kernel(repo_id, **ref)
+
+
 def timed_failure(call) -> tuple[str, float]:
     start = time.perf_counter()
     with pytest.raises(SuiteError) as exc:
@@ -78,9 +94,9 @@ def timed_failure(call) -> tuple[str, float]:
 
 @needs_kernels
 def test_uncached_kernel_offline_fails_fast_and_says_what_to_do(offline):
-    message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.LIGER_REPO, version=1))
+    message, elapsed = timed_failure(lambda: hub_kernel(LIGER, version=1))
     assert elapsed < FAST_S
-    assert "kernels-community/liger-kernels (version 1) is not in the local kernels cache" in message
+    assert "kernels-community/liger-kernels is not in the local kernels cache" in message
     assert "HF_HUB_OFFLINE is set" in message and "run once with a network" in message
     assert "\n" not in message
 
@@ -92,7 +108,7 @@ def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
-    message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.FLASH_ATTN2, version=1))
+    message, elapsed = timed_failure(lambda: hub_kernel(hub.FLASH_ATTN2, version=1))
     assert elapsed < FAST_S
     assert "the Hub did not answer" in message and "not in the local kernels cache" in message
 
@@ -108,7 +124,7 @@ def test_silent_hub_is_given_up_on_after_the_probe_timeout(monkeypatch, tmp_path
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
     try:
-        message, elapsed = timed_failure(lambda: hub.load_hub_kernel(hub.LIGER_REPO, version=1))
+        message, elapsed = timed_failure(lambda: hub_kernel(LIGER, version=1))
     finally:
         silent.close()
     assert elapsed < hub.PROBE_TIMEOUT_S + FAST_S
@@ -121,27 +137,15 @@ def test_misleading_trust_error_is_reported_as_an_unreachable_hub():
     assert message.startswith("could not reach the Hugging Face Hub to load kernels-community/x (version 1)")
 
 
-def test_version_and_revision_are_exclusive_and_one_is_required():
-    with pytest.raises(ValueError):
-        hub.load_hub_kernel(hub.LIGER_REPO, version=1, revision="main")
-    with pytest.raises(ValueError):
-        hub.load_hub_kernel(hub.LIGER_REPO)
+def test_without_kernels_installed_the_hub_block_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kernels", None)  # import kernels -> ImportError
+    with pytest.raises(hub.HubError, match="`kernels` package is not installed"), hub.hub_access(LIGER):
+        pass
 
 
-@needs_kernels
-def test_auto_source_falls_back_to_pypi_liger_when_the_hub_is_unreachable(offline, capsys):
+def test_pypi_liger_is_the_liger_kernel_packages_layer():
     pytest.importorskip("liger_kernel")
-    layer, source = hub.load_liger_geglu("auto")
-    assert source == "pypi" and layer.__module__.startswith("liger_kernel.")
-    out = capsys.readouterr().out
-    assert "not in the local kernels cache" in out and "falling back to LigerGEGLUMLP from the liger-kernel" in out
-
-
-@needs_kernels
-def test_hub_source_fails_fast_offline_and_points_at_pypi(offline):
-    message, elapsed = timed_failure(lambda: hub.load_liger_geglu("hub"))
-    assert elapsed < FAST_S
-    assert message.endswith("or use --source pypi")
+    assert hub.pypi_liger_geglu().__module__.startswith("liger_kernel.")
 
 
 @needs_kernels
@@ -154,16 +158,34 @@ def test_local_kernel_directory_loads_through_kernels_and_computes_attention(tmp
 
 
 @needs_kernels
-def test_kernel_dir_is_the_flash_attn_source_and_tags_local(tmp_path):
-    func, source = hub.load_flash_attn(hub.FLASH_ATTN2, version=1, kernel_dir=make_kernel_dir(tmp_path))
-    assert source == "local" and callable(func)
+def test_kernel_dir_gives_its_flash_attn_func(tmp_path):
+    func = hub.flash_attn_func_of(hub.load_local_kernel(make_kernel_dir(tmp_path)), "toy")
+    assert callable(func) and func.__name__ == "flash_attn_func"
+
+
+def test_a_kernel_dir_loads_without_kernels_installed(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "kernels", None)
+    module = hub.load_local_kernel(make_kernel_dir(tmp_path))
+    q, k, v = (torch.randn(1, 4, 2, 8) for _ in range(3))
+    assert module.flash_attn_func(q, k, v, causal=True).shape == q.shape
+
+
+def test_build_variant_follows_the_kernels_naming(tmp_path):
+    major, minor = torch.__version__.split(".")[:2]
+    cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+    for name in (
+        "torch-universal",
+        f"torch{major}{minor}-cxx11-{cuda}-x86_64-linux",
+        "torch27-cxx11-cu126-x86_64-linux",
+    ):
+        (tmp_path / "build" / name).mkdir(parents=True)
+    assert hub.build_variant(tmp_path).name == f"torch{major}{minor}-cxx11-{cuda}-x86_64-linux"
 
 
 @needs_kernels
 def test_local_kernels_mapping_makes_get_kernel_load_from_disk(offline, monkeypatch, tmp_path):
     monkeypatch.setenv("LOCAL_KERNELS", f"{hub.FLASH_ATTN2}={make_kernel_dir(tmp_path)}")
-    func, source = hub.load_flash_attn(hub.FLASH_ATTN2, version=1)
-    assert source == "hub-flash-attn2" and func.__name__ == "flash_attn_func"
+    assert hub_kernel(hub.FLASH_ATTN2, version=1).flash_attn_func.__name__ == "flash_attn_func"
 
 
 def test_missing_kernel_dir_is_one_line():
@@ -186,7 +208,7 @@ def test_offline_flash_attn_uses_an_installed_package_saying_so(offline, monkeyp
     (tmp_path / "toy_flash_pkg.py").write_text(TOY_FLASH_ATTN)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package", "toy_flash_pkg"))
-    func, source = hub.load_flash_attn(hub.FLASH_ATTN3, version=1)
+    func, source = hub.installed_flash_attn(hub.HubError("the Hub is unreachable"), hub.FLASH_ATTN3)
     assert source == "pkg-toy_flash_pkg" and func.__module__ == "toy_flash_pkg"
     assert "using the installed toy_flash_pkg package instead" in capsys.readouterr().out
 
@@ -194,13 +216,24 @@ def test_offline_flash_attn_uses_an_installed_package_saying_so(offline, monkeyp
 @needs_kernels
 def test_offline_flash_attn_without_any_kernel_says_how_to_get_one(offline, monkeypatch):
     monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package",))
-    message, elapsed = timed_failure(lambda: hub.load_flash_attn(hub.FLASH_ATTN3, version=1))
+
+    def load() -> None:
+        try:
+            hub_kernel(hub.FLASH_ATTN3, version=1)
+        except hub.HubError as exc:
+            hub.installed_flash_attn(exc, hub.FLASH_ATTN3)
+
+    message, elapsed = timed_failure(load)
     assert elapsed < FAST_S
-    assert "run once with a network" in message and "or pass --kernel-dir PATH" in message
+    assert "run once with a network" in message
+    assert "hf download kernels-community/flash-attn3 --local-dir flash-attn3" in message
+    assert "--kernel-dir flash-attn3 (works without `kernels`)" in message
 
 
-@pytest.mark.parametrize("capability, repo", [((9, 0), hub.FLASH_ATTN3), ((8, 0), hub.FLASH_ATTN2),
-                                              ((8, 9), hub.FLASH_ATTN2), ((12, 0), hub.FLASH_ATTN2)])
+@pytest.mark.parametrize(
+    "capability, repo",
+    [((9, 0), hub.FLASH_ATTN3), ((8, 0), hub.FLASH_ATTN2), ((8, 9), hub.FLASH_ATTN2), ((12, 0), hub.FLASH_ATTN2)],
+)
 def test_flash_attn3_on_hopper_flash_attn2_elsewhere(capability, repo):
     assert hub.default_flash_repo(capability) == repo
 
@@ -210,8 +243,8 @@ def test_pre_ampere_gpu_is_refused():
         hub.default_flash_repo((7, 5))
 
 
-def test_kernels_attention_on_cpu_exits_2_with_one_line_and_writes_nothing(script, tmp_path, capsys):
-    main = script("04_d_kernels_attention").main
+def test_kernels_attention_on_cpu_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    main = load_script("04_d_kernels_attention").main
     err = usage_error(lambda: main(["--device", "cpu", "--traces-dir", str(tmp_path)]), capsys)
     assert "needs a CUDA GPU" in err
     assert written(tmp_path) == []
@@ -220,11 +253,15 @@ def test_kernels_attention_on_cpu_exits_2_with_one_line_and_writes_nothing(scrip
 @pytest.mark.gpu
 @requires_cuda
 @needs_kernels
-def test_kernels_attention_on_gpu_from_a_local_kernel_dir(script, tmp_path):
+def test_kernels_attention_on_gpu_from_a_local_kernel_dir(tmp_path):
     flags = ["--batch", "2", "--heads", "2", "--seq", "64", "--head_dim", "64"]
     kernel_dir = make_kernel_dir(tmp_path / "kernel")
-    assert script("04_d_kernels_attention").main(
-        [*flags, "--kernel-dir", str(kernel_dir), "--traces-dir", str(tmp_path)]) == 0
+    assert (
+        load_script("04_d_kernels_attention").main(
+            [*flags, "--kernel-dir", str(kernel_dir), "--traces-dir", str(tmp_path)]
+        )
+        == 0
+    )
     names = trace_names(tmp_path / "04_d_kernels_attention" / "2_2_64_64_local_bf16_cold_eager.json")
     assert {"attn_fwd", "ProfilerStep#2"} <= names
 
@@ -232,12 +269,16 @@ def test_kernels_attention_on_gpu_from_a_local_kernel_dir(script, tmp_path):
 @pytest.mark.gpu
 @requires_cuda
 @needs_kernels
-def test_kernels_attention_with_a_fused_local_kernel_matches_its_guess(script, tmp_path):
+def test_kernels_attention_with_a_fused_local_kernel_matches_its_guess(tmp_path):
     """Through --kernel-dir, a FlashAttention-2 kernel fed [B, S, H, D]: one fused kernel, no transposes."""
     kernel_dir = make_kernel_dir(tmp_path / "kernel", TORCH_FLASH_ATTN)
-    assert script("04_d_kernels_attention").main(
-        ["--kernel-dir", str(kernel_dir), "--strict", "--traces-dir", str(tmp_path)]) == 0
+    assert (
+        load_script("04_d_kernels_attention").main(
+            ["--kernel-dir", str(kernel_dir), "--strict", "--traces-dir", str(tmp_path)]
+        )
+        == 0
+    )
     trace = read_trace(tmp_path / "04_d_kernels_attention" / "8_16_1024_64_local_bf16_cold_eager.json")
     for step in trace.steps:
-        assert [kernel_family(name) for name, _ in step.kernels] == ["attention"]
+        assert [k.family for k in step.kernels] == ["attention"]
         assert step.cpu_ops["aten::transpose"] == 0

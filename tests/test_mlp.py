@@ -8,22 +8,18 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import requires_cuda, run, trace_names, usage_error, written
 from torch import nn
 
 from common.hub import liger_mlp_like
 from common.mlp import mlp_work, simple_mlp_class
-from conftest import requires_cuda, trace_names, usage_error, written
 
 TINY = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
 TINY_TAG = "2_8_32_64"
 
 
-def run(script, name: str, tmp_path, *flags: str) -> int:
-    return script(name).main([*TINY, *flags, "--traces-dir", str(tmp_path)])
-
-
-def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(script, tmp_path, capsys):
-    assert run(script, "03_simple_mlp", tmp_path) == 0
+def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(tmp_path, capsys):
+    assert run("03_simple_mlp", tmp_path, *TINY) == 0
     trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_eager.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4", "mlp_fwd"} <= names
@@ -35,8 +31,8 @@ def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(script, tmp_pat
     assert "all 4 checked guesses match the trace" in out
 
 
-def test_simple_mlp_compiled_trace_shows_bare_mm_and_no_linear(script, tmp_path, capsys):
-    assert run(script, "03_simple_mlp", tmp_path, "--compile") == 0
+def test_simple_mlp_compiled_trace_shows_bare_mm_and_no_linear(tmp_path, capsys):
+    assert run("03_simple_mlp", tmp_path, *TINY, "--compile") == 0
     trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_compiled.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#4", "mlp_fwd", "aten::mm"} <= names
@@ -91,17 +87,17 @@ def test_config_built_liger_layer_from_pypi_holds_the_same_weights():
     assert layer.gate_proj.weight.dtype == torch.bfloat16
 
 
-def test_kernels_mlp_on_cpu_exits_2_with_one_line_and_writes_nothing(script, tmp_path, capsys):
-    err = usage_error(lambda: run(script, "03_kernels_mlp", tmp_path, "--device", "cpu"), capsys)
+def test_kernels_mlp_on_cpu_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    err = usage_error(lambda: run("03_kernels_mlp", tmp_path, *TINY, "--device", "cpu"), capsys)
     assert "needs a CUDA GPU" in err
     assert written(tmp_path) == []
 
 
 @pytest.mark.gpu
 @requires_cuda
-def test_kernels_mlp_from_pypi_on_gpu_traces_liger_geglu_kernel(script, tmp_path):
+def test_kernels_mlp_from_pypi_on_gpu_traces_liger_geglu_kernel(tmp_path):
     pytest.importorskip("liger_kernel")
-    assert run(script, "03_kernels_mlp", tmp_path, "--source", "pypi") == 0
+    assert run("03_kernels_mlp", tmp_path, *TINY, "--source", "pypi") == 0
     names = trace_names(tmp_path / "03_kernels_mlp" / f"{TINY_TAG}_pypi_bf16_cold_eager.json")
     assert any("geglu" in str(n) for n in names)
     assert "aten::gelu" not in names

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.summary import main, summarize, top_kernels
 from common.trace import parse
-from test_trace import ev, tiny_cpu_trace, tiny_gpu_trace
-from conftest import usage_error
 
 
 def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:
@@ -41,8 +40,12 @@ def traces(tmp_path: Path) -> Path:
     return folder
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
+def summary(capsys, *argv: str) -> tuple[int, str, str]:
+    """`python -m common.summary ARGV` in this process: exit code, stdout, stderr."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -57,8 +60,13 @@ def test_a_gpu_row_has_per_step_medians_launches_and_rates():
     assert row.name == "04_x/a" and row.steps == 2 and row.on == "GPU"
     assert row.kernels == 1.5  # median of 2 and 1 kernels
     assert row.gpu_us == (47 + 31) / 2 and row.cpu_us == (80 + 40) / 2
-    assert row.launches == {"cudaLaunchKernel": 1, "cuLaunchKernelEx": 0.5, "occupancy": 0.5,
-                            "memcpy": 0.5, "memset": 0.5}
+    assert row.launches == {
+        "cudaLaunchKernel": 1,
+        "cuLaunchKernelEx": 0.5,
+        "occupancy": 0.5,
+        "memcpy": 0.5,
+        "memset": 0.5,
+    }
     assert row.tflops == pytest.approx(312e6 / 39e-6 / 1e12)
     assert row.pct_flops == pytest.approx(100 * row.tflops / 312)  # the A100-SXM4-80GB bf16 peak
     assert row.pct_bytes == pytest.approx(100 * row.gbps / 2039)
@@ -83,11 +91,12 @@ def test_top_kernels_rank_by_total_time_with_short_names_and_families():
     stats = top_kernels(parse(tiny_gpu_trace()), 2)
     assert [(k.name, k.family, k.us_per_step, k.calls_per_step) for k in stats] == [
         ("ampere_sgemm_64x64_nn<…>", "gemm", 35.0, 1.0),
-        ("at::native::vectorized_elementwise_kernel<…>", "pointwise", 2.5, 0.5)]
+        ("at::native::vectorized_elementwise_kernel<…>", "pointwise", 2.5, 0.5),
+    ]
 
 
 def test_text_table_has_one_row_per_trace_and_dashes_for_gpu_figures_on_cpu(traces, capsys):
-    code, out, err = run(capsys, traces)
+    code, out, err = summary(capsys, traces)
     assert code == 0 and err == ""
     assert "baseline 01_x/8_bf16_cold_eager" in out  # the first trace, folders sorted
     cpu = row_of(out, "01_x/8_bf16_cold_eager")
@@ -99,26 +108,26 @@ def test_text_table_has_one_row_per_trace_and_dashes_for_gpu_figures_on_cpu(trac
 
 
 def test_baseline_ratios_against_a_tag_or_a_path(traces, capsys):
-    code, out, _ = run(capsys, traces / "04_x", "--baseline", "a_fast")
+    code, out, _ = summary(capsys, traces / "04_x", "--baseline", "a_fast")
     assert code == 0 and row_of(out, "04_x/a_fast")[-2:] == ["1.00", "1.00"]
     assert row_of(out, "04_x/b_slow")[-2:] == ["2.00", "1.00"]  # kernels twice as long, same CPU time
-    code, out, _ = run(capsys, traces / "04_x", "--baseline", traces / "04_x" / "b_slow.json")
+    code, out, _ = summary(capsys, traces / "04_x", "--baseline", traces / "04_x" / "b_slow.json")
     assert row_of(out, "04_x/a_fast")[-2:] == ["0.500", "1.00"]
 
 
 def test_a_cpu_baseline_gives_no_gpu_ratio(traces, capsys):
-    _, out, _ = run(capsys, traces, "--baseline", "01_x/8_bf16_cold_eager")
+    _, out, _ = summary(capsys, traces, "--baseline", "01_x/8_bf16_cold_eager")
     assert row_of(out, "04_x/a_fast")[-2:] == ["—", "0.857"]
 
 
 def test_an_ambiguous_or_unknown_baseline_is_one_error_line(traces, capsys):
     for wanted, why in (("04_x", "matches 2 traces"), ("nope", "matches no trace")):
-        code, out, err = run(capsys, traces, "--baseline", wanted)
+        code, out, err = summary(capsys, traces, "--baseline", wanted)
         assert code == 2 and out == "" and err.count("\n") == 1 and why in err
 
 
 def test_markdown_output_is_pipe_tables(traces, capsys):
-    code, out, _ = run(capsys, traces / "04_x", "--markdown", "--top", "1")
+    code, out, _ = summary(capsys, traces / "04_x", "--markdown", "--top", "1")
     assert code == 0 and "### Per-step summary of 2 trace(s)" in out
     assert "| trace | steps | kernels | GPU µs | CPU µs | cudaLaunchKernel | cuLaunchKernelEx | occupancy |" in out
     assert "| 04_x/b_slow | 2 | 1.5 | 78 | 60 |" in out
@@ -129,13 +138,17 @@ def bad_input(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "empty").mkdir()
     (tmp_path / "notrace.json").write_text("{not json")
     (tmp_path / "nosteps.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}))
-    return {"no such file or folder": tmp_path / "missing.json", "no *.json": tmp_path / "empty",
-            "not a readable Chrome trace": tmp_path / "notrace.json", "no ProfilerStep": tmp_path / "nosteps.json"}
+    return {
+        "no such file or folder": tmp_path / "missing.json",
+        "no *.json": tmp_path / "empty",
+        "not a readable Chrome trace": tmp_path / "notrace.json",
+        "no ProfilerStep": tmp_path / "nosteps.json",
+    }
 
 
 def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
     for why, path in bad_input(tmp_path).items():
-        code, out, err = run(capsys, path)
+        code, out, err = summary(capsys, path)
         assert (code, out) == (2, "") and err.count("\n") == 1, why
         assert err.startswith("error: ") and why in err and str(path) in err
 
@@ -146,13 +159,13 @@ def test_bad_flags_are_one_error_line(capsys):
 
 def test_plot_without_matplotlib_says_how_to_get_it(traces, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    code, out, err = run(capsys, traces, "--plot", traces / "p.png")
+    code, out, err = summary(capsys, traces, "--plot", traces / "p.png")
     assert (code, out) == (2, "") and "uv run --extra plot" in err and err.count("\n") == 1
 
 
 def test_plot_writes_a_png(traces, capsys):
     pytest.importorskip("matplotlib")
-    code, out, _ = run(capsys, traces, "--plot", traces / "p.png")
+    code, out, _ = summary(capsys, traces, "--plot", traces / "p.png")
     assert code == 0 and f"plot: {traces / 'p.png'}" in out
     assert (traces / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -161,15 +174,18 @@ def test_round_trip_of_a_real_cpu_trace_as_json_and_json_gz(tmp_path, capsys):
     path = tmp_path / "real" / "add.json"
     path.parent.mkdir()
     x = torch.randn(64, 64)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
         for _ in range(5):
             with record_function("matmul_add"):
                 torch.add(x @ x, x)
             prof.step()
     with open(path, "rb") as src, gzip.open(path.with_suffix(".json.gz"), "wb") as dst:
         shutil.copyfileobj(src, dst)
-    code, out, err = run(capsys, path.parent, "--markdown")
+    code, out, err = summary(capsys, path.parent, "--markdown")
     assert code == 0 and err == ""
     rows = [line for line in out.splitlines() if line.startswith("| real/add")]
     assert len(rows) == 2  # add.json and add.json.gz, both named real/add

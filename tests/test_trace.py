@@ -8,55 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.trace import load_json, parse, read_trace
-from conftest import requires_cuda
-
-
-def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
-    """One complete ("X") Chrome-trace event."""
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
-def tiny_gpu_trace() -> dict:
-    """Two profiled steps on a GPU. Step 2's kernels run after its CPU span ends (the GPU lags):
-    only the correlation id ties them to step 2."""
-    return {"traceEvents": [
-        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
-        ev("kernel", "warmup_kernel", 1, 1, tid=7, correlation=99),  # launched before any step
-        ev("user_annotation", "ProfilerStep#2", 10, 100),
-        ev("user_annotation", "fwd", 12, 80),
-        ev("cpu_op", "aten::matmul", 14, 30), ev("cpu_op", "aten::mm", 15, 28),
-        ev("cuda_runtime", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", 16, 1, correlation=1),
-        ev("cuda_runtime", "cudaLaunchKernel", 18, 3, correlation=2),
-        ev("cpu_op", "aten::add", 50, 10),
-        ev("cuda_driver", "cuLaunchKernelEx", 52, 3, correlation=3),
-        ev("cuda_runtime", "cudaMemcpyAsync", 56, 2, correlation=4),
-        ev("gpu_user_annotation", "fwd", 20, 60, tid=7),  # the label's GPU projection, not a kernel
-        ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 20, 40, tid=7, correlation=2),
-        ev("kernel", "void at::native::vectorized_elementwise_kernel<4>(int)", 61, 5, tid=7, correlation=3),
-        ev("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 67, 2, tid=7, correlation=4),
-        ev("user_annotation", "ProfilerStep#3", 110, 50),
-        ev("user_annotation", "fwd", 112, 40),
-        ev("cpu_op", "aten::mm", 114, 20),
-        ev("cuda_runtime", "cudaMemsetAsync", 115, 1, correlation=5),
-        ev("cuda_runtime", "cudaLaunchKernel", 117, 3, correlation=6),
-        ev("gpu_memset", "Memset (Device)", 170, 1, tid=7, correlation=5),
-        ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 172, 30, tid=7, correlation=6),
-        {"ph": "f", "id": 6, "pid": 1, "tid": 7, "ts": 172, "cat": "ac2g", "name": "ac2g"},
-    ], "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}]}
-
-
-def tiny_cpu_trace() -> dict:
-    return {"traceEvents": [
-        ev("user_annotation", "ProfilerStep#0", 0, 100), ev("user_annotation", "fwd", 5, 60),
-        ev("cpu_op", "aten::add", 10, 20),
-        ev("user_annotation", "ProfilerStep#1", 100, 100), ev("user_annotation", "fwd", 105, 80),
-        ev("cpu_op", "aten::add", 110, 20), ev("cpu_op", "aten::add", 140, 20),
-        ev("user_annotation", "ProfilerStep#2", 200, 100), ev("user_annotation", "fwd", 205, 70),
-        ev("cpu_op", "aten::add", 210, 20),
-    ], "suite": {"script": "01_x", "tag": "8_bf16_cold_eager", "label": "fwd", "flops": 1e6, "bytes": 1e3}}
 
 
 def test_steps_are_the_profiler_step_events_in_time_order():
@@ -67,15 +22,18 @@ def test_steps_are_the_profiler_step_events_in_time_order():
 
 def test_gpu_work_belongs_to_the_step_that_launched_it_even_when_it_runs_later():
     first, second = parse(tiny_gpu_trace()).steps
-    assert [n for n, _ in first.kernels] == ["void ampere_sgemm_64x64_nn<float>(int)",
-                                             "void at::native::vectorized_elementwise_kernel<4>(int)"]
-    assert first.memcpy == [("Memcpy DtoD (Device -> Device)", 2)] and first.memset == []
-    assert second.kernels == [("void ampere_sgemm_64x64_nn<float>(int)", 30)]  # ran at 172, after step 3's end
-    assert second.memset == [("Memset (Device)", 1)]
+    assert [k.name for k in first.kernels] == [
+        "void ampere_sgemm_64x64_nn<float>(int)",
+        "void at::native::vectorized_elementwise_kernel<4>(int)",
+    ]
+    assert [(m.name, m.us) for m in first.memcpy] == [("Memcpy DtoD (Device -> Device)", 2)] and first.memset == []
+    # ran at 172, after step 3's end
+    assert [(k.name, k.us) for k in second.kernels] == [("void ampere_sgemm_64x64_nn<float>(int)", 30)]
+    assert [(m.name, m.us) for m in second.memset] == [("Memset (Device)", 1)]
 
 
 def test_work_launched_outside_the_steps_and_gpu_annotations_are_not_counted():
-    names = [name for s in parse(tiny_gpu_trace()).steps for _, name, _ in s.gpu]
+    names = [op.name for s in parse(tiny_gpu_trace()).steps for op in s.gpu]
     assert "warmup_kernel" not in names and "fwd" not in names
 
 
@@ -152,8 +110,11 @@ def profile_tiny_matmul(tmp_path: Path, device: str) -> tuple[torch.profiler.pro
     path = tmp_path / "t.json"
     x = torch.randn(32, 32, device=device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=3),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=1, warmup=1, active=3),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
         for _ in range(5):
             with record_function("fwd"):
                 torch.add(x @ x, x)
@@ -185,8 +146,10 @@ def test_cpu_op_counts_per_step_agree_with_prof_events(tmp_path):
 def test_kernel_counts_per_step_agree_with_prof_events(tmp_path):
     prof, path = profile_tiny_matmul(tmp_path, "cuda")
     events = prof.events()
-    steps = sorted((e for e in events if e.name.startswith("ProfilerStep") and e.device_type.name == "CPU"),
-                   key=lambda e: e.time_range.start)
+    steps = sorted(
+        (e for e in events if e.name.startswith("ProfilerStep") and e.device_type.name == "CPU"),
+        key=lambda e: e.time_range.start,
+    )
     gpu = [e for e in events if e.device_type.name == "CUDA" and not e.is_user_annotation]
 
     def in_step(e, s) -> bool:  # each step synchronizes, so its GPU work ends inside its CPU span

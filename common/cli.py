@@ -1,0 +1,119 @@
+"""The command-line contract of the whole suite, scripts and summary alike.
+
+Bad input or a machine that cannot do the job: one `error: ...` line on stderr and exit 2.
+Ctrl-C: one `interrupted` line and exit 130. Never a traceback for either. This module never
+imports torch, so `python -m common.summary` starts without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+MAX_INT = 2**31 - 1  # larger integers are refused when parsed: no shape, step count or size here needs more
+
+
+class SuiteError(Exception):
+    """A problem with the input or the machine, reported as one line (no traceback)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag prints one `error:` line (no usage dump) and exits 2; no abbreviated flags."""
+
+    def __init__(self, doc: str | None = None, **kwargs: object) -> None:
+        summary, _, details = (doc or "").strip().partition("\n")
+        kwargs.setdefault("description", summary)
+        kwargs.setdefault("epilog", details.strip() or None)
+        super().__init__(allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _integer(text: str, least: int) -> int:
+    wanted = "a positive integer" if least == 1 else f"an integer >= {least}"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected {wanted}, got {value}")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"{value} is too large (at most {MAX_INT})")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer from 1 to MAX_INT."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer from 0 to MAX_INT."""
+    return _integer(text, 0)
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    """Print `error: <message>` to stderr and exit with `code`."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether `exc` is Ctrl-C, or an error raised while Ctrl-C was being handled (the profiler's exit)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
+
+
+def cli(main: Callable[..., int]) -> Callable[..., int]:
+    """Decorate a `main(argv)` so user-facing failures become one line: exit 2, or 130 for Ctrl-C.
+
+    Only errors a reader can act on are caught (bad input, out of memory, a folder that cannot be
+    written); a bug in the suite still shows its traceback.
+    """
+
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except SuiteError as exc:
+            fail(str(exc))
+        except MemoryError:
+            fail("out of CPU memory at these sizes; try smaller shapes")
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}")
+        except BaseException as exc:
+            if _interrupted(exc):
+                print("interrupted", file=sys.stderr)
+                raise SystemExit(EXIT_INTERRUPTED) from None
+            torch = sys.modules.get("torch")  # loaded by the scripts; the summary never imports it
+            if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
+                fail("out of GPU memory at these sizes; try smaller shapes")
+            if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's CPU allocator
+                fail(f"out of CPU memory at these sizes ({str(exc).splitlines()[0].strip()}); try smaller shapes")
+            raise
+
+    return wrapper

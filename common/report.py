@@ -1,0 +1,80 @@
+"""What a run prints after profiling: the table, guess vs trace, the physics, the bench, the files.
+
+Every function here prints and returns nothing, except `exit_code`, which prints nothing.
+"""
+
+from __future__ import annotations
+
+from common.bench import Bench
+from common.export import TraceFiles, share_command
+from common.guess import Verdict, format_verdicts
+from common.physics import Work, achieved, find_peak
+from common.runtime import Run
+from common.trace import Trace
+
+
+def step_seconds(trace: Trace) -> tuple[float, str] | None:
+    """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
+    us, where = trace.step_time_us()
+    if us is None:
+        return None
+    return us * 1e-6, "GPU busy (kernel sum)" if where == "GPU" else f"CPU ({trace.label} region)"
+
+
+def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: str | None) -> list[str]:
+    """Achieved TFLOP/s and GB/s for `work` done in `seconds`; % of peak only where the peak is known."""
+    peak = find_peak(device_name, run.peak_tflops, run.peak_gbps) if run.on_gpu else None
+    got = achieved(work, seconds, peak, run.dtype_name)
+    flops = f"{got.tflops:.3g} TFLOP/s"
+    if got.pct_flops is not None:
+        flops += f" ({got.pct_flops:.1f}% of {peak.name} peak {peak.tflops(run.dtype_name):g})"
+    gbps = f"{got.gbps:.3g} GB/s" + (f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else "")
+    lines = [
+        f"step time: {seconds * 1e6:.1f} µs {what}, median of the profiled steps",
+        f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step -> {flops}, {gbps}",
+    ]
+    if run.on_gpu and peak is None:
+        lines.append(f"  (no peak figures for {device_name!r}: pass --peak-tflops/--peak-gbps for % of peak)")
+    elif not run.on_gpu:
+        lines.append("  (on the CPU: no % of peak; the figures above use CPU time)")
+    return lines
+
+
+def print_report(files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: Run) -> None:
+    """The top of the profiler table, guess vs trace with one step's GPU work, and the physics."""
+    print()
+    print(files.table)
+    print("\n".join(format_verdicts(verdicts, trace)))
+    timed = step_seconds(trace)
+    if timed:
+        work = Work(files.work.flops, files.work.bytes)
+        print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
+
+
+def print_bench(b: Bench, trace: Trace) -> None:
+    """The unprofiled timing (--bench), set beside the profiler's figure for the same step."""
+    parts = []
+    if b.gpu_s is not None:
+        parts.append(
+            f"{b.gpu_s * 1e6:.1f} µs per step on the GPU stream (CUDA events, median of a {b.gpu_calls}-call burst)"
+        )
+    parts.append(f"{b.wall_s * 1e6:.1f} µs wall per step sustained (median over {b.wall_calls} calls)")
+    line = "bench (no profiler): " + ", ".join(parts)
+    timed = step_seconds(trace)
+    if timed:
+        ref = b.gpu_s if b.gpu_s is not None else b.wall_s
+        line += f"; the profiler's {timed[1]} is {timed[0] * 1e6:.1f} µs ({timed[0] / ref:.2f}x)"
+    print(line)
+
+
+def print_files(files: TraceFiles, run: Run) -> None:
+    """The two files written, and how to open or share them."""
+    print(f"trace: {files.json}")
+    print(f"table: {files.txt}")
+    print(f"open the trace at https://ui.perfetto.dev, or share traces/ with: {share_command(run.traces_dir.parent)}")
+
+
+def exit_code(verdicts: list[Verdict], strict: bool) -> int:
+    """1 under --strict when a checked guess missed, else 0."""
+    missed = any(v.checked and not v.matched for v in verdicts)
+    return 1 if strict and missed else 0

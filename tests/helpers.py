@@ -1,0 +1,111 @@
+"""What the tests share: run a numbered script, load one as a module, read what a run wrote."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "h200"
+SCRIPTS = sorted(p.stem for p in ROOT.glob("0*.py"))
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_kernels = pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="needs the kernels package")
+
+
+def load_script(name: str) -> ModuleType:
+    """Import `<ROOT>/<name>.py` (names start with digits, so plain import can't)."""
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), ROOT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(name: str, traces_dir: Path, *flags: str) -> int:
+    """`<name>.main([...flags, "--traces-dir", traces_dir])`: a script end to end, in this process."""
+    return load_script(name).main([*flags, "--traces-dir", str(traces_dir)])
+
+
+def usage_error(call: Callable[[], object], capsys: pytest.CaptureFixture) -> str:
+    """Run `call`, expect the suite's bad-input exit (code 2, one `error:` line on stderr) and return that line."""
+    with pytest.raises(SystemExit) as exc:
+        call()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error:"), err
+    return err
+
+
+def trace_names(path: Path) -> set[str]:
+    """Every event name in an exported Chrome trace."""
+    return {e.get("name") for e in json.loads(path.read_text())["traceEvents"]}
+
+
+def written(folder: Path) -> list[Path]:
+    """Every file under `folder` (hidden temporaries included), sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+# Hand-made traces for the reader and the summary
+
+
+def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict:
+    """One complete ("X") Chrome-trace event."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def tiny_gpu_trace() -> dict:
+    """Two profiled steps on a GPU. Step 2's kernels run after its CPU span ends (the GPU lags):
+    only the correlation id ties them to step 2."""
+    return {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+            ev("kernel", "warmup_kernel", 1, 1, tid=7, correlation=99),  # launched before any step
+            ev("user_annotation", "ProfilerStep#2", 10, 100),
+            ev("user_annotation", "fwd", 12, 80),
+            ev("cpu_op", "aten::matmul", 14, 30),
+            ev("cpu_op", "aten::mm", 15, 28),
+            ev("cuda_runtime", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", 16, 1, correlation=1),
+            ev("cuda_runtime", "cudaLaunchKernel", 18, 3, correlation=2),
+            ev("cpu_op", "aten::add", 50, 10),
+            ev("cuda_driver", "cuLaunchKernelEx", 52, 3, correlation=3),
+            ev("cuda_runtime", "cudaMemcpyAsync", 56, 2, correlation=4),
+            ev("gpu_user_annotation", "fwd", 20, 60, tid=7),  # the label's GPU projection, not a kernel
+            ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 20, 40, tid=7, correlation=2),
+            ev("kernel", "void at::native::vectorized_elementwise_kernel<4>(int)", 61, 5, tid=7, correlation=3),
+            ev("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 67, 2, tid=7, correlation=4),
+            ev("user_annotation", "ProfilerStep#3", 110, 50),
+            ev("user_annotation", "fwd", 112, 40),
+            ev("cpu_op", "aten::mm", 114, 20),
+            ev("cuda_runtime", "cudaMemsetAsync", 115, 1, correlation=5),
+            ev("cuda_runtime", "cudaLaunchKernel", 117, 3, correlation=6),
+            ev("gpu_memset", "Memset (Device)", 170, 1, tid=7, correlation=5),
+            ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 172, 30, tid=7, correlation=6),
+            {"ph": "f", "id": 6, "pid": 1, "tid": 7, "ts": 172, "cat": "ac2g", "name": "ac2g"},
+        ],
+        "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+    }
+
+
+def tiny_cpu_trace() -> dict:
+    return {
+        "traceEvents": [
+            ev("user_annotation", "ProfilerStep#0", 0, 100),
+            ev("user_annotation", "fwd", 5, 60),
+            ev("cpu_op", "aten::add", 10, 20),
+            ev("user_annotation", "ProfilerStep#1", 100, 100),
+            ev("user_annotation", "fwd", 105, 80),
+            ev("cpu_op", "aten::add", 110, 20),
+            ev("cpu_op", "aten::add", 140, 20),
+            ev("user_annotation", "ProfilerStep#2", 200, 100),
+            ev("user_annotation", "fwd", 205, 70),
+            ev("cpu_op", "aten::add", 210, 20),
+        ],
+        "suite": {"script": "01_x", "tag": "8_bf16_cold_eager", "label": "fwd", "flops": 1e6, "bytes": 1e3},
+    }
