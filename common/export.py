@@ -85,7 +85,6 @@ class TraceFiles:
         self.json = run.traces_dir / f"{tag}.json"
         self.txt = run.traces_dir / f"{tag}.txt"
         self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
-        self.written = False
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
@@ -117,7 +116,6 @@ class TraceFiles:
             except OSError:
                 self.txt.unlink(missing_ok=True)  # the pair, or neither
                 raise
-            self.written = True
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         finally:
@@ -141,7 +139,6 @@ class TraceFiles:
         """Remove the written files (used when the output turns out wrong)."""
         self.json.unlink(missing_ok=True)
         self.txt.unlink(missing_ok=True)
-        self.written = False
 
 
 def share_command(traces_root: Path) -> str:
