@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, launch_cells, text_table
 from common.trace import FAMILIES, Step, Trace, short_name
 
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
@@ -99,7 +100,8 @@ def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:
 
 def format_verdicts(verdicts: list[Verdict], trace: Trace) -> list[str]:
     """Guess vs trace, a line each, then the kernels one step launched (or why there are none)."""
-    steps = ", ".join(f"#{s.number}" for s in trace.steps)
+    numbers = [s.number for s in trace.steps]
+    steps = ", ".join(f"#{n}" for n in numbers) if len(numbers) <= 5 else f"#{numbers[0]} to #{numbers[-1]}"
     lines = [f"guess vs trace (per profiled step; steps {steps})"]
     if not trace.has_gpu:
         lines.append("  on the CPU: only the CPU-op lines can be checked; GPU lines are shown, not checked")
@@ -125,9 +127,13 @@ def format_verdicts(verdicts: list[Verdict], trace: Trace) -> list[str]:
         lines.append(f"  all {n} checked guesses match the trace")
     step = trace.steps[0]
     if trace.has_gpu:
-        lines.append(f"GPU work of step #{step.number}, in launch order:")
-        for i, op in enumerate(step.gpu, 1):
-            lines.append(f"  {i:2d}. {op.us:9.1f} µs  [{op.family}]  {short_name(op.name)}")
+        lines.append(f"GPU work of step #{step.number}, in launch order ({LAUNCH_LEGEND}):")
+        cells = [
+            [str(i), f"{op.us:.1f}", op.family, *launch_cells(op), short_name(op.name, 70)]
+            for i, op in enumerate(step.gpu, 1)
+        ]
+        headers = ["#", "µs", "family", *LAUNCH_HEADERS, "kernel"]
+        lines += ["  " + line for line in text_table(headers, cells, {"family", "kernel"}).splitlines()]
     else:
         lines.append("no GPU lane in this trace (CPU run): no kernels to list")
     return lines

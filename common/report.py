@@ -10,6 +10,7 @@ from common.export import TraceFiles, share_command
 from common.guess import Verdict, format_verdicts
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
+from common.tables import step_table
 from common.trace import Trace
 
 
@@ -45,6 +46,9 @@ def print_report(files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: 
     print()
     print(files.table)
     print("\n".join(format_verdicts(verdicts, trace)))
+    if run.per_step or len(trace.steps) > 3:
+        print(f"per profiled step ({trace.label} region on the CPU, busy time on the GPU):")
+        print(step_table(trace, every=run.per_step))
     timed = step_seconds(trace)
     if timed:
         work = Work(files.work.flops, files.work.bytes)

@@ -61,6 +61,7 @@ class Run:
     schedule: Schedule
     traces_dir: Path  # traces/<script>/, created when the trace is written
     strict: bool = False
+    per_step: bool = False
     peak_tflops: float | None = None
     peak_gbps: float | None = None
 
@@ -106,7 +107,7 @@ def make_parser(doc: str | None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
     Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps, --active,
-    --traces-dir, --bench, --strict, --peak-tflops, --peak-gbps. The script adds its own.
+    --traces-dir, --bench, --per-step, --strict, --peak-tflops, --peak-gbps. The script adds its own.
     """
     parser = OneLineParser(doc)
     run = parser.add_argument_group("device and precision")
@@ -138,6 +139,11 @@ def make_parser(doc: str | None) -> OneLineParser:
         "--bench",
         action="store_true",
         help="also time the step without the profiler, to show its overhead (default: off)",
+    )
+    out.add_argument(
+        "--per-step",
+        action="store_true",
+        help="print a row per profiled step (default: off; on by itself when --active is over 3)",
     )
     out.add_argument(
         "--strict", action="store_true", help="exit 1 when the trace does not match the script's guess (default: off)"
@@ -232,6 +238,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
         traces_dir=check_writable(base / script),
         strict=args.strict,
+        per_step=args.per_step,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
     )

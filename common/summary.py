@@ -2,14 +2,18 @@
 
 Usage:
     uv run python -m common.summary traces/01_matmul_add
-    uv run python -m common.summary traces/04_a_naive_attention traces/04_c_sdpa_attention --baseline naive
+    uv run python -m common.summary traces/04_a_naive_attention traces/04_c_sdpa_attention
     uv run python -m common.summary traces --markdown --top 3
+    uv run python -m common.summary traces/01_matmul_add --per-step     # one row per profiled step
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
-PATH is a trace (.json or .json.gz) or a folder searched for them; a file that is not a trace, a
-folder without traces or a trace without profiler steps stops the run with one `error:` line
-(exit 2). "Per step" is the median over the trace's profiler steps (ProfilerStep#N). GPU time is
-GPU busy time: the sum of kernel, memcpy and memset durations, not wall time. CPU time is the span
+PATH is a trace (.json or .json.gz) or a folder searched for them; a folder without traces is
+skipped with a notice; a file that is not a trace or a trace without profiler steps stops the run
+with one `error:` line (exit 2). The baseline of the ×base ratios is, unless --baseline names
+another, the slowest trace (the most GPU time per step, or CPU time where no trace has a GPU lane),
+so every ratio reads as a fraction of it. The table fits 120 columns; --wide shows every column.
+"Per step" is the median over the trace's profiler steps (ProfilerStep#N). GPU time is GPU busy
+time: the sum of kernel, memcpy and memset durations, not wall time. CPU time is the span
 of the script's record_function label. TFLOP/s and GB/s divide the FLOPs and bytes the script
 recorded by the GPU time; on a CPU-only trace by the CPU time (column "on" says which), and % of
 peak is left out there: there is no CPU peak to compare with. "—" marks a figure the trace cannot
@@ -21,20 +25,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.physics import Work, achieved, find_peak
+from common.tables import DASH, LAUNCH_HEADERS, LAUNCH_LEGEND, launch_cells, num, step_table, table
 from common.trace import GpuOp, Trace, read_trace, short_name
 
-DASH = "—"
-TEXT_COLUMNS = {"trace", "on", "family", "kernel"}  # left-aligned; numbers are right-aligned
-LAUNCHES = {  # column -> runtime/driver call name prefix
+WIDTH = 120  # the default tables fit a terminal this wide
+LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
+CALLS = {  # --wide column -> runtime/driver call name prefix
     "cudaLaunchKernel": "cudaLaunchKernel",
     "cuLaunchKernelEx": "cuLaunchKernelEx",
-    "occupancy": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
 }
 
 
@@ -47,8 +53,9 @@ class Row:
     kernels: float | None
     gpu_us: float | None
     cpu_us: float | None
-    launches: dict[str, float | None]  # column name (LAUNCHES, then memcpy, memset) -> count
-    on: str | None  # "GPU" or "CPU": which time the rates below divide by
+    launches: float | None  # kernel launches (runtime and driver)
+    calls: dict[str, float | None]  # CALLS column -> count, then memcpy and memset
+    on: str | None = None  # "GPU" or "CPU": which time the rates below divide by
     tflops: float | None = None
     gbps: float | None = None
     pct_flops: float | None = None
@@ -58,7 +65,8 @@ class Row:
 
 
 def find_traces(paths: list[str]) -> list[Path]:
-    """The trace files named by `paths`, folders searched (sorted) for *.json and *.json.gz; no duplicates."""
+    """The trace files named by `paths`, folders searched (sorted) for *.json and *.json.gz; no duplicates.
+    A folder without traces is skipped with a notice; no traces at all is an error."""
     found: list[Path] = []
     for text in paths:
         path = Path(text)
@@ -69,31 +77,35 @@ def find_traces(paths: list[str]) -> list[Path]:
                 if p.is_file() and not p.name.startswith(".") and p.name.endswith((".json", ".json.gz"))
             )
             if not inside:
-                raise SuiteError(f"{path}: no *.json or *.json.gz traces in this folder")
+                print(f"notice: {path}: no *.json or *.json.gz traces in this folder, skipped", file=sys.stderr)
             found += inside
         elif path.is_file():
             found.append(path)
         else:
             raise SuiteError(f"{path}: no such file or folder")
+    if not found:
+        raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
 def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
     """One table row for `trace`: per-step medians, and the rates its `suite` FLOPs/bytes give."""
     gpu = trace.has_gpu
-    launches = {
-        col: trace.per_step(lambda s, p=prefix: s.calls(p)) if gpu else None for col, prefix in LAUNCHES.items()
-    }
-    launches["memcpy"] = trace.per_step(lambda s: len(s.memcpy)) if gpu else None
-    launches["memset"] = trace.per_step(lambda s: len(s.memset)) if gpu else None
+
+    def median(value):
+        return trace.per_step(value) if gpu else None
+
+    calls = {col: median(lambda s, p=prefix: s.calls(p)) for col, prefix in CALLS.items()}
+    calls["memcpy"] = median(lambda s: len(s.memcpy))
+    calls["memset"] = median(lambda s: len(s.memset))
     row = Row(
         trace.name,
         len(trace.steps),
-        kernels=trace.per_step(lambda s: len(s.kernels)) if gpu else None,
-        gpu_us=trace.per_step(lambda s: s.gpu_busy_us) if gpu else None,
+        kernels=median(lambda s: len(s.kernels)),
+        gpu_us=median(lambda s: s.gpu_busy_us),
         cpu_us=trace.per_step(lambda s: s.region_us),
-        launches=launches,
-        on=None,
+        launches=median(lambda s: s.launches),
+        calls=calls,
     )
     us, on = trace.step_time_us()
     flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
@@ -113,10 +125,17 @@ def with_ratios(rows: list[Row], baseline: Row) -> list[Row]:
     return rows
 
 
+def slowest(traces: list[Trace]) -> Trace:
+    """The default baseline: the trace with the most GPU time per step (CPU time if none has a GPU lane)."""
+    gpu = [t for t in traces if t.has_gpu and t.step_time_us()[0] is not None]
+    pool = gpu or [t for t in traces if t.step_time_us()[0] is not None] or traces
+    return max(pool, key=lambda t: t.step_time_us()[0] or 0.0)
+
+
 def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
-    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the first."""
+    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest."""
     if wanted is None:
-        return traces[0]
+        return slowest(traces)
     if Path(wanted).is_file():
         path = Path(wanted).resolve()
         return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path)
@@ -127,17 +146,10 @@ def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
         if hits:
             raise SuiteError(
                 f"--baseline {wanted!r} matches {len(hits)} traces: "
-                + ", ".join(t.name for t in hits)
+                + ", ".join(f"{t.name} ({t.path})" for t in hits)
                 + "; give the full script/tag or a path"
             )
     raise SuiteError(f"--baseline {wanted!r} matches no trace (give a path, script/tag or tag)")
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    """`value` with `digits` significant digits (whole numbers from 10**digits up), or the dash if missing."""
-    if value is None:
-        return DASH
-    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
 
 def _ratio(value: float | None) -> str:
@@ -145,52 +157,94 @@ def _ratio(value: float | None) -> str:
     return DASH if value is None else f"{value:#.3g}".rstrip(".")
 
 
-def table_cells(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """The summary table as (headers, one list of cells per row)."""
-    headers = [
-        "trace",
-        "steps",
-        "kernels",
-        "GPU µs",
-        "CPU µs",
-        *LAUNCHES,
-        "memcpy",
-        "memset",
-        "TFLOP/s",
-        "GB/s",
-        "on",
-        "%peak TF",
-        "%peak BW",
-        "GPU ×base",
-        "CPU ×base",
-    ]
+def short_trace_names(names: list[str]) -> dict[str, str]:
+    """`script/tag` -> the same with the script cut to the fewest leading words that still tell the scripts
+    apart (`04_c_sdpa_attention/...` -> `04_c/...`, `03_kernels_mlp/...` -> `03_kernels/...`)."""
+    scripts = sorted({n.split("/")[0] for n in names if "/" in n})
+    short = {}
+    for script in scripts:
+        words = script.split("_")
+        for k in range(1, len(words) + 1):
+            prefix = "_".join(words[:k])
+            if sum(other == prefix or other.startswith(prefix + "_") for other in scripts) == 1:
+                short[script] = prefix
+                break
+    return {
+        n: short.get(n.split("/")[0], n.split("/")[0]) + n[len(n.split("/")[0]) :] if "/" in n else n for n in names
+    }
+
+
+def room_for(headers: list[str], cells: list[list[str]], column: int, width: int = WIDTH) -> int:
+    """How many characters `column` may take for the text table of `cells` to fit `width`."""
+    others = sum(max(len(h), *(len(c[i]) for c in cells)) + 2 for i, h in enumerate(headers) if i != column)
+    return max(width - others, 24)
+
+
+def fit_first_column(headers: list[str], cells: list[list[str]], width: int = WIDTH) -> list[list[str]]:
+    """`cells` with the first column's long entries cut in the middle (…) so the text table fits `width`."""
+    room = room_for(headers, cells, 0, width)
+
+    def cut(text: str) -> str:
+        if len(text) <= room:
+            return text
+        keep = room - 1
+        return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
+
+    return [[cut(c[0]), *c[1:]] for c in cells]
+
+
+def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The summary table as (headers, one list of cells per row): the default columns, or every one. The
+    default text table fits WIDTH: long trace names lose words of their script name, then their middle."""
+    if wide:
+        headers = ["trace", "steps", "kernels", "GPU µs", "CPU µs", "launches", *CALLS, "memcpy", "memset",
+                   "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
+        cells = [
+            [
+                r.name,
+                str(r.steps),
+                num(r.kernels),
+                num(r.gpu_us, 4),
+                num(r.cpu_us, 4),
+                num(r.launches),
+                *(num(v) for v in r.calls.values()),
+                num(r.tflops),
+                num(r.gbps),
+                r.on or DASH,
+                num(r.pct_flops, 2),
+                num(r.pct_bytes, 2),
+                _ratio(r.gpu_ratio),
+                _ratio(r.cpu_ratio),
+            ]  # fmt: skip
+            for r in rows
+        ]
+        return headers, cells
+    headers = ["trace", "kernels", "GPU µs", "CPU µs", "launches", "memcpy", "TFLOP/s", "%peak", "×base"]
     cells = [
         [
             r.name,
-            str(r.steps),
-            _num(r.kernels),
-            _num(r.gpu_us, 4),
-            _num(r.cpu_us, 4),
-            *(_num(v) for v in r.launches.values()),
-            _num(r.tflops),
-            _num(r.gbps),
-            r.on or DASH,
-            _num(r.pct_flops, 2),
-            _num(r.pct_bytes, 2),
-            _ratio(r.gpu_ratio),
-            _ratio(r.cpu_ratio),
-        ]
+            num(r.kernels),
+            num(r.gpu_us, 4),
+            num(r.cpu_us, 4),
+            num(r.launches),
+            num(r.calls["memcpy"]),
+            num(r.tflops),
+            num(r.pct_flops, 2),
+            _ratio(r.gpu_ratio if r.gpu_ratio is not None else r.cpu_ratio),
+        ]  # fmt: skip
         for r in rows
     ]
-    return headers, cells
+    if markdown or len(max((c[0] for c in cells), key=len, default="")) <= room_for(headers, cells, 0):
+        return headers, cells
+    short = short_trace_names([r.name for r in rows])
+    return headers, fit_first_column(headers, [[short[c[0]], *c[1:]] for c in cells])
 
 
 @dataclass
 class KernelStat:
-    """One kernel name's share of a trace's GPU work."""
+    """One kernel name's share of a trace's GPU work, and its launch figures (from its first launch)."""
 
-    name: str
-    family: str
+    op: GpuOp
     us_per_step: float  # total over the profiled steps / number of steps
     calls_per_step: float
     share: float  # % of the trace's GPU busy time
@@ -200,76 +254,68 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     """The `n` kernels (and memcpy/memset) with the most total time over the profiled steps."""
     total: dict[tuple[str, str], float] = defaultdict(float)
     calls: dict[tuple[str, str], int] = defaultdict(int)
+    first: dict[tuple[str, str], GpuOp] = {}
     for step in trace.steps:
         for op in step.gpu:
-            total[op.category, op.name] += op.us
-            calls[op.category, op.name] += 1
+            key = (op.category, op.name)
+            total[key] += op.us
+            calls[key] += 1
+            first.setdefault(key, op)
     busy = sum(total.values()) or 1.0
     ranked = sorted(total, key=total.get, reverse=True)[:n]
     steps = len(trace.steps)
-    family = {key: GpuOp(*key, 0.0).family for key in ranked}
-    return [
-        KernelStat(
-            short_name(name, 70),
-            family[cat, name],
-            total[cat, name] / steps,
-            calls[cat, name] / steps,
-            100.0 * total[cat, name] / busy,
-        )
-        for cat, name in ranked
+    return [KernelStat(first[k], total[k] / steps, calls[k] / steps, 100.0 * total[k] / busy) for k in ranked]
+
+
+def kernel_cells(stats: list[KernelStat], name_width: int = 48) -> tuple[list[str], list[list[str]]]:
+    """A top-kernels table as (headers, cells): time, calls and share, then the launch figures and the name."""
+    headers = ["µs/step", "calls", "% GPU", "family", *LAUNCH_HEADERS, "kernel"]
+    cells = [
+        [
+            f"{k.us_per_step:.1f}",
+            f"{k.calls_per_step:g}",
+            f"{k.share:.1f}",
+            k.op.family,
+            *launch_cells(k.op),
+            short_name(k.op.name, name_width),
+        ]  # fmt: skip
+        for k in stats
     ]
+    return headers, cells
 
 
-def kernel_cells(stats: list[KernelStat]) -> tuple[list[str], list[list[str]]]:
-    """A top-kernels table as (headers, cells)."""
-    return (
-        ["µs/step", "calls/step", "% GPU", "family", "kernel"],
-        [[f"{k.us_per_step:.1f}", f"{k.calls_per_step:g}", f"{k.share:.1f}", k.family, k.name] for k in stats],
+def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
+    """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
+    heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
+    gap = [""] if args.markdown else []
+    why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
+    legend = (
+        "Per step = median over the profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
+        "CPU µs = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
+        f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
+        "in this trace. --wide shows every column."
     )
-
-
-def text_table(headers: list[str], cells: list[list[str]]) -> str:
-    """An aligned plain-text table: text columns left-aligned, numbers right-aligned."""
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    left = [h in TEXT_COLUMNS for h in headers]
-
-    def line(row: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if lft else c.rjust(w) for c, w, lft in zip(row, widths, left, strict=True)
-        ).rstrip()
-
-    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, cells)])
-
-
-def markdown_table(headers: list[str], cells: list[list[str]]) -> str:
-    """A GitHub-flavoured Markdown table (numbers right-aligned)."""
-    align = ["---" if h in TEXT_COLUMNS else "---:" for h in headers]
-    rows = [headers, align, *cells]
-    return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
-
-
-def render(traces: list[Trace], rows: list[Row], baseline: Trace, top: int, markdown: bool) -> str:
-    """The whole report: the summary table, its legend, then each trace's top kernels."""
-    table = markdown_table if markdown else text_table
-    heading = (lambda s: f"### {s}") if markdown else (lambda s: s)
     out = [
-        heading(f"Per-step summary of {len(rows)} trace(s), baseline {baseline.name}"),
+        heading(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})"),
         "",
-        table(*table_cells(rows)),
+        table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",
-        "Per step = median over profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
-        "CPU µs = the annotated region. Rates divide the script's FLOPs/bytes by the time named in 'on'; "
-        "no % of peak on CPU or an unknown GPU (see --peak-tflops/--peak-gbps). ×base = time / baseline time. "
-        f"{DASH} = not in this trace.",
+        *([legend] if args.markdown else textwrap.wrap(legend, WIDTH)),
     ]
+    skipped = [t for t in traces if t.skipped]
+    if skipped:
+        out += ["", *(f"note: {t.path}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+    for trace in traces:
+        if args.per_step or len(trace.steps) > 3:
+            out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
+            out.append(step_table(trace, every=args.per_step, markdown=args.markdown))
     for trace in (t for t in traces if t.has_gpu):
-        out += ["", heading(f"Top {top} GPU work of {trace.name} (by total time over {len(trace.steps)} steps)")]
-        stats = top_kernels(trace, top)
-        out += (
-            (["", table(*kernel_cells(stats))] if markdown else [table(*kernel_cells(stats))])
-            if stats
-            else ["no GPU work inside the profiled steps"]
-        )
+        out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
+        stats = top_kernels(trace, args.top)
+        out.append(table(*kernel_cells(stats), LEFT, args.markdown) if stats else "no GPU work in the steps")
+    if any(t.has_gpu for t in traces):
+        out += ["", LAUNCH_LEGEND]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         out += ["", f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"]
@@ -286,18 +332,10 @@ def plot(rows: list[Row], path: Path) -> None:
     nan = float("nan")
     y = range(len(rows))
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
-    ax.barh(
-        [i - 0.2 for i in y],
-        [r.gpu_us if r.gpu_us is not None else nan for r in rows],
-        0.4,
-        label="GPU busy (kernel sum)",
-    )
-    ax.barh(
-        [i + 0.2 for i in y],
-        [r.cpu_us if r.cpu_us is not None else nan for r in rows],
-        0.4,
-        label="CPU (annotated region)",
-    )
+    gpu = [r.gpu_us if r.gpu_us is not None else nan for r in rows]
+    cpu = [r.cpu_us if r.cpu_us is not None else nan for r in rows]
+    ax.barh([i - 0.2 for i in y], gpu, 0.4, label="GPU busy (kernel sum)")
+    ax.barh([i + 0.2 for i in y], cpu, 0.4, label="CPU (annotated region)")
     times = [t for r in rows for t in (r.gpu_us, r.cpu_us) if t]
     if times and max(times) / min(times) > 100:
         ax.set_xscale("log")
@@ -310,11 +348,18 @@ def plot(rows: list[Row], path: Path) -> None:
     plt.close(fig)
 
 
-def _check_matplotlib() -> None:
+def check_plot_path(path: Path) -> Path:
+    """Before any work: matplotlib is there, and `path` is a file name in a folder that can be written."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SuiteError("--plot needs matplotlib: run `uv run --extra plot python -m common.summary ...`") from None
+    if path.is_dir():
+        raise SuiteError(f"--plot {path}: is a folder; give a file name such as {path / 'summary.png'}")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise SuiteError(f"--plot {path}: cannot write into {folder}")
+    return path
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -322,17 +367,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(__doc__, prog="python -m common.summary")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files (.json, .json.gz) or folders of them")
     parser.add_argument(
-        "--baseline", help="the trace ratios are taken against: a path, script/tag, or tag (default: the first trace)"
+        "--baseline",
+        help="the trace the ×base ratios divide by: a path, script/tag, or tag (default: the slowest trace)",
     )
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables instead of plain text")
+    parser.add_argument("--wide", action="store_true", help="every column, wider than 120 (default: off)")
+    parser.add_argument(
+        "--per-step",
+        action="store_true",
+        help="a table of every profiled step for each trace (default: off; traces of more than 3 steps "
+        "show their first 20 steps anyway)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables instead of plain text (default: off)")
     parser.add_argument(
         "--plot",
         type=Path,
         metavar="FILE",
-        help="also write a PNG bar chart of GPU and CPU time (needs matplotlib: uv run --extra plot ...)",
+        help="also write a PNG bar chart of GPU and CPU time (default: none; needs matplotlib: uv run --extra plot)",
     )
-    parser.add_argument("--peak-tflops", type=positive_float, help="the device's peak TFLOP/s for %% of peak")
-    parser.add_argument("--peak-gbps", type=positive_float, help="the device's peak memory GB/s for %% of peak")
+    parser.add_argument(
+        "--peak-tflops", type=positive_float, help="the device's peak TFLOP/s (default: the datasheet of known GPUs)"
+    )
+    parser.add_argument(
+        "--peak-gbps", type=positive_float, help="the device's peak memory GB/s (default: the datasheet of known GPUs)"
+    )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
     return parser.parse_args(argv)
 
@@ -343,17 +400,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.plot:
-            _check_matplotlib()
+            check_plot_path(args.plot)
         traces = [read_trace(p) for p in find_traces(args.paths)]
         baseline = pick_baseline(traces, args.baseline)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
         rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]
         with_ratios(rows, rows[traces.index(baseline)])
-        print(render(traces, rows, baseline, args.top, args.markdown))
+        print(render(traces, rows, baseline, args))
         if args.plot:
             plot(rows, args.plot)
-            print(f"\nplot: {args.plot}")
+            print(f"\nplot: {args.plot.resolve()}")
     except BrokenPipeError:  # `... | head` closed stdout: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except ValueError as exc:  # a file that is not a trace

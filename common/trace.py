@@ -9,6 +9,7 @@ by binary search over the step start times, so reading costs time linear in the 
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
 import json
 import math
@@ -89,23 +90,7 @@ def gpu_op(event: dict) -> GpuOp:
     )
 
 
-# Runtime calls that set things up rather than launch work: a cold first step makes them, later steps do not.
-SETUP_CALLS = (
-    "cudaMalloc",
-    "cudaFree",
-    "cudaHostAlloc",
-    "cudaOccupancy",
-    "cudaFuncGetAttributes",
-    "cudaFuncSetAttribute",
-    "cuModuleLoad",
-    "cuLibraryLoad",
-    "cudaGetDriverEntryPoint",
-    "cudaStreamIsCapturing",
-    "cuOccupancy",
-    "cudaDeviceGetAttribute",
-    "cuKernelGetFunction",
-)
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")  # name prefixes
 
 
 @dataclass
@@ -149,11 +134,6 @@ class Step:
         """Kernel launches through the runtime or the driver (cudaLaunchKernel, cuLaunchKernelEx, ...)."""
         return sum(self.calls(p) for p in LAUNCH_CALLS)
 
-    @property
-    def setup_calls(self) -> Counter:
-        """The set-up calls of this step (mallocs, occupancy and attribute queries, module loads), by name."""
-        return Counter({name: n for name, n in self.runtime.items() if name.startswith(SETUP_CALLS)})
-
 
 @dataclass
 class Trace:
@@ -179,6 +159,18 @@ class Trace:
         """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
         values = [v for v in map(value, self.steps) if v is not None]
         return statistics.median(values) if values else None
+
+    @functools.cached_property
+    def typical_calls(self) -> dict[str, float]:
+        """The median count per runtime/driver call name over the steps (0 where most steps make none)."""
+        names = {n for s in self.steps for n in s.runtime}
+        return {n: statistics.median(s.runtime[n] for s in self.steps) for n in names}
+
+    def extra_calls(self, step: Step) -> dict[str, int]:
+        """The runtime/driver calls `step` makes beyond a typical step: what a cold first step pays for,
+        such as cudaMalloc, occupancy or attribute queries."""
+        typical = self.typical_calls
+        return {n: int(c - typical[n]) for n, c in step.runtime.items() if c > typical[n]}
 
     def step_time_us(self) -> tuple[float | None, str]:
         """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy

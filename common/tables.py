@@ -1,0 +1,97 @@
+"""Turn trace figures into the printed tables: plain text or Markdown, a row per step or per kernel.
+
+No torch: the summary uses it, and so does a run's report. A figure the trace cannot give is shown
+as DASH, never as zero.
+"""
+
+from __future__ import annotations
+
+from common.trace import GpuOp, Trace
+
+DASH = "—"
+STEP_ROWS_SHOWN = 20  # per-step tables show this many rows unless asked for all
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    """`value` with `digits` significant digits (whole numbers from 10**digits up), or the dash if missing."""
+    if value is None:
+        return DASH
+    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+
+
+def text_table(headers: list[str], cells: list[list[str]], left: set[str]) -> str:
+    """An aligned plain-text table: the `left` columns left-aligned, the others (numbers) right-aligned."""
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    align_left = [h in left for h in headers]
+
+    def line(row: list[str]) -> str:
+        pairs = zip(row, widths, align_left, strict=True)
+        return "  ".join(c.ljust(w) if is_left else c.rjust(w) for c, w, is_left in pairs).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *map(line, cells)])
+
+
+def markdown_table(headers: list[str], cells: list[list[str]], left: set[str]) -> str:
+    """A GitHub-flavoured Markdown table (the `left` columns left-aligned, numbers right-aligned)."""
+    align = ["---" if h in left else "---:" for h in headers]
+    rows = [headers, align, *cells]
+    return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
+
+
+def table(headers: list[str], cells: list[list[str]], left: set[str], markdown: bool = False) -> str:
+    return (markdown_table if markdown else text_table)(headers, cells, left)
+
+
+def _dims(dims: tuple[int, ...] | None) -> str:
+    if dims is None:
+        return DASH
+    while len(dims) > 1 and dims[-1] == 1:
+        dims = dims[:-1]
+    return "×".join(map(str, dims))
+
+
+def launch_cells(op: GpuOp) -> list[str]:
+    """grid, block, registers per thread, shared memory per block, estimated achieved occupancy: the figures
+    Perfetto's kernel panel shows; DASH where the trace has none (memcpy, memset)."""
+    smem = DASH if op.shared_bytes is None else f"{op.shared_bytes / 1024:.3g} KB"
+    occupancy = DASH if op.occupancy_pct is None else f"{op.occupancy_pct:.0f}%"
+    regs = DASH if op.registers is None else str(op.registers)
+    return [_dims(op.grid), _dims(op.block), regs, smem, occupancy]
+
+
+LAUNCH_HEADERS = ["grid", "block", "regs", "smem", "occ"]
+LAUNCH_LEGEND = "regs = registers per thread, smem = shared memory per block, occ = estimated achieved occupancy"
+
+
+def _calls(counts: dict[str, int], limit: int = 3) -> str:
+    if not counts:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{name} {n}" for name, n in ranked[:limit])
+    return text + (f", +{len(ranked) - limit} more" if len(ranked) > limit else "")
+
+
+def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str:
+    """One row per profiled step: CPU time of the annotated region, GPU busy time, kernels, launches,
+    memcpy/memset, and the runtime calls the step makes beyond a typical step. Without `every`, long
+    traces show their first STEP_ROWS_SHOWN steps and a line about the rest."""
+    gpu = trace.has_gpu
+    headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset", "extra runtime calls"]
+    steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
+    cells = [
+        [
+            f"#{s.number}",
+            num(s.region_us, 4),
+            num(s.gpu_busy_us, 4) if gpu else DASH,
+            str(len(s.kernels)) if gpu else DASH,
+            str(s.launches) if gpu else DASH,
+            str(len(s.memcpy)) if gpu else DASH,
+            str(len(s.memset)) if gpu else DASH,
+            _calls(trace.extra_calls(s)) if gpu else DASH,
+        ]
+        for s in steps
+    ]
+    out = table(headers, cells, {"step", "extra runtime calls"}, markdown)
+    if len(steps) < len(trace.steps):
+        out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
+    return out
