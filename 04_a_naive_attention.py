@@ -2,6 +2,7 @@
 
 Usage:
     uv run 04_a_naive_attention.py
+    uv run 04_a_naive_attention.py --first-guess   # the post's first guess (five kernels, no copy) fails first
     uv run 04_a_naive_attention.py --batch 8 --heads 16 --seq 1024 --head_dim 64 --compile
 
 Writes traces/04_a_naive_attention/<tag>.json (Chrome trace) and .txt (profiler table), the tag being
@@ -40,6 +41,15 @@ class NaiveCausalAttention(nn.Module):
         return out
 
 
+def first_guess() -> list[Expect]:
+    """The post's first guess, before looking: the five ops of forward() as five kernels, nothing copied."""
+    return [
+        expect_kernels("any", 5, "matmul, scale, mask, softmax, matmul: one kernel each"),
+        expect_memcpy(0, "masked_fill only masks: no copy"),
+        expect_op("aten::clone", 0, "nothing cloned"),
+    ]
+
+
 def guess(compiled: bool) -> list[Expect]:
     """What one profiled step should show, written down before looking.
 
@@ -73,6 +83,12 @@ def guess(compiled: bool) -> list[Expect]:
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
     add_shape_flags(parser, "attention shape", SHAPE)
+    parser.add_argument(
+        "--first-guess",
+        action="store_true",
+        help="replay the post's first guess (five kernels, no copy) against the trace before the corrected "
+        "one (default: off)",
+    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
@@ -102,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess(run.compiled))
-    print_report(files, trace, verdicts, run)
+    first = check_guess(trace, first_guess()) if args.first_guess else None
+    print_report(files, trace, verdicts, run, first)
     if args.bench:
         print_bench(bench(lambda: model(q, k, v, mask), run.on_gpu), trace)
     print_files(files, run)

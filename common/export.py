@@ -141,10 +141,15 @@ class TraceFiles:
         self.txt.unlink(missing_ok=True)
 
 
+SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13
+
+
 def share_command(traces_root: Path) -> str:
-    """The trace-util command that uploads `traces_root` and prints Perfetto links (0.1.0 form)."""
+    """The trace-util command that uploads `traces_root` to a Hub bucket and prints Perfetto links.
+
+    Pinned to 0.1.0: a bare `uvx trace-util` resolves 0.2.0 on Python 3.12+, which rejects this form."""
     try:
         shown = traces_root.resolve().relative_to(Path.cwd())
     except ValueError:
         shown = traces_root
-    return f"uvx trace-util {shown} -b traces"
+    return f"uvx --from {SHARE_TOOL} trace-util {shown} -b traces"

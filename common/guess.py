@@ -98,11 +98,13 @@ def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:
     ]
 
 
-def format_verdicts(verdicts: list[Verdict], trace: Trace) -> list[str]:
-    """Guess vs trace, a line each, then the kernels one step launched (or why there are none)."""
+def format_verdicts(
+    verdicts: list[Verdict], trace: Trace, title: str = "guess vs trace", gpu_work: bool = True
+) -> list[str]:
+    """Guess vs trace, a line each, then (with `gpu_work`) the kernels one step launched, or why there are none."""
     numbers = [s.number for s in trace.steps]
     steps = ", ".join(f"#{n}" for n in numbers) if len(numbers) <= 5 else f"#{numbers[0]} to #{numbers[-1]}"
-    lines = [f"guess vs trace (per profiled step; steps {steps})"]
+    lines = [f"{title} (per profiled step; steps {steps})"]
     if not trace.has_gpu:
         lines.append("  on the CPU: only the CPU-op lines can be checked; GPU lines are shown, not checked")
     width = max((len(v.expect.title) for v in verdicts), default=10)
@@ -125,6 +127,8 @@ def format_verdicts(verdicts: list[Verdict], trace: Trace) -> list[str]:
     elif verdicts:
         n = sum(v.checked for v in verdicts)
         lines.append(f"  all {n} checked guesses match the trace")
+    if not gpu_work:
+        return lines
     step = trace.steps[0]
     if trace.has_gpu:
         lines.append(f"GPU work of step #{step.number}, in launch order ({LAUNCH_LEGEND}):")

@@ -41,10 +41,18 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
     return lines
 
 
-def print_report(files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: Run) -> None:
-    """The top of the profiler table, guess vs trace with one step's GPU work, and the physics."""
+def print_report(
+    files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: Run, first_guess: list[Verdict] | None = None
+) -> None:
+    """The top of the profiler table, guess vs trace with one step's GPU work, and the physics.
+
+    `first_guess`: an earlier, wrong guess, shown before the corrected one (the post's surprise, replayed).
+    """
     print()
     print(files.table)
+    if first_guess:
+        print("\n".join(format_verdicts(first_guess, trace, "the post's first guess vs trace", gpu_work=False)))
+        print("... so the guess was corrected:")
     print("\n".join(format_verdicts(verdicts, trace)))
     if run.per_step or len(trace.steps) > 3:
         print(f"per profiled step ({trace.label} region on the CPU, busy time on the GPU):")
