@@ -51,7 +51,7 @@ def test_run_prints_table_paths_guess_and_share_command(tmp_path, capsys):
     assert "Self CPU time total" in out
     assert "guess vs trace" in out and "all 4 checked guesses match the trace" in out
     assert f"trace: {tmp_path / '01_matmul_add' / '8_bf16_cold_eager.json'}" in out
-    assert "uvx trace-util" in out
+    assert "uvx --from trace-util==0.1.0 trace-util" in out
 
 
 def test_linear_eager_shows_linear_t_addmm_and_no_add(tmp_path):
