@@ -20,7 +20,7 @@ pkg-<module> or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager.
 import torch
 from torch.profiler import profile, record_function
 
-from common.attention import SHAPE, attention_work, make_qkv, reference_attention
+from common.attention import SHAPE, attention_memory, attention_work, make_qkv, reference_attention
 from common.bench import bench
 from common.checks import check_output, reference_dtype
 from common.cli import SuiteError, cli, positive_int
@@ -37,7 +37,7 @@ from common.hub import (
 )
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, setup, shape_of
+from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
 from common.trace import read_trace
 
 try:
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             flash_attn_func, source = installed_flash_attn(exc, repo)
     print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
+    require_memory(run, *attention_memory(args, run.dtype, score_bytes=0))  # fused: no [seq, seq] scores
     q, k, v = make_qkv(args, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
     fn = torch.compile(flash_attention) if run.compiled else flash_attention
 

@@ -10,6 +10,7 @@ import warnings
 import torch
 from torch.nn.attention import SDPBackend
 
+from common.checks import reference_dtype
 from common.cli import SuiteError
 from common.physics import Work
 from common.runtime import SEED, Run
@@ -70,6 +71,17 @@ def attention_work(args: argparse.Namespace, element_size: int) -> Work:
     b, h, s, d = args.batch, args.heads, args.seq, args.head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
+
+
+def attention_memory(args: argparse.Namespace, dtype: torch.dtype, score_bytes: int) -> tuple[int, str]:
+    """Bytes a variant allocates at its peak, and for what: q, k, v and the output, `score_bytes` per element of
+    the [batch, heads, seq, seq] scores it holds at once (0 for a fused kernel), and the fp32/fp64 reference the
+    output is checked against, which materialises the scores itself (two [seq, seq] buffers per head)."""
+    b, h, s, d = args.batch, args.heads, args.seq, args.head_dim
+    ref = reference_dtype(dtype).itemsize
+    need = 4 * b * h * s * d * (dtype.itemsize + ref) + b * h * s * s * (score_bytes + 2 * ref) + 2 * s * s
+    scores = "the [batch, heads, seq, seq] scores, " if score_bytes else ""
+    return need, f"q, k, v, the output, {scores}and the higher-precision reference's scores"
 
 
 def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:

@@ -116,7 +116,12 @@ def format_verdicts(
         else:
             mark = "[ ok ]" if v.matched else "[MISS]"
             uniq = sorted(set(v.seen))
-            seen = str(uniq[0]) if len(uniq) == 1 else "/".join(str(n) for n in v.seen)
+            if len(uniq) == 1:
+                seen = str(uniq[0])
+            elif len(v.seen) <= 5:
+                seen = "/".join(str(n) for n in v.seen)
+            else:
+                seen = f"{uniq[0]}..{uniq[-1]}"
         lines.append(f"  {mark} {e.title:<{width}}  guess {want:>4}  trace {seen:>5}   {e.why}")
     missed = [v for v in verdicts if v.checked and not v.matched]
     if missed:

@@ -36,6 +36,15 @@ def reference_output(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> t
         return copy.deepcopy(model).to(ref)(x.to(ref))
 
 
+def mlp_memory(args: argparse.Namespace, dtype: torch.dtype, models: int = 1) -> tuple[int, str]:
+    """Bytes at the peak, and for what: `models` sets of the three weights, x, the [batch*seq, hidden]
+    activations held at once (gate, up, their product), y, and all of it again for the fp32/fp64 reference."""
+    m, d, h = args.batch * args.seq, args.dim, args.hidden
+    e, ref = dtype.itemsize, reference_dtype(dtype).itemsize
+    need = 3 * d * h * (models * e + ref) + (2 * m * d + 3 * m * h) * (e + ref)
+    return need, "the weights, x, the hidden activations, y, and the higher-precision reference"
+
+
 def mlp_work(args: argparse.Namespace, element_size: int) -> Work:
     """FLOPs of the three GEMMs (plus GeLU and mul, one op per element each), and the fewest bytes:
     read x and the three weights, write y. The [batch*seq, hidden] intermediates are not required traffic:

@@ -218,6 +218,38 @@ def check_writable(folder: Path) -> Path:
     return folder
 
 
+def cpu_available_bytes() -> int:
+    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit."""
+    have = None
+    try:
+        with open("/proc/meminfo") as fh:
+            have = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            have = min(have or int(limit), int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return have if have is not None else 1 << 62
+
+
+def require_memory(run: Run, need_bytes: float, what: str) -> None:
+    """Refuse, in one line and before anything is allocated, shapes whose tensors cannot fit: `need_bytes`
+    (what the script will allocate, `what` saying for what) against free GPU memory or available CPU memory."""
+    have = torch.cuda.mem_get_info(run.device)[0] if run.on_gpu else cpu_available_bytes()
+    if need_bytes > 0.9 * have:
+        where = f"free on {run.device_name}" if run.on_gpu else "of memory available"
+        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}) and there are {gigabytes(have)} "
+                         f"{where}; try smaller shapes")  # fmt: skip
+
+
+def gigabytes(n: float) -> str:
+    return f"{n / 1e9:,.0f} GB" if n >= 1e11 else f"{n / 1e9:.3g} GB"
+
+
 def setup(args: argparse.Namespace, script_file: str) -> Run:
     """Seed, resolve the shared flags, check the output folder, and print the setup line."""
     torch.manual_seed(SEED)

@@ -16,9 +16,10 @@ import math
 import re
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -180,43 +181,117 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
-def load_json(path: Path | str) -> dict:
-    """Parse a Chrome trace (`.json` or `.json.gz`); raise ValueError naming the file if it is not one."""
+CHUNK_CHARS = 1 << 20  # the streaming reader reads this much at a time
+
+
+class _JsonStream:
+    """Top-level JSON read piece by piece from a text file: a value at a time, each decoded by the C scanner,
+    so a trace's events are seen one by one and never held all at once."""
+
+    _SPACE = re.compile(r"[ \t\n\r]*")
+
+    def __init__(self, fh: TextIO) -> None:
+        self.fh, self.buf, self.pos, self.eof = fh, "", 0, False
+        self.decoder = json.JSONDecoder()
+
+    def _more(self) -> bool:
+        chunk = "" if self.eof else self.fh.read(CHUNK_CHARS)
+        if not chunk:
+            self.eof = True
+            return False
+        self.buf, self.pos = self.buf[self.pos :] + chunk, 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end of the file)."""
+        while True:
+            self.pos = self._SPACE.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self._more():
+                return self.buf[self.pos : self.pos + 1]
+
+    def take(self, char: str) -> None:
+        if self.peek() != char:
+            found = self.buf[self.pos : self.pos + 20] or "the end of the file"
+            raise ValueError(f"expected {char!r} but found {found!r}")
+        self.pos += 1
+
+    def value(self) -> object:
+        self.peek()
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError:
+                if self._more():  # the value may run on into the next chunk
+                    continue
+                raise
+            if end == len(self.buf) and self._more():  # a number cut at the chunk's end: read on, decode again
+                continue
+            self.pos = end
+            return value
+
+    def items(self) -> Iterator[object]:
+        """The elements of the array that starts here, one at a time."""
+        self.take("[")
+        if self.peek() == "]":
+            self.pos += 1
+            return
+        while True:
+            yield self.value()
+            if self.peek() == "]":
+                self.pos += 1
+                return
+            self.take(",")
+
+
+def stream_json(path: Path | str, on_event: Callable[[object], None]) -> dict:
+    """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_event` for each
+    element of `traceEvents` and return the other top-level entries. Raise ValueError naming the file if it
+    is not a trace."""
     path = Path(path)
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as fh:
-            data = json.load(fh)
+            stream = _JsonStream(fh)
+            if stream.peek() == "[":  # the bare-array form of the format
+                for event in stream.items():
+                    on_event(event)
+                return {}
+            header, seen_events = {}, False
+            stream.take("{")
+            while stream.peek() != "}":
+                key = stream.value()
+                if not isinstance(key, str):
+                    raise ValueError("an object key is not a string")
+                stream.take(":")
+                if key == "traceEvents" and stream.peek() == "[":
+                    seen_events = True
+                    for event in stream.items():
+                        on_event(event)
+                else:
+                    header[key] = stream.value()
+                if stream.peek() != "}":
+                    stream.take(",")
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
-    if isinstance(data, list):  # the bare-array form of the format
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+    if not seen_events:
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return data
+    return header
+
+
+def load_json(path: Path | str) -> dict:
+    """A whole Chrome trace as one dict (`.json` or `.json.gz`); ValueError naming the file if it is not one."""
+    events: list[object] = []
+    header = stream_json(path, events.append)
+    return {**header, "traceEvents": events}
 
 
 def _usable(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
-def _complete_events(events: Iterable[object]) -> tuple[list[dict], int]:
-    """The duration ("X") events with a name and a finite, non-negative start and length; and how many
-    other "X" events were dropped for a bad start or length."""
-    kept, skipped = [], 0
-    for e in events:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
-            continue
-        if _usable(e.get("ts")) and _usable(e.get("dur")):
-            kept.append(e)
-        else:
-            skipped += 1
-    return kept, skipped
-
-
-def _correlation(event: dict) -> int | None:
+def _correlation(event: dict) -> object:
     """The id that ties a GPU event to the runtime/driver call that launched it."""
     args = event.get("args")
     return args.get("correlation") if isinstance(args, dict) else None
@@ -237,72 +312,103 @@ class _StepFinder:
         return step if ts <= step.start_us + step.dur_us else None
 
 
-def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
-    """Split a loaded trace into its profiler steps; raise ValueError if it has none."""
-    events, skipped = _complete_events(data["traceEvents"])
-    steps = sorted(
-        (
-            Step(int(m.group(1)), float(e["ts"]), float(e["dur"]))
-            for e in events
-            if e.get("cat") == "user_annotation" and (m := STEP_NAME.match(e["name"]))
-        ),
-        key=lambda s: s.start_us,
-    )
-    if not steps:
-        why = f" ({skipped} events had an unusable ts or dur)" if skipped else ""
-        raise ValueError(f"{path}: no ProfilerStep#N events{why} (was it exported by a scheduled torch.profiler run?)")
-    meta = data.get("suite") if isinstance(data.get("suite"), dict) else {}
-    step_at = _StepFinder(steps)
-    if not label:
-        label = meta.get("label") if isinstance(meta.get("label"), str) else None
-    if not label:  # the record_function label: the most common user annotation inside the steps
-        names = Counter(
-            e["name"]
-            for e in events
-            if e.get("cat") == "user_annotation" and not STEP_NAME.match(e["name"]) and step_at(float(e["ts"]))
-        )
-        label = names.most_common(1)[0][0] if names else None
+KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
 
-    launch_step: dict[object, Step] = {}
-    gpu_events: list[dict] = []
-    has_gpu = False
-    for e in events:
+
+class _Collector:
+    """Keeps what the reader needs of each event, compactly, as the events stream past."""
+
+    def __init__(self) -> None:
+        self.cpu: list[tuple[str, str, float, float, object]] = []  # (category, name, ts, dur, correlation)
+        self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
+        self.skipped = 0
+        self.names: dict[str, str] = {}  # one string object per distinct name
+
+    def add(self, e: object) -> None:
+        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
+            return
         cat = e.get("cat")
+        if cat not in KEPT:
+            return
+        ts, dur = e.get("ts"), e.get("dur")
+        if not (_usable(ts) and _usable(dur)):
+            self.skipped += 1
+            return
+        name = self.names.setdefault(e["name"], e["name"])
         if cat in GPU_WORK:
-            gpu_events.append(e)
-            continue
-        step = step_at(float(e["ts"]))
-        if cat in LAUNCH_CATEGORIES:
-            has_gpu = True
-            if step is None:
-                continue
-            step.runtime[e["name"]] += 1
-            corr = _correlation(e)
-            if corr is not None:
-                launch_step[corr] = step
-        elif step is None:
-            continue
-        elif cat == "cpu_op":
-            step.cpu_ops[e["name"]] += 1
-        elif cat == "user_annotation" and label and e["name"] == label:
-            step.region_us = (step.region_us or 0.0) + float(e["dur"])
+            self.gpu.append((float(ts), _correlation(e), gpu_op({**e, "name": name})))
+        else:
+            self.cpu.append((cat, name, float(ts), float(dur), _correlation(e)))
 
-    gpu_events.sort(key=lambda e: float(e["ts"]))
-    for e in gpu_events:
-        has_gpu = True
-        corr = _correlation(e)
-        step = launch_step.get(corr) if corr is not None else None
-        step = step or step_at(float(e["ts"]))
-        if step is not None:
-            step.gpu.append(gpu_op(e))
-    props = data.get("deviceProperties") or []
-    device_name = props[0].get("name") if isinstance(props, list) and props and isinstance(props[0], dict) else None
-    return Trace(Path(path), label, steps, has_gpu, device_name or meta.get("device"), meta, skipped)
+    def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
+        """Split the collected events into profiler steps; raise ValueError if there are none."""
+        steps = sorted(
+            (
+                Step(int(m.group(1)), ts, dur)
+                for cat, name, ts, dur, _ in self.cpu
+                if cat == "user_annotation" and (m := STEP_NAME.match(name))
+            ),
+            key=lambda s: s.start_us,
+        )
+        if not steps:
+            why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
+            raise ValueError(
+                f"{path}: no ProfilerStep#N events{why} (was it exported by a scheduled torch.profiler run?)"
+            )
+        meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+        step_at = _StepFinder(steps)
+        if not label:
+            label = meta.get("label") if isinstance(meta.get("label"), str) else None
+        if not label:  # the record_function label: the most common user annotation inside the steps
+            names = Counter(
+                name
+                for cat, name, ts, _, _ in self.cpu
+                if cat == "user_annotation" and not STEP_NAME.match(name) and step_at(ts)
+            )
+            label = names.most_common(1)[0][0] if names else None
+
+        launch_step: dict[object, Step] = {}
+        has_gpu = bool(self.gpu)
+        for cat, name, ts, dur, corr in self.cpu:
+            step = step_at(ts)
+            if cat in LAUNCH_CATEGORIES:
+                has_gpu = True
+                if step is not None:
+                    step.runtime[name] += 1
+                    if corr is not None:
+                        launch_step[corr] = step
+            elif step is None:
+                continue
+            elif cat == "cpu_op":
+                step.cpu_ops[name] += 1
+            elif cat == "user_annotation" and name == label:
+                step.region_us = (step.region_us or 0.0) + dur
+
+        self.gpu.sort(key=lambda item: item[0])
+        for ts, corr, op in self.gpu:
+            step = launch_step.get(corr) if corr is not None else None
+            step = step or step_at(ts)
+            if step is not None:
+                step.gpu.append(op)
+        props = header.get("deviceProperties") or []
+        first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+        device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
+        return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped)
+
+
+def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
+    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has none."""
+    collector = _Collector()
+    for event in data["traceEvents"]:
+        collector.add(event)
+    return collector.trace(data, path, label)
 
 
 def read_trace(path: Path | str, label: str | None = None) -> Trace:
-    """Load and parse one exported trace file."""
-    return parse(load_json(path), path, label)
+    """Read one exported trace file, streaming its events: time and memory grow linearly with its size."""
+    collector = _Collector()
+    header = stream_json(path, collector.add)
+    return collector.trace(header, path, label)
 
 
 # In an ATen kernel's template arguments, the name that says what it computes (MulFunctor,
