@@ -8,6 +8,7 @@ killed run left behind are removed by the next run into the same folder.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -65,13 +66,22 @@ def temporary_beside(path: Path) -> Path:
 
 
 def add_metadata(trace: Path, out: Path, meta: dict) -> None:
-    """Copy the Chrome trace `trace` to `out` with a top-level `"suite": meta` entry, streaming (any size)."""
+    """Copy the Chrome trace `trace` to `out` with a top-level `"suite": meta` entry, streaming (any size).
+
+    The profiler does not report a failed write (a full disk leaves a short file), so the trace is
+    checked to be one whole JSON object first: an OSError says why it is not."""
+    with trace.open("rb") as src:
+        src.seek(max(trace.stat().st_size - 64, 0))
+        whole = src.read().rstrip().endswith(b"}")
     with trace.open("rb") as src, out.open("wb") as dst:
         head = src.read(1)
         while head.isspace():
             head = src.read(1)
-        if head != b"{":
-            raise ValueError(f"{trace}: the exported trace is not a JSON object")
+        if head != b"{" or not whole:
+            disk = os.statvfs(trace.parent)
+            full = disk.f_bavail * disk.f_frsize < 1 << 20
+            raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full
+                          else "the profiler wrote an incomplete trace", str(trace))  # fmt: skip
         dst.write(b'{"suite": ' + json.dumps(meta).encode() + b",")
         shutil.copyfileobj(src, dst, 1 << 20)
 
@@ -119,7 +129,7 @@ class TraceFiles:
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         finally:
-            for tmp in (raw, trace, table):
+            for tmp in (raw, trace, table, raw.with_name(raw.name + ".tmp")):  # Kineto's own temporary too
                 tmp.unlink(missing_ok=True)
 
     def metadata(self) -> dict:

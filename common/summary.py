@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 import textwrap
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -406,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
         rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]
+        names = Counter(r.name for r in rows)
+        for row, trace in zip(rows, traces, strict=True):
+            if names[row.name] > 1:  # the same script/tag twice (copies, .json and .json.gz): tell them apart
+                row.name = f"{row.name} ({trace.path})"
         with_ratios(rows, rows[traces.index(baseline)])
         print(render(traces, rows, baseline, args))
         if args.plot:

@@ -9,7 +9,9 @@ by binary search over the step start times, so reading costs time linear in the 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
+import gc
 import gzip
 import json
 import math
@@ -396,19 +398,34 @@ class _Collector:
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped)
 
 
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: reading makes millions of objects and no cycles, and the collector's
+    passes over them would make the reading cost grow faster than the trace."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
     """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has none."""
     collector = _Collector()
-    for event in data["traceEvents"]:
-        collector.add(event)
-    return collector.trace(data, path, label)
+    with _no_gc():
+        for event in data["traceEvents"]:
+            collector.add(event)
+        return collector.trace(data, path, label)
 
 
 def read_trace(path: Path | str, label: str | None = None) -> Trace:
     """Read one exported trace file, streaming its events: time and memory grow linearly with its size."""
     collector = _Collector()
-    header = stream_json(path, collector.add)
-    return collector.trace(header, path, label)
+    with _no_gc():
+        header = stream_json(path, collector.add)
+        return collector.trace(header, path, label)
 
 
 # In an ATen kernel's template arguments, the name that says what it computes (MulFunctor,
