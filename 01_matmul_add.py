@@ -73,14 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     fn = torch.compile(matmul_add) if run.compiled else matmul_add
 
     work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * x.element_size())  # read x, w, b; write y
-    files = TraceFiles(run, run.tag(f"{args.batch}x{n}" if args.batch else n), "matmul_add", work)
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: fn(x, w, b), run)
+        files = TraceFiles(run, run.tag(f"{args.batch}x{n}" if args.batch else n), "matmul_add", work)
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

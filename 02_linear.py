@@ -62,14 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     layer = torch.compile(linear_layer) if run.compiled else linear_layer
 
     work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * x.element_size())
-    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work)
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: layer(x), run)
+        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work)
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

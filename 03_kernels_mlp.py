@@ -95,17 +95,18 @@ def main(argv: list[str] | None = None) -> int:
     liger = liger_mlp_like(LigerGEGLUMLP, simple)  # LigerGEGLUMLP holding SimpleGeGLUMLP's weights
     mlp = torch.compile(liger) if run.compiled else liger
 
-    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE), source), "mlp_fwd", mlp_work(args, x.element_size()))
     with torch.no_grad():
         # Checked before profiling: a layer from another build must prove itself before any trace is written
         # (this also JIT-compiles the Triton kernel; the default schedule's skipped steps would anyway).
         check_close(liger(x), reference_output(simple, x, run.dtype), run.dtype, f"LigerGEGLUMLP ({source})")
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: mlp(x), run)
+        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE), source), "mlp_fwd", mlp_work(args, x.element_size()))
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     x = make_input(args, run)  # [batch, seq, dim]
     mlp = torch.compile(model) if run.compiled else model
 
-    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "mlp_fwd", mlp_work(args, x.element_size()))
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: mlp(x), run)
+        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "mlp_fwd", mlp_work(args, x.element_size()))
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

@@ -101,14 +101,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "attn_fwd", attention_work(args, q.element_size()))
     with torch.no_grad():  # forward only: autograd keeps no scores, so overwriting them in place is safe
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: model(q, k, v, mask), run)
+        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "attn_fwd", attention_work(args, q.element_size()))
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

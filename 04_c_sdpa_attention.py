@@ -125,15 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     attention = torch.compile(sdpa_attention) if run.compiled else sdpa_attention
 
     tag = run.tag(*shape_of(args, SHAPE), args.backend)
-    files = TraceFiles(run, tag, "attn_fwd", attention_work(args, q.element_size()))
     with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]):  # only this backend may run
         require_sdpa_backend(args.backend, q, k, v, run)
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: attention(q, k, v), run)
+        files = TraceFiles(run, tag, "attn_fwd", attention_work(args, q.element_size()))
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

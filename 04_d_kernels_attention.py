@@ -117,14 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     q, k, v = make_qkv(args, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
     fn = torch.compile(flash_attention) if run.compiled else flash_attention
 
-    files = TraceFiles(run, run.tag(*shape_of(args, SHAPE), source), "attn_fwd", attention_work(args, q.element_size()))
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: fn(flash_attn_func, q, k, v), run)
+        files = TraceFiles(
+            run, run.tag(*shape_of(args, SHAPE), source), "attn_fwd", attention_work(args, q.element_size())
+        )
         with profile(
             activities=activities(run),
             schedule=run.schedule.torch(),
             record_shapes=True,
+            profile_memory=run.memory,
             on_trace_ready=files.save,
         ) as prof:
             for _ in range(run.schedule.steps):

@@ -20,7 +20,9 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
+from common.memory import MemoryWatch
 from common.physics import Work
+from common.profiling import interrupt_between_steps
 from common.runtime import Run
 
 TABLE_ROWS_PRINTED = 15
@@ -94,10 +96,15 @@ class TraceFiles:
         self.run, self.tag, self.label, self.work = run, tag, label, work
         self.json = run.traces_dir / f"{tag}.json"
         self.txt = run.traces_dir / f"{tag}.txt"
+        self.pickle = run.traces_dir / f"{tag}.pickle"  # the CUDA memory snapshot, with --memory on a GPU
         self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
+        self.memory: dict | None = None  # GPU memory over the steps (common.memory), None on the CPU
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
+        self.watch = MemoryWatch(run.device, snapshot=run.memory)
+        self.watch.start()  # created just before `profile(...)`: the watch covers the profiled steps
+        interrupt_between_steps(True)  # until save(): Ctrl-C takes effect between steps
 
     def save(self, prof: torch.profiler.profile) -> None:
         """Export the trace (with the run's `suite` metadata) and the full table, both or neither.
@@ -105,8 +112,10 @@ class TraceFiles:
         Called by torch.profiler at the end of the active steps, and also when the loop stops early
         (Ctrl-C, an error): then nothing is written, since a trace with missing steps would read as whole.
         """
+        interrupt_between_steps(False)
         if prof.step_num < self.run.schedule.steps:
             return
+        self.memory = self.watch.stop(prof.step_num)
         folder = self.run.traces_dir
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -120,11 +129,14 @@ class TraceFiles:
             prof.export_chrome_trace(str(raw))
             add_metadata(raw, trace, self.metadata())
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
+            if self.run.memory and self.run.on_gpu:
+                self.watch.dump_snapshot(self.pickle)
             os.replace(table, self.txt)
             try:
                 os.replace(trace, self.json)
             except OSError:
                 self.txt.unlink(missing_ok=True)  # the pair, or neither
+                self.pickle.unlink(missing_ok=True)
                 raise
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
@@ -143,12 +155,13 @@ class TraceFiles:
             "flops": self.work.flops,
             "bytes": self.work.bytes,
             "steps": self.run.schedule.active,
+            "memory": self.memory,
         }
 
     def discard(self) -> None:
         """Remove the written files (used when the output turns out wrong)."""
-        self.json.unlink(missing_ok=True)
-        self.txt.unlink(missing_ok=True)
+        for path in (self.json, self.txt, self.pickle):
+            path.unlink(missing_ok=True)
 
 
 SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13

@@ -7,6 +7,8 @@ script, as Part 1 prints it.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -32,9 +34,41 @@ def activities(run: Run) -> list[ProfilerActivity]:
 
 
 def sync(run: Run) -> None:
-    """Wait for the GPU to finish the queued work, so each step's kernels end inside its step."""
+    """Wait for the GPU to finish the queued work, so each step's kernels end inside its step.
+
+    Also where a Ctrl-C pressed during the profiled loop takes effect (see `interrupt_between_steps`).
+    """
     if run.on_gpu:
         torch.cuda.synchronize(run.device)
+    if _interrupt.pending:
+        _interrupt.pending = False
+        raise KeyboardInterrupt
+
+
+class _Interrupt:
+    pending = False
+    previous: object = None
+
+
+_interrupt = _Interrupt()
+
+
+def interrupt_between_steps(on: bool) -> None:
+    """While on, a first Ctrl-C is held until the step ends (`sync`), where the profiler stops cleanly: raised
+    inside the profiler's own callbacks it can take the process down. A second Ctrl-C interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if on:
+
+        def hold(signum: int, frame: object) -> None:
+            _interrupt.pending = True
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        _interrupt.pending = False
+        _interrupt.previous = signal.signal(signal.SIGINT, hold)
+    elif _interrupt.previous is not None:
+        signal.signal(signal.SIGINT, _interrupt.previous)
+        _interrupt.previous = None
 
 
 def warm_up(step: Callable[[], object], run: Run) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from common.bench import Bench
 from common.export import TraceFiles, share_command
 from common.guess import Verdict, format_verdicts
+from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
 from common.tables import step_table
@@ -61,6 +62,7 @@ def print_report(
     if timed:
         work = Work(files.work.flops, files.work.bytes)
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
+    print(memory_line(files.memory))
 
 
 def print_bench(b: Bench, trace: Trace) -> None:
@@ -83,6 +85,10 @@ def print_files(files: TraceFiles, run: Run) -> None:
     """The two files written, and how to open or share them."""
     print(f"trace: {files.json}")
     print(f"table: {files.txt}")
+    if run.memory and files.pickle.exists():
+        print(f"memory snapshot: {files.pickle} (drag it into https://pytorch.org/memory_viz)")
+    elif run.memory:
+        print("memory snapshot: GPU-only (torch.cuda.memory); the trace holds the profiler's CPU memory events")
     print(f"open the trace at https://ui.perfetto.dev, or share traces/ with: {share_command(run.traces_dir.parent)}")
 
 

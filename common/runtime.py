@@ -62,6 +62,7 @@ class Run:
     traces_dir: Path  # traces/<script>/, created when the trace is written
     strict: bool = False
     per_step: bool = False
+    memory: bool = False
     peak_tflops: float | None = None
     peak_gbps: float | None = None
 
@@ -107,7 +108,7 @@ def make_parser(doc: str | None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
     Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps, --active,
-    --traces-dir, --bench, --per-step, --strict, --peak-tflops, --peak-gbps. The script adds its own.
+    --traces-dir, --bench, --memory, --per-step, --strict, --peak-tflops, --peak-gbps. The script adds its own.
     """
     parser = OneLineParser(doc)
     run = parser.add_argument_group("device and precision")
@@ -139,6 +140,11 @@ def make_parser(doc: str | None) -> OneLineParser:
         "--bench",
         action="store_true",
         help="also time the step without the profiler, to show its overhead (default: off)",
+    )
+    out.add_argument(
+        "--memory",
+        action="store_true",
+        help="profile_memory=True, and on a GPU a CUDA memory snapshot <tag>.pickle beside the trace (default: off)",
     )
     out.add_argument(
         "--per-step",
@@ -271,6 +277,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         traces_dir=check_writable(base / script),
         strict=args.strict,
         per_step=args.per_step,
+        memory=args.memory,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
     )

@@ -55,6 +55,7 @@ class Row:
     cpu_us: float | None
     launches: float | None  # kernel launches (runtime and driver)
     calls: dict[str, float | None]  # CALLS column -> count, then memcpy and memset
+    peak_mb: float | None = None  # GPU memory a step holds at its peak above its inputs (None: not measured)
     on: str | None = None  # "GPU" or "CPU": which time the rates below divide by
     tflops: float | None = None
     gbps: float | None = None
@@ -107,6 +108,9 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
         launches=median(lambda s: s.launches),
         calls=calls,
     )
+    memory = trace.meta.get("memory")
+    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), (int, float)):
+        row.peak_mb = memory["peak_bytes"] / 1e6
     us, on = trace.step_time_us()
     flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
     if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
@@ -198,7 +202,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     default text table fits WIDTH: long trace names lose words of their script name, then their middle."""
     if wide:
         headers = ["trace", "steps", "kernels", "GPU µs", "CPU µs", "launches", *CALLS, "memcpy", "memset",
-                   "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
+                   "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
         cells = [
             [
                 r.name,
@@ -208,6 +212,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
                 num(r.cpu_us, 4),
                 num(r.launches),
                 *(num(v) for v in r.calls.values()),
+                num(r.peak_mb, 4),
                 num(r.tflops),
                 num(r.gbps),
                 r.on or DASH,
@@ -219,7 +224,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             for r in rows
         ]
         return headers, cells
-    headers = ["trace", "kernels", "GPU µs", "CPU µs", "launches", "memcpy", "TFLOP/s", "%peak", "×base"]
+    headers = ["trace", "kernels", "GPU µs", "CPU µs", "launches", "memcpy", "peak MB", "TFLOP/s", "%peak", "×base"]
     cells = [
         [
             r.name,
@@ -228,6 +233,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             num(r.cpu_us, 4),
             num(r.launches),
             num(r.calls["memcpy"]),
+            num(r.peak_mb, 4),
             num(r.tflops),
             num(r.pct_flops, 2),
             _ratio(r.gpu_ratio if r.gpu_ratio is not None else r.cpu_ratio),
@@ -292,6 +298,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     legend = (
         "Per step = median over the profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
         "CPU µs = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
         "in this trace. --wide shows every column."

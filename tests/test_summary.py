@@ -130,8 +130,8 @@ def test_an_ambiguous_or_unknown_baseline_is_one_error_line(traces, capsys):
 def test_markdown_output_is_pipe_tables(traces, capsys):
     code, out, _ = summary(capsys, traces / "04_x", "--markdown", "--top", "1")
     assert code == 0 and "### Per-step summary of 2 trace(s)" in out
-    assert "| trace | kernels | GPU µs | CPU µs | launches | memcpy | TFLOP/s | %peak | ×base |" in out
-    assert "| 04_x/b_slow | 1.5 | 78 | 60 | 1.5 | 0.5 |" in out
+    assert "| trace | kernels | GPU µs | CPU µs | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
+    assert "| 04_x/b_slow | 1.5 | 78 | 60 | 1.5 | 0.5 | — |" in out
     assert (
         "| --- | ---: |" in out and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
     )
