@@ -304,7 +304,11 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         "in this trace. --wide shows every column."
     )
     out = [
-        heading(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})"),
+        *(
+            [heading(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})")]
+            if args.markdown
+            else textwrap.wrap(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", WIDTH)
+        ),
         "",
         table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",

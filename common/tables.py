@@ -9,6 +9,7 @@ from __future__ import annotations
 from common.trace import GpuOp, Trace
 
 DASH = "—"
+TEXT_WIDTH = 120  # plain-text tables fit a terminal this wide
 STEP_ROWS_SHOWN = 20  # per-step tables show this many rows unless asked for all
 
 
@@ -91,6 +92,10 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
         ]
         for s in steps
     ]
+    if not markdown:  # the calls column takes what is left of TEXT_WIDTH
+        room = TEXT_WIDTH - sum(max(len(h), *(len(c[i]) for c in cells)) + 2 for i, h in enumerate(headers[:-1]))
+        for row in cells:
+            row[-1] = row[-1] if len(row[-1]) <= room else row[-1][: max(room, 20) - 1] + "…"
     out = table(headers, cells, {"step", "extra runtime calls"}, markdown)
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
