@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -98,6 +99,9 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
     def wrapper(argv: list[str] | None = None) -> int:
         try:
             return main(argv)
+        except BrokenPipeError:  # `... | head` closed stdout: stop quietly, as other command-line tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         except SuiteError as exc:
             fail(str(exc))
         except MemoryError:

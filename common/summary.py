@@ -426,8 +426,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             plot(rows, args.plot)
             print(f"\nplot: {args.plot.resolve()}")
-    except BrokenPipeError:  # `... | head` closed stdout: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except ValueError as exc:  # a file that is not a trace
         raise SuiteError(str(exc)) from None
     return 0

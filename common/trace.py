@@ -452,7 +452,7 @@ def short_name(name: str, limit: int = 90) -> str:
             depth = max(depth - 1, 0)
         elif depth == 0:
             out.append(ch)
-    short = _drop_argument_list("".join(out))
+    short = _drop_argument_list("".join(out)).strip()
     return short if len(short) <= limit else short[: limit - 1] + "…"
 
 

@@ -1,0 +1,292 @@
+"""What changed between two traces: the posts' method (04_a vs 04_b, math vs flash, eager vs compiled) in one command.
+
+Usage:
+    uv run python -m common.diff traces/04_a_naive_attention/<tag>.json traces/04_b_inplace_ops_attention/<tag>.json
+    uv run python -m common.diff A.json B.json --markdown
+
+Compares trace A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
+time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
+the totals, the kernels added, removed or changed (matched by family and a close name, so an A100 and an H200
+trace of one script pair their GEMMs), the CPU ops added or removed, and the runtime calls whose counts
+changed. Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.cli import OneLineParser, SuiteError, cli
+from common.physics import Work, achieved
+from common.tables import DASH, num, table
+from common.trace import GpuOp, Trace, read_trace, short_name
+
+CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
+
+
+@dataclass
+class KernelUse:
+    """One kernel name's use in one trace, per profiled step."""
+
+    op: GpuOp  # its first launch (name, family, launch figures)
+    calls: float
+    us: float
+
+
+def kernel_uses(trace: Trace) -> dict[tuple[str, str], KernelUse]:
+    """(category, name) -> calls and µs per step, for kernels, memcpy and memset."""
+    uses: dict[tuple[str, str], KernelUse] = {}
+    for step in trace.steps:
+        for op in step.gpu:
+            use = uses.setdefault((op.category, op.name), KernelUse(op, 0.0, 0.0))
+            use.calls += 1
+            use.us += op.us
+    for use in uses.values():
+        use.calls /= len(trace.steps)
+        use.us /= len(trace.steps)
+    return uses
+
+
+def _short(op: GpuOp) -> str:
+    return short_name(op.name, 200)
+
+
+def match_kernels(
+    a: dict[tuple[str, str], KernelUse], b: dict[tuple[str, str], KernelUse]
+) -> list[tuple[KernelUse | None, KernelUse | None]]:
+    """Pairs (A's use, B's use) of the same kernel; (x, None) is removed, (None, y) added.
+
+    Same family first, then the same short name, then the closest name (difflib ratio >= CLOSE_NAME); a
+    family left with one kernel on each side pairs them too (the same job, another build or GPU)."""
+    pairs: list[tuple[KernelUse | None, KernelUse | None]] = []
+    families = {u.op.family for u in (*a.values(), *b.values())}
+    for family in sorted(families):
+        left = [u for u in a.values() if u.op.family == family]
+        right = [u for u in b.values() if u.op.family == family]
+        for u in list(left):
+            same = next((v for v in right if _short(v.op) == _short(u.op)), None)
+            if same:
+                pairs.append((u, same))
+                left.remove(u)
+                right.remove(same)
+        scored = sorted(
+            ((difflib.SequenceMatcher(None, _short(u.op), _short(v.op)).ratio(), i, j) for i, u in enumerate(left)
+             for j, v in enumerate(right)),
+            reverse=True,
+        )  # fmt: skip
+        used_l, used_r = set(), set()
+        for ratio, i, j in scored:
+            if ratio >= CLOSE_NAME and i not in used_l and j not in used_r:
+                pairs.append((left[i], right[j]))
+                used_l.add(i)
+                used_r.add(j)
+        left = [u for i, u in enumerate(left) if i not in used_l]
+        right = [v for j, v in enumerate(right) if j not in used_r]
+        if len(left) == 1 and len(right) == 1 and family != "other":
+            pairs.append((left[0], right[0]))
+        else:
+            pairs += [(u, None) for u in left] + [(None, v) for v in right]
+    return pairs
+
+
+def median_counts(trace: Trace, counts) -> dict[str, float]:
+    """name -> median count per step, over every name seen in any step (0 where a step has none)."""
+    names = {n for s in trace.steps for n in counts(s)}
+    return {n: statistics.median(counts(s).get(n, 0) for s in trace.steps) for n in names}
+
+
+@dataclass
+class Totals:
+    gpu_us: float | None
+    cpu_us: float | None
+    kernels: float | None
+    launches: float | None
+    memcpy: float | None
+    memset: float | None
+    tflops: float | None
+    peak_mb: float | None
+
+
+def totals(trace: Trace) -> Totals:
+    gpu = trace.has_gpu
+
+    def median(value):
+        return trace.per_step(value) if gpu else None
+
+    us, _ = trace.step_time_us()
+    flops = trace.meta.get("flops")
+    tflops = (
+        achieved(Work(flops, 0), us * 1e-6, None, "bf16").tflops if us and isinstance(flops, (int, float)) else None
+    )
+    memory = trace.meta.get("memory")
+    peak = memory["peak_bytes"] / 1e6 if isinstance(memory, dict) and "peak_bytes" in memory else None
+    return Totals(
+        median(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.region_us), median(lambda s: len(s.kernels)),
+        median(lambda s: s.launches), median(lambda s: len(s.memcpy)), median(lambda s: len(s.memset)), tflops, peak,
+    )  # fmt: skip
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    text = num(abs(value), digits)
+    return ("−" if value < 0 else "+") + text if value else "0"
+
+
+def _listed(uses: list[KernelUse], limit: int = 2) -> str:
+    """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest."""
+    shown = ", ".join(f"{short_name(u.op.name, 70)} ({u.us:.3g} µs)" for u in uses[:limit])
+    return shown + (f" and {len(uses) - limit} more" if len(uses) > limit else "")
+
+
+def _ops(names: list[str], ops: dict[str, float], limit: int = 3) -> str:
+    """The ops a reader looks for first (aten::), the most called first."""
+    ranked = sorted(names, key=lambda n: (not n.startswith("aten::"), -ops[n], n))
+    return ", ".join(ranked[:limit]) + (" and more" if len(ranked) > limit else "")
+
+
+def headline(pairs, ta: Totals, tb: Totals, ops_a: dict, ops_b: dict) -> str:
+    """One sentence: what GPU work went or came (the largest first), the GPU time that makes, the kernel count,
+    and the CPU ops that went or came."""
+    removed = sorted((u for u, v in pairs if v is None), key=lambda u: -u.us)
+    added = sorted((v for u, v in pairs if u is None), key=lambda v: -v.us)
+    parts = []
+    if removed:
+        parts.append(f"gone: {_listed(removed)}")
+    if added:
+        parts.append(f"new: {_listed(added)}")
+    if not parts:
+        changed = sorted(((u, v) for u, v in pairs if u and v), key=lambda p: -abs(p[1].us - p[0].us))
+        if changed:
+            u, v = changed[0]
+            parts.append(f"the same GPU work; {short_name(u.op.name, 40)} {_signed(v.us - u.us)} µs per step")
+    if ta.kernels is not None and tb.kernels is not None and ta.kernels != tb.kernels:
+        parts.append(f"{num(ta.kernels)} kernels per step → {num(tb.kernels)}")
+    if ta.gpu_us and tb.gpu_us is not None:
+        pct = _signed(100 * (tb.gpu_us - ta.gpu_us) / ta.gpu_us, 2)
+        parts.append(f"GPU busy {num(ta.gpu_us, 4)} → {num(tb.gpu_us, 4)} µs per step ({pct}%)")
+    elif ta.cpu_us and tb.cpu_us is not None:
+        parts.append(f"CPU region {num(ta.cpu_us, 4)} → {num(tb.cpu_us, 4)} µs per step")
+    gone = [n for n in ops_a if ops_a[n] and not ops_b.get(n)]
+    new = [n for n in ops_b if ops_b[n] and not ops_a.get(n)]
+    if gone:
+        parts.append(f"{_ops(gone, ops_a)} gone from the CPU side")
+    if new:
+        parts.append(f"{_ops(new, ops_b)} new on the CPU side")
+    sentence = "; ".join(parts)
+    return sentence[0].upper() + sentence[1:] + "." if parts else "No difference in GPU work, CPU ops or time."
+
+
+def comparability(a: Trace, b: Trace) -> list[str]:
+    """Notes on what differs beyond the variant: the script, the work (FLOPs), the GPU."""
+    notes = []
+    sa, sb = a.meta.get("script"), b.meta.get("script")
+    if sa and sb and sa != sb:
+        notes.append(f"different scripts ({sa} vs {sb})")
+    fa, fb = a.meta.get("flops"), b.meta.get("flops")
+    if isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa != fb:
+        notes.append(f"different work ({fa / 1e9:.4g} vs {fb / 1e9:.4g} GFLOP per step: other shapes)")
+    if a.device_name != b.device_name:
+        notes.append(f"different devices ({a.device_name} vs {b.device_name}): kernels matched by family and name")
+    return notes
+
+
+def render(a: Trace, b: Trace, markdown: bool = False) -> str:
+    """The whole diff, as text or Markdown."""
+    heading = (lambda s: f"### {s}") if markdown else (lambda s: s)  # noqa: E731
+    gap = [""] if markdown else []
+    out = [heading(f"diff: A = {a.name} → B = {b.name}")]
+    if a.path.resolve() == b.path.resolve():
+        return "\n".join([*out, "", "No difference: A and B are the same trace file."])
+    notes = comparability(a, b)
+    out += [f"note: {n}; compared anyway" for n in notes]
+    ta, tb = totals(a), totals(b)
+    ops_a, ops_b = median_counts(a, lambda s: s.cpu_ops), median_counts(b, lambda s: s.cpu_ops)
+    pairs = match_kernels(kernel_uses(a), kernel_uses(b))
+    out += ["", headline(pairs, ta, tb, ops_a, ops_b)]
+
+    rows = []
+    for label, x, y, digits in (
+        ("GPU busy µs", ta.gpu_us, tb.gpu_us, 4), ("CPU region µs", ta.cpu_us, tb.cpu_us, 4),
+        ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
+        ("memcpy", ta.memcpy, tb.memcpy, 3), ("memset", ta.memset, tb.memset, 3),
+        ("TFLOP/s", ta.tflops, tb.tflops, 3), ("peak MB", ta.peak_mb, tb.peak_mb, 4),
+    ):  # fmt: skip
+        if x is None and y is None:
+            continue
+        delta = _signed(y - x, digits) if x is not None and y is not None else DASH
+        pct = _signed(100 * (y - x) / x, 2) + "%" if x and y is not None else DASH
+        rows.append([label, num(x, digits), num(y, digits), delta, pct])
+    out += ["", heading("Totals per step (medians)"), *gap, table(["", "A", "B", "Δ", "Δ%"], rows, {""}, markdown)]
+
+    change = (tb.gpu_us - ta.gpu_us) if ta.gpu_us is not None and tb.gpu_us is not None else 0.0
+    spread = sum(abs((v.us if v else 0.0) - (u.us if u else 0.0)) for u, v in pairs) or 1.0
+
+    def delta_us(pair) -> float:
+        u, v = pair
+        return (v.us if v else 0.0) - (u.us if u else 0.0)
+
+    kernel_rows = []
+    for u, v in sorted(pairs, key=lambda p: -abs(delta_us(p))):
+        if u and v and u.calls == v.calls and abs(v.us - u.us) < 0.05 * max(u.us, 0.1) and _short(u.op) == _short(v.op):
+            continue  # unchanged
+        what = "removed" if v is None else "added" if u is None else "changed"
+        d = delta_us((u, v))
+        share = 100 * d / change if change and abs(change) >= 0.01 * spread else 100 * abs(d) / spread
+        name = _short((v or u).op) if u is None or v is None or _short(u.op) == _short(v.op) else (
+            f"{_short(u.op)} → {_short(v.op)}")  # fmt: skip
+        kernel_rows.append([
+            what, (u or v).op.family, num(u.calls) if u else "0", num(v.calls) if v else "0",
+            f"{u.us:.1f}" if u else "0", f"{v.us:.1f}" if v else "0", _signed(d), f"{share:.0f}%",
+            short_name(name, 90) if u is None or v is None else name[:110],
+        ])  # fmt: skip
+    if kernel_rows:
+        headers = ["", "family", "A calls", "B calls", "A µs", "B µs", "Δ µs", "of Δ", "kernel"]
+        out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
+        out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
+    elif a.has_gpu or b.has_gpu:
+        out += ["", "GPU work: the same kernels, within 5% of their time."]
+
+    op_rows = [[("removed" if not ops_b.get(n) else "added" if not ops_a.get(n) else "changed"), n,
+                num(ops_a.get(n, 0)), num(ops_b.get(n, 0))]
+               for n in sorted(set(ops_a) | set(ops_b)) if ops_a.get(n, 0) != ops_b.get(n, 0)]  # fmt: skip
+    if op_rows:
+        op_rows.sort(key=lambda r: ({"removed": 0, "added": 1, "changed": 2}[r[0]], r[1]))
+        out += ["", heading("CPU ops whose calls per step changed"), *gap]
+        out.append(table(["", "op", "A calls", "B calls"], op_rows, {"", "op"}, markdown))
+
+    calls_a, calls_b = median_counts(a, lambda s: s.runtime), median_counts(b, lambda s: s.runtime)
+    call_rows = [[n, num(calls_a.get(n, 0)), num(calls_b.get(n, 0)), _signed(calls_b.get(n, 0) - calls_a.get(n, 0))]
+                 for n in sorted(set(calls_a) | set(calls_b)) if calls_a.get(n, 0) != calls_b.get(n, 0)]  # fmt: skip
+    if call_rows:
+        out += ["", heading("Runtime and driver calls whose count per step changed"), *gap]
+        out.append(table(["call", "A", "B", "Δ"], call_rows, {"call"}, markdown))
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(__doc__, prog="python -m common.diff")
+    parser.add_argument("a", type=Path, metavar="A", help="the trace to compare from (.json or .json.gz)")
+    parser.add_argument("b", type=Path, metavar="B", help="the trace to compare to")
+    parser.add_argument("--markdown", action="store_true", help="Markdown instead of plain text (default: off)")
+    return parser.parse_args(argv)
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Print the diff of two traces; 0 on success, 2 on bad input."""
+    args = parse_args(argv)
+    for path in (args.a, args.b):
+        if not path.is_file():
+            raise SuiteError(f"{path}: no such trace file")
+    try:
+        a, b = read_trace(args.a), read_trace(args.b)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
+    print(render(a, b, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
