@@ -136,7 +136,7 @@ def _signed(value: float, digits: int = 3) -> str:
 
 def _listed(uses: list[KernelUse], limit: int = 2) -> str:
     """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest."""
-    shown = ", ".join(f"{short_name(u.op.name, 70)} ({u.us:.3g} µs)" for u in uses[:limit])
+    shown = ", ".join(f"{short_name(u.op.name, 70)} ({num(u.us, 4)} µs)" for u in uses[:limit])
     return shown + (f" and {len(uses) - limit} more" if len(uses) > limit else "")
 
 
@@ -152,6 +152,13 @@ def headline(pairs, ta: Totals, tb: Totals, ops_a: dict, ops_b: dict) -> str:
     removed = sorted((u for u, v in pairs if v is None), key=lambda u: -u.us)
     added = sorted((v for u, v in pairs if u is None), key=lambda v: -v.us)
     parts = []
+    swapped = [(u, v) for u, v in pairs if u and v and _short(u.op) != _short(v.op)]
+    if swapped:
+        u, v = max(swapped, key=lambda p: abs(p[1].us - p[0].us))
+        if abs(v.us - u.us) >= max([w.us for w in removed + added], default=0.0):
+            parts.append(
+                f"{short_name(u.op.name, 50)} → {short_name(v.op.name, 70)} ({num(u.us, 4)} → {num(v.us, 4)} µs)"
+            )
     if removed:
         parts.append(f"gone: {_listed(removed)}")
     if added:
@@ -175,7 +182,9 @@ def headline(pairs, ta: Totals, tb: Totals, ops_a: dict, ops_b: dict) -> str:
     if new:
         parts.append(f"{_ops(new, ops_b)} new on the CPU side")
     sentence = "; ".join(parts)
-    return sentence[0].upper() + sentence[1:] + "." if parts else "No difference in GPU work, CPU ops or time."
+    if not parts:
+        return "No difference in GPU work, CPU ops or time."
+    return (sentence[0].upper() + sentence[1:] if sentence.startswith(("gone", "new", "the")) else sentence) + "."
 
 
 def comparability(a: Trace, b: Trace) -> list[str]:
