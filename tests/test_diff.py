@@ -29,7 +29,7 @@ def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):
     code, out, _ = diff(capsys, fixture("04_a_naive_attention", ATTN), fixture("04_b_inplace_ops_attention", ATTN))
     assert code == 0
     headline = out.splitlines()[3]
-    assert headline.startswith("Gone: Memcpy DtoD (128 µs); GPU busy 1064 → 936.1 µs per step (−12%)")
+    assert headline.startswith("Gone: Memcpy DtoD (127.7 µs); GPU busy 1064 → 936.1 µs per step (−12%)")
     assert "aten::clone" in headline and "gone from the CPU side" in headline
     assert "note: different scripts (04_a_naive_attention vs 04_b_inplace_ops_attention)" in out
     removed = [line.split() for line in out.splitlines() if line.startswith("removed")]
