@@ -21,7 +21,7 @@ from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, exp
 from common.physics import Work
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import make_parser, require_memory, setup
+from common.runtime import fit_machine, make_parser, setup
 from common.trace import read_trace
 
 
@@ -67,12 +67,12 @@ def main(argv: list[str] | None = None) -> int:
 
     batch, n = args.batch or 1, args.size
     e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
-    require_memory(run, batch * n * n * (4 * e + 5 * r), "x, w, b, y and their higher-precision reference")
+    work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * e)  # read x, w, b; write y
+    fit_machine(run, batch * n * n * (4 * e + 5 * r), "x, w, b, y and their higher-precision reference", work.flops)
     shape = (args.batch, n, n) if args.batch else (n, n)
     x, w, b = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
     fn = torch.compile(matmul_add) if run.compiled else matmul_add
 
-    work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * x.element_size())  # read x, w, b; write y
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: fn(x, w, b), run)

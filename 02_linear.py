@@ -19,7 +19,7 @@ from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, exp
 from common.physics import Work
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 SHAPE = {"batch": (1024, "rows of x"), "in_dim": (32, "input features"), "out_dim": (64, "output features")}
@@ -54,14 +54,16 @@ def main(argv: list[str] | None = None) -> int:
 
     m, k, n = args.batch, args.in_dim, args.out_dim
     e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
-    require_memory(run, (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, the weight, y and their reference")
+    work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * e)
+    fit_machine(
+        run, (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, the weight, y and their reference", work.flops
+    )
 
     # bias=True reproduces Part 1's matmul + add: y = x @ w.T + b
     linear_layer = nn.Linear(args.in_dim, args.out_dim, bias=True).to(run.device, run.dtype)
     x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
     layer = torch.compile(linear_layer) if run.compiled else linear_layer
 
-    work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * x.element_size())
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: layer(x), run)

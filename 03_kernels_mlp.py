@@ -24,7 +24,7 @@ from common.hub import HubError, hub_access, liger_mlp_like, pypi_liger_geglu
 from common.mlp import SHAPE, make_input, mlp_memory, mlp_work, reference_output, simple_mlp_class
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 try:
@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py instead"
         )
 
-    require_memory(run, *mlp_memory(args, run.dtype, models=2))  # SimpleGeGLUMLP's weights, copied into Liger's
+    fit_machine(
+        run, *mlp_memory(args, run.dtype, models=2), mlp_work(args, run.dtype.itemsize).flops
+    )  # SimpleGeGLUMLP's weights, copied into Liger's
 
     # The layer, as the post loads it; hub_access makes the call offline-aware and its failures one line.
     LigerGEGLUMLP, source = None, "pypi"

@@ -21,7 +21,7 @@ from common.guess import Expect, check_guess, expect_kernels, expect_op
 from common.mlp import SHAPE, make_input, mlp_memory, mlp_work, reference_output
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
-    require_memory(run, *mlp_memory(args, run.dtype))
+    fit_machine(run, *mlp_memory(args, run.dtype), mlp_work(args, run.dtype.itemsize).flops)
     model = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype)
     x = make_input(args, run)  # [batch, seq, dim]
     mlp = torch.compile(model) if run.compiled else model

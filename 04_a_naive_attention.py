@@ -23,7 +23,7 @@ from common.export import TraceFiles
 from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 
@@ -93,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
 
     # scores, scaled scores and the masked copy, then softmax: 3 [batch, heads, seq, seq] buffers at once
-    require_memory(run, *attention_memory(args, run.dtype, score_bytes=3 * run.dtype.itemsize))
+    fit_machine(
+        run,
+        *attention_memory(args, run.dtype, score_bytes=3 * run.dtype.itemsize),
+        attention_work(args, run.dtype.itemsize).flops,
+    )
     q, k, v = make_qkv(args, run)  # [batch, heads, seq, head_dim]
     mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step
     attention = NaiveCausalAttention(args.head_dim)

@@ -35,7 +35,7 @@ from common.export import TraceFiles
 from common.guess import Expect, check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # math holds the scores (in fp32 for 16-bit inputs), a fused backend never does
     score_bytes = 0 if args.backend != "math" else 3 * (4 if run.dtype != torch.float32 else run.dtype.itemsize)
-    require_memory(run, *attention_memory(args, run.dtype, score_bytes))
+    fit_machine(run, *attention_memory(args, run.dtype, score_bytes), attention_work(args, run.dtype.itemsize).flops)
     q, k, v = make_qkv(args, run)  # [batch, heads, seq, head_dim]
     attention = torch.compile(sdpa_attention) if run.compiled else sdpa_attention
 

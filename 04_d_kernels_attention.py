@@ -37,7 +37,7 @@ from common.hub import (
 )
 from common.profiling import activities, sync, warm_up
 from common.report import exit_code, print_bench, print_files, print_report
-from common.runtime import add_shape_flags, make_parser, require_memory, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.trace import read_trace
 
 try:
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
             flash_attn_func, source = installed_flash_attn(exc, repo)
     print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
-    require_memory(run, *attention_memory(args, run.dtype, score_bytes=0))  # fused: no [seq, seq] scores
+    fit_machine(
+        run, *attention_memory(args, run.dtype, score_bytes=0), attention_work(args, run.dtype.itemsize).flops
+    )  # fused: no [seq, seq] scores
     q, k, v = make_qkv(args, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
     fn = torch.compile(flash_attention) if run.compiled else flash_attention
 

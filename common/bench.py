@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 MIN_RUN_TIME_S = 0.5  # wall-clock timing runs at least this long (sustained)
+MIN_CALLS = 5  # the wall-clock median is over at least this many calls
 BURST_CALLS = 20  # CUDA-event timing: a short burst, like the profiled window
 
 
@@ -30,7 +32,8 @@ def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
     be slower: on an H200 heavy GEMMs reach the power cap within about 0.1 s and the SM clock drops
     (1980 -> 1590 MHz measured). The step is called a few times first so compilation is not timed.
     """
-    # Imported here: torch.utils.benchmark pulls in cpp_extension, which warns on machines without CUDA.
+    # torch.utils.benchmark pulls in cpp_extension, which logs "No CUDA runtime is found" without a GPU.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark
 
     gpu = None
@@ -48,5 +51,10 @@ def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
                 end.record()
             torch.cuda.synchronize()
             gpu = statistics.median(start.elapsed_time(end) for start, end in events) * 1e-3  # ms -> s
-        wall = benchmark.Timer(stmt="step()", globals={"step": step}).blocked_autorange(min_run_time=MIN_RUN_TIME_S)
-    return Bench(wall.median, len(wall.times) * wall.number_per_run, gpu, BURST_CALLS if on_gpu else 0)
+        timer = benchmark.Timer(stmt="step()", globals={"step": step})
+        wall = timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S)
+        calls = len(wall.times) * wall.number_per_run
+        if calls < MIN_CALLS:  # a slow step: time MIN_CALLS single calls rather than a median of one or two
+            times = [timer.timeit(1).median for _ in range(MIN_CALLS)]
+            return Bench(statistics.median(times), MIN_CALLS, gpu, BURST_CALLS if on_gpu else 0)
+    return Bench(wall.median, calls, gpu, BURST_CALLS if on_gpu else 0)

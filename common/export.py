@@ -156,6 +156,7 @@ class TraceFiles:
             "bytes": self.work.bytes,
             "steps": self.run.schedule.active,
             "memory": self.memory,
+            "threads": None if self.run.on_gpu else torch.get_num_threads(),
         }
 
     def discard(self) -> None:

@@ -28,8 +28,9 @@ def activities(run: Run) -> list[ProfilerActivity]:
     """CPU, plus CUDA on a GPU (the GPU lane of the trace: kernels, memcpy, memset)."""
     if run.on_gpu:
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    # Without a GPU, Kineto logs a misleading "ERROR ... gpuGetDeviceCount failed": keep only fatal logs.
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    # Without a GPU, Kineto logs a misleading "ERROR ... gpuGetDeviceCount failed" and, at its USDT level (5),
+    # "profiler_start"/"profiler_stop" lines: above 5 it logs nothing. Read when the first profiler starts.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     return [ProfilerActivity.CPU]
 
 

@@ -63,6 +63,7 @@ class Run:
     strict: bool = False
     per_step: bool = False
     memory: bool = False
+    threads: int | None = None  # --threads: CPU threads (None: torch's default, one for a tiny step)
     peak_tflops: float | None = None
     peak_gbps: float | None = None
 
@@ -89,11 +90,9 @@ class Run:
         return "_".join(words)
 
     def describe(self) -> str:
-        """One line: device, dtype, threads on the CPU, warm/cold, eager/compiled, schedule."""
+        """One line: device, dtype, warm/cold, eager/compiled, schedule."""
         s = self.schedule
         where = f"{self.device_name} ({self.device})"
-        if not self.on_gpu:
-            where += f", {torch.get_num_threads()} thread(s)"
         line = (
             f"device={where} dtype={self.dtype_name} run={'warm' if self.warm else 'cold'} "
             f"mode={'compiled' if self.compiled else 'eager'} "
@@ -107,7 +106,7 @@ class Run:
 def make_parser(doc: str | None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
-    Shared flags: --device, --dtype, --warmup, --compile, --wait, --warmup-steps, --active,
+    Shared flags: --device, --dtype, --threads, --warmup, --compile, --wait, --warmup-steps, --active,
     --traces-dir, --bench, --memory, --per-step, --strict, --peak-tflops, --peak-gbps. The script adds its own.
     """
     parser = OneLineParser(doc)
@@ -116,6 +115,12 @@ def make_parser(doc: str | None) -> OneLineParser:
         "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
     )
     run.add_argument("--dtype", choices=DTYPES, default="bf16", help="tensor dtype (default: bf16)")
+    run.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="CPU threads (default: torch's, which is the core count, or 1 for a step under 10 MFLOP)",
+    )
 
     mode = parser.add_argument_group("how the step runs")
     mode.add_argument(
@@ -242,9 +247,27 @@ def cpu_available_bytes() -> int:
     return have if have is not None else 1 << 62
 
 
-def require_memory(run: Run, need_bytes: float, what: str) -> None:
-    """Refuse, in one line and before anything is allocated, shapes whose tensors cannot fit: `need_bytes`
-    (what the script will allocate, `what` saying for what) against free GPU memory or available CPU memory."""
+TINY_STEP_FLOPS = 1e7  # below this a CPU step runs on one thread (a 128 x 128 matmul is 4 MFLOP)
+
+
+def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
+    """Fit the run to this machine before anything is allocated.
+
+    Refuse, in one line, shapes whose tensors cannot fit: `need_bytes` (what the script will allocate,
+    `what` saying for what) against free GPU memory or available CPU memory. On the CPU, run a tiny step
+    (under TINY_STEP_FLOPS) on one thread unless --threads says otherwise: with two or more OpenMP threads,
+    a 64 x 64 matmul that takes ~20 µs can take ~8 ms whenever another process keeps a core busy, because a
+    thread spin-waits for a partner that waits a whole 4 ms scheduler tick for a core. Larger steps keep
+    torch's default, where the threads pay off (a 1024 x 1024 bf16 matmul: 3.6 ms on two, 6.1 ms on one).
+    """
+    if not run.on_gpu:
+        if run.threads:
+            torch.set_num_threads(run.threads)
+        elif flops < TINY_STEP_FLOPS and torch.get_num_threads() > 1:
+            torch.set_num_threads(1)
+            print(f"notice: a tiny step ({flops / 1e6:.2g} MFLOP) runs on 1 CPU thread, immune to OpenMP "
+                  "spin-wait stalls when other processes are busy; --threads N overrides")  # fmt: skip
+        print(f"CPU threads: {torch.get_num_threads()}")
     have = torch.cuda.mem_get_info(run.device)[0] if run.on_gpu else cpu_available_bytes()
     if need_bytes > 0.9 * have:
         where = f"free on {run.device_name}" if run.on_gpu else "of memory available"
@@ -278,6 +301,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         strict=args.strict,
         per_step=args.per_step,
         memory=args.memory,
+        threads=args.threads,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
     )
