@@ -1,0 +1,61 @@
+"""Honest CPU runs: tiny steps on one thread, the thread count said, no stray log lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import ROOT, run
+
+from common.bench import MIN_CALLS, bench
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_tiny_cpu_step_runs_on_one_thread_and_says_so(tmp_path, capsys):
+    torch.set_num_threads(2)
+    assert run("01_matmul_add", tmp_path, "--size", "16") == 0
+    out = capsys.readouterr().out
+    assert "notice: a tiny step" in out and "CPU threads: 1" in out
+    meta = json.loads((tmp_path / "01_matmul_add" / "16_bf16_cold_eager.json").read_text())["suite"]
+    assert meta["threads"] == 1 and meta["memory"] is None  # GPU memory is not measured on the CPU
+
+
+def test_threads_flag_overrides_the_tiny_step_rule(tmp_path, capsys):
+    assert run("01_matmul_add", tmp_path, "--size", "16", "--threads", "2") == 0
+    out = capsys.readouterr().out
+    assert "notice: a tiny step" not in out and "CPU threads: 2" in out
+
+
+def test_a_larger_cpu_step_keeps_torchs_threads(tmp_path, capsys):
+    torch.set_num_threads(2)
+    assert run("01_matmul_add", tmp_path, "--size", "256") == 0
+    assert "CPU threads: 2" in capsys.readouterr().out
+
+
+def test_a_cold_start_run_prints_no_stray_log_lines(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "01_matmul_add.py"), "--size", "8", "--wait", "0", "--warmup-steps", "0",
+         "--active", "4", "--bench", "--traces-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for noise in ("USDT", "No CUDA runtime", "won't be using warmup", "gpuGetDeviceCount"):
+        assert noise not in done.stderr + done.stdout
+    assert "no profiler warm-up step: the first recorded step also pays for starting the tracer" in done.stdout
+
+
+def test_bench_never_reports_a_median_of_one_call():
+    started = time.perf_counter()
+    result = bench(lambda: time.sleep(0.2), on_gpu=False)
+    assert result.wall_calls >= MIN_CALLS and 0.19 < result.wall_s < 0.4
+    assert time.perf_counter() - started < 10
