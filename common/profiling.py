@@ -20,12 +20,11 @@ from common.runtime import Run
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
 
-# torch >= 2.11 warns that a cycle's events are cleared after on_trace_ready; the scripts export once, in it.
-warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-
 
 def activities(run: Run) -> list[ProfilerActivity]:
     """CPU, plus CUDA on a GPU (the GPU lane of the trace: kernels, memcpy, memset)."""
+    # torch >= 2.11 warns that a cycle's events are cleared after on_trace_ready; the scripts export once, in it.
+    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
     if run.on_gpu:
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     # Without a GPU, Kineto logs a misleading "ERROR ... gpuGetDeviceCount failed" and, at its USDT level (5),

@@ -28,8 +28,10 @@ def load_script(name: str) -> ModuleType:
 
 
 def run(name: str, traces_dir: Path, *flags: str) -> int:
-    """`<name>.main([...flags, "--traces-dir", traces_dir])`: a script end to end, in this process."""
-    return load_script(name).main([*flags, "--traces-dir", str(traces_dir)])
+    """`<name>.main([...flags, "--traces-dir", traces_dir])`: a script end to end, in this process, on the CPU
+    unless `flags` name a --device (so a test means the same on a machine with a GPU)."""
+    device = [] if "--device" in flags else ["--device", "cpu"]
+    return load_script(name).main([*flags, *device, "--traces-dir", str(traces_dir)])
 
 
 def usage_error(call: Callable[[], object], capsys: pytest.CaptureFixture) -> str:

@@ -143,7 +143,7 @@ def test_a_refused_backend_reports_the_dispatchers_reason(tmp_path, capsys, monk
 
 
 # On a GPU: what the post saw on its A100, which must hold on any CUDA GPU. Shapes big enough for real GEMMs.
-GPU_SHAPE = ["--seq", "128", "--head_dim", "64"]
+GPU_SHAPE = ["--seq", "128", "--head_dim", "64", "--device", "cuda"]
 
 
 def memcpy_per_step(path: Path) -> list[int]:

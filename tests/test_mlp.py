@@ -88,7 +88,7 @@ def test_kernels_mlp_on_cpu_exits_2_with_one_line_and_writes_nothing(tmp_path, c
 @requires_cuda
 def test_kernels_mlp_from_pypi_on_gpu_traces_liger_geglu_kernel(tmp_path):
     pytest.importorskip("liger_kernel")
-    assert run("03_kernels_mlp", tmp_path, *TINY, "--source", "pypi") == 0
+    assert run("03_kernels_mlp", tmp_path, *TINY, "--source", "pypi", "--device", "cuda") == 0
     names = trace_names(tmp_path / "03_kernels_mlp" / f"{TINY_TAG}_pypi_bf16_cold_eager.json")
     assert any("geglu" in str(n) for n in names)
     assert "aten::gelu" not in names
