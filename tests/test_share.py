@@ -43,5 +43,7 @@ def test_the_printed_share_command_gets_to_the_login_on_python(version, tmp_path
         timeout=300,
     )  # fmt: skip
     out = done.stdout + done.stderr
+    if "Failed to fetch" in out and "pypi.org" in out:
+        pytest.skip("PyPI is not reachable from here, so uv cannot install trace-util")
     assert done.returncode == 1 and not any(sign in out for sign in USAGE_ERRORS), out
     assert "hf auth login" in out, out  # no token: it stops at the login, before any upload
