@@ -7,8 +7,8 @@ Usage:
     uv run python -m common.summary traces/01_matmul_add --per-step     # one row per profiled step
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
-PATH is a trace (.json or .json.gz) or a folder searched for them; a folder without traces is
-skipped with a notice; a file that is not a trace or a trace without profiler steps stops the run
+PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
+folder without traces is skipped with a notice (no traces at all is an error); a file that is not a trace or a trace without profiler steps stops the run
 with one `error:` line (exit 2). The baseline of the ×base ratios is, unless --baseline names
 another, the slowest trace (the most GPU time per step, or CPU time where no trace has a GPU lane),
 so every ratio reads as a fraction of it. The table fits 120 columns; --wide shows every column.
@@ -82,8 +82,8 @@ def find_traces(paths: list[str]) -> list[Path]:
             found += inside
         elif path.is_file():
             found.append(path)
-        else:
-            raise SuiteError(f"{path}: no such file or folder")
+        else:  # e.g. the folder of a script not run yet, or refused here: the other paths still count
+            print(f"notice: {path}: no such file or folder, skipped", file=sys.stderr)
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))

@@ -142,7 +142,6 @@ def bad_input(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "notrace.json").write_text("{not json")
     (tmp_path / "nosteps.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}))
     return {
-        "no such file or folder": tmp_path / "missing.json",
         "not a readable Chrome trace": tmp_path / "notrace.json",
         "no ProfilerStep": tmp_path / "nosteps.json",
     }
@@ -153,6 +152,15 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
         code, out, err = summary(capsys, path)
         assert (code, out) == (2, "") and err.count("\n") == 1, why
         assert err.startswith("error: ") and why in err and str(path) in err
+
+
+def test_missing_paths_and_empty_folders_are_skipped_with_a_notice(traces, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, out, err = summary(capsys, traces / "04_x", tmp_path / "empty", tmp_path / "missing")
+    assert code == 0 and "04_x/a_fast" in out
+    assert f"notice: {tmp_path / 'empty'}: no *.json" in err and f"notice: {tmp_path / 'missing'}: no such" in err
+    code, out, err = summary(capsys, tmp_path / "empty", tmp_path / "missing")
+    assert (code, out) == (2, "") and err.strip().splitlines()[-1].startswith("error: no traces in")
 
 
 def test_bad_flags_are_one_error_line(capsys):
