@@ -10,14 +10,14 @@ Usage:
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
 folder without traces is skipped with a notice (no traces at all is an error); a file that is not a
 trace or a trace without profiler steps stops the run with one `error:` line (exit 2). The baseline
-of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per step, or CPU time where no trace has a GPU lane),
-so every ratio reads as a fraction of it. The table fits 120 columns; --wide shows every column.
-"Per step" is the median over the trace's profiler steps (ProfilerStep#N). GPU time is GPU busy
-time: the sum of kernel, memcpy and memset durations, not wall time. CPU time is the span
-of the script's record_function label. TFLOP/s and GB/s divide the FLOPs and bytes the script
-recorded by the GPU time; on a CPU-only trace by the CPU time (column "on" says which), and % of
-peak is left out there: there is no CPU peak to compare with. "—" marks a figure the trace cannot
-give, never a zero.
+of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
+step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
+table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
+profiler steps (ProfilerStep#N). GPU time is GPU busy time: the sum of kernel, memcpy and memset
+durations, not wall time. CPU time is the span of the script's record_function label. TFLOP/s and
+GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
+time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
+with. "—" marks a figure the trace cannot give, never a zero.
 """
 
 from __future__ import annotations
