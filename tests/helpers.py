@@ -34,6 +34,16 @@ def run(name: str, traces_dir: Path, *flags: str) -> int:
     return load_script(name).main([*flags, *device, "--traces-dir", str(traces_dir)])
 
 
+def command(main: Callable[[list[str]], int], capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:
+    """`main(argv)` of a command (the summary, the diff): its exit code, stdout and stderr."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def usage_error(call: Callable[[], object], capsys: pytest.CaptureFixture) -> str:
     """Run `call`, expect the suite's bad-input exit (code 2, one `error:` line on stderr) and return that line."""
     with pytest.raises(SystemExit) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import FIXTURES, run, tiny_gpu_trace
+from helpers import FIXTURES, command, run, tiny_gpu_trace
 
 from common.diff import KernelUse, main, match_kernels
 from common.trace import GpuOp
@@ -16,13 +16,8 @@ def fixture(script: str, tag: str) -> str:
     return str(FIXTURES / script / f"{tag}.json.gz")
 
 
-def diff(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+def diff(capsys, *argv: object) -> tuple[int, str, str]:
+    return command(main, capsys, *argv)
 
 
 def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, ev, run, tiny_gpu_trace, usage_error, written
+from helpers import ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
 
 from common.export import STALE_TEMP_S
 from common.summary import main as summary_main
@@ -169,12 +169,7 @@ def test_reading_a_trace_costs_time_linear_in_its_steps():
 
 
 def summary(capsys, *argv: object) -> tuple[int, str, str]:
-    try:
-        code = summary_main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return command(summary_main, capsys, *argv)
 
 
 def test_deeply_nested_json_is_one_line_naming_the_file(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
+from helpers import command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.summary import main, summarize, top_kernels
@@ -40,14 +40,8 @@ def traces(tmp_path: Path) -> Path:
     return folder
 
 
-def summary(capsys, *argv: str) -> tuple[int, str, str]:
-    """`python -m common.summary ARGV` in this process: exit code, stdout, stderr."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+def summary(capsys, *argv: object) -> tuple[int, str, str]:
+    return command(main, capsys, *argv)
 
 
 def row_of(out: str, name: str) -> list[str]:
