@@ -5,12 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
+from helpers import ROOT, command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.summary import main, summarize, top_kernels
@@ -203,3 +204,9 @@ def test_a_kernel_in_an_anonymous_namespace_keeps_a_readable_name():
     data["traceEvents"].append(ev("kernel", softmax, 200, 500, tid=7, correlation=6))
     top = top_kernels(parse(data), 1)[0]
     assert short_name(top.op.name) == "(anonymous namespace)::cunn_SoftMaxForward<…>" and top.op.family == "softmax"
+
+
+def test_the_summary_and_the_diff_start_without_torch():
+    probe = "import sys, common.summary, common.diff; sys.exit('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
