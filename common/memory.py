@@ -58,12 +58,15 @@ class MemoryWatch:
             torch.cuda.memory._record_memory_history(enabled=None)
 
 
-def memory_line(memory: dict | None) -> str:
-    """What the run prints beside the step time."""
+def memory_line(memory: dict | None, min_bytes: float) -> str:
+    """What the run prints beside the step time: the peak, and what a step allocates set beside the
+    `min_bytes` it must move at least (the physics line's figure)."""
     if memory is None:
         return "memory: GPU-only (torch.cuda allocator statistics); not measured on the CPU"
+    allocated = memory["allocated_per_step_bytes"]
+    times = f", {allocated / min_bytes:,.1f}x the {min_bytes / 1e6:,.3g} MB it must move" if min_bytes else ""
     return (
         f"memory: peak {memory['peak_bytes'] / 1e6:,.1f} MB above the {memory['inputs_bytes'] / 1e6:,.1f} MB of "
-        f"inputs during the steps, {memory['allocated_per_step_bytes'] / 1e6:,.1f} MB allocated per step "
+        f"inputs during the steps; {allocated / 1e6:,.1f} MB allocated per step{times} "
         "(torch.cuda memory statistics)"
     )

@@ -62,7 +62,7 @@ def print_report(
     if timed:
         work = Work(files.work.flops, files.work.bytes)
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
-    print(memory_line(files.memory))
+    print(memory_line(files.memory, files.work.bytes))
 
 
 def print_bench(b: Bench, trace: Trace) -> None:

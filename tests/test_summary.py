@@ -72,7 +72,7 @@ def test_a_cpu_row_leaves_gpu_figures_and_percent_of_peak_empty():
     row = summarize(parse(tiny_cpu_trace()))
     assert row.kernels is None and row.gpu_us is None and row.launches is None and set(row.calls.values()) == {None}
     assert row.on == "CPU" and row.cpu_us == 70 and row.tflops == pytest.approx(1e6 / 70e-6 / 1e12)
-    assert row.pct_flops is None and row.pct_bytes is None
+    assert row.pct_flops is None and row.pct_bytes is None and row.peak_mb is None  # absent, never zero
 
 
 def test_peak_flags_give_percent_of_peak_on_an_unknown_gpu():
