@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     batch, n = args.batch or 1, args.size
     e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
     work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * e)  # read x, w, b; write y
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(run, batch * n * n * (4 * e + 5 * r), "x, w, b, y and their higher-precision reference", work.flops)
     shape = (args.batch, n, n) if args.batch else (n, n)
     x, w, b = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: fn(x, w, b), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, run.tag(f"{args.batch}x{n}" if args.batch else n), "matmul_add", work)
         with profile(
             activities=activities(run),

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     m, k, n = args.batch, args.in_dim, args.out_dim
     e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
     work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * e)
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(
         run, (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, the weight, y and their reference", work.flops
     )
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: layer(x), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work)
         with profile(
             activities=activities(run),

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py instead"
         )
 
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(
         run, *mlp_memory(args, run.dtype, models=2), mlp_work(args, run.dtype.itemsize).flops
     )  # SimpleGeGLUMLP's weights, copied into Liger's
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         check_close(liger(x), reference_output(simple, x, run.dtype), run.dtype, f"LigerGEGLUMLP ({source})")
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: mlp(x), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, run.tag(*shape_of(args, SHAPE), source), "mlp_fwd", mlp_work(args, x.element_size()))
         with profile(
             activities=activities(run),

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(run, *mlp_memory(args, run.dtype), mlp_work(args, run.dtype.itemsize).flops)
     model = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype)
     x = make_input(args, run)  # [batch, seq, dim]
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: mlp(x), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "mlp_fwd", mlp_work(args, x.element_size()))
         with profile(
             activities=activities(run),

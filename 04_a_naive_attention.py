@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
 
-    # scores, scaled scores and the masked copy, then softmax: 3 [batch, heads, seq, seq] buffers at once
+    # before allocating: refuse shapes that cannot fit (scores, scaled scores, the masked copy and softmax are
+    # [batch, heads, seq, seq] each; 3 are counted, 2 are alive at once), a tiny CPU step runs on one thread
     fit_machine(
         run,
         *attention_memory(args, run.dtype, score_bytes=3 * run.dtype.itemsize),
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():  # forward only: autograd keeps no scores, so overwriting them in place is safe
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: model(q, k, v, mask), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "attn_fwd", attention_work(args, q.element_size()))
         with profile(
             activities=activities(run),

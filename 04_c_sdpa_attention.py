@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # math holds the scores (in fp32 for 16-bit inputs), a fused backend never does
     score_bytes = 0 if args.backend != "math" else 3 * (4 if run.dtype != torch.float32 else run.dtype.itemsize)
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(run, *attention_memory(args, run.dtype, score_bytes), attention_work(args, run.dtype.itemsize).flops)
     q, k, v = make_qkv(args, run)  # [batch, heads, seq, head_dim]
     attention = torch.compile(sdpa_attention) if run.compiled else sdpa_attention
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         require_sdpa_backend(args.backend, q, k, v, run)
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: attention(q, k, v), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(run, tag, "attn_fwd", attention_work(args, q.element_size()))
         with profile(
             activities=activities(run),

@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             flash_attn_func, source = installed_flash_attn(exc, repo)
     print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
+    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
     fit_machine(
         run, *attention_memory(args, run.dtype, score_bytes=0), attention_work(args, run.dtype.itemsize).flops
     )  # fused: no [seq, seq] scores
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
             warm_up(lambda: fn(flash_attn_func, q, k, v), run)
+        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
         files = TraceFiles(
             run, run.tag(*shape_of(args, SHAPE), source), "attn_fwd", attention_work(args, q.element_size())
         )
