@@ -15,39 +15,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
-from common.physics import Work, achieved
+from common.summary import Row, summarize
 from common.tables import DASH, num, table
-from common.trace import GpuOp, Trace, read_trace, short_name
+from common.trace import GpuOp, KernelUse, Trace, read_trace, short_name
 
 CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
-
-
-@dataclass
-class KernelUse:
-    """One kernel name's use in one trace, per profiled step."""
-
-    op: GpuOp  # its first launch (name, family, launch figures)
-    calls: float
-    us: float
-
-
-def kernel_uses(trace: Trace) -> dict[tuple[str, str], KernelUse]:
-    """(category, name) -> calls and µs per step, for kernels, memcpy and memset."""
-    uses: dict[tuple[str, str], KernelUse] = {}
-    for step in trace.steps:
-        for op in step.gpu:
-            use = uses.setdefault((op.category, op.name), KernelUse(op, 0.0, 0.0))
-            use.calls += 1
-            use.us += op.us
-    for use in uses.values():
-        use.calls /= len(trace.steps)
-        use.us /= len(trace.steps)
-    return uses
 
 
 def _short(op: GpuOp) -> str:
@@ -92,43 +67,6 @@ def match_kernels(
     return pairs
 
 
-def median_counts(trace: Trace, counts) -> dict[str, float]:
-    """name -> median count per step, over every name seen in any step (0 where a step has none)."""
-    names = {n for s in trace.steps for n in counts(s)}
-    return {n: statistics.median(counts(s).get(n, 0) for s in trace.steps) for n in names}
-
-
-@dataclass
-class Totals:
-    gpu_us: float | None
-    cpu_us: float | None
-    kernels: float | None
-    launches: float | None
-    memcpy: float | None
-    memset: float | None
-    tflops: float | None
-    peak_mb: float | None
-
-
-def totals(trace: Trace) -> Totals:
-    gpu = trace.has_gpu
-
-    def median(value):
-        return trace.per_step(value) if gpu else None
-
-    us, _ = trace.step_time_us()
-    flops = trace.meta.get("flops")
-    tflops = (
-        achieved(Work(flops, 0), us * 1e-6, None, "bf16").tflops if us and isinstance(flops, (int, float)) else None
-    )
-    memory = trace.meta.get("memory")
-    peak = memory["peak_bytes"] / 1e6 if isinstance(memory, dict) and "peak_bytes" in memory else None
-    return Totals(
-        median(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.region_us), median(lambda s: len(s.kernels)),
-        median(lambda s: s.launches), median(lambda s: len(s.memcpy)), median(lambda s: len(s.memset)), tflops, peak,
-    )  # fmt: skip
-
-
 def _signed(value: float, digits: int = 3) -> str:
     text = num(abs(value), digits)
     return ("−" if value < 0 else "+") + text if value else "0"
@@ -146,7 +84,7 @@ def _ops(names: list[str], ops: dict[str, float], limit: int = 3) -> str:
     return ", ".join(ranked[:limit]) + (" and more" if len(ranked) > limit else "")
 
 
-def headline(pairs, ta: Totals, tb: Totals, ops_a: dict, ops_b: dict) -> str:
+def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
     """One sentence: what GPU work went or came (the largest first), the GPU time that makes, the kernel count,
     and the CPU ops that went or came."""
     removed = sorted((u for u, v in pairs if v is None), key=lambda u: -u.us)
@@ -210,16 +148,16 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
     notes = comparability(a, b)
     out += [f"note: {n}; compared anyway" for n in notes]
-    ta, tb = totals(a), totals(b)
-    ops_a, ops_b = median_counts(a, lambda s: s.cpu_ops), median_counts(b, lambda s: s.cpu_ops)
-    pairs = match_kernels(kernel_uses(a), kernel_uses(b))
+    ta, tb = summarize(a), summarize(b)
+    ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
+    pairs = match_kernels(a.kernel_uses(), b.kernel_uses())
     out += ["", headline(pairs, ta, tb, ops_a, ops_b)]
 
     rows = []
     for label, x, y, digits in (
         ("GPU busy µs", ta.gpu_us, tb.gpu_us, 4), ("CPU region µs", ta.cpu_us, tb.cpu_us, 4),
         ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
-        ("memcpy", ta.memcpy, tb.memcpy, 3), ("memset", ta.memset, tb.memset, 3),
+        ("memcpy", ta.calls["memcpy"], tb.calls["memcpy"], 3), ("memset", ta.calls["memset"], tb.calls["memset"], 3),
         ("TFLOP/s", ta.tflops, tb.tflops, 3), ("peak MB", ta.peak_mb, tb.peak_mb, 4),
     ):  # fmt: skip
         if x is None and y is None:
@@ -265,7 +203,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
         out += ["", heading("CPU ops whose calls per step changed"), *gap]
         out.append(table(["", "op", "A calls", "B calls"], op_rows, {"", "op"}, markdown))
 
-    calls_a, calls_b = median_counts(a, lambda s: s.runtime), median_counts(b, lambda s: s.runtime)
+    calls_a, calls_b = a.typical_calls, b.typical_calls
     call_rows = [[n, num(calls_a.get(n, 0)), num(calls_b.get(n, 0)), _signed(calls_b.get(n, 0) - calls_a.get(n, 0))]
                  for n in sorted(set(calls_a) | set(calls_b)) if calls_a.get(n, 0) != calls_b.get(n, 0)]  # fmt: skip
     if call_rows:

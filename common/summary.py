@@ -26,16 +26,25 @@ import argparse
 import os
 import sys
 import textwrap
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.physics import Work, achieved, find_peak
-from common.tables import DASH, LAUNCH_HEADERS, LAUNCH_LEGEND, launch_cells, num, step_table, table
+from common.tables import (
+    DASH,
+    LAUNCH_HEADERS,
+    LAUNCH_LEGEND,
+    TEXT_WIDTH,
+    launch_cells,
+    num,
+    room_for,
+    step_table,
+    table,
+)
 from common.trace import GpuOp, Trace, read_trace, short_name
 
-WIDTH = 120  # the default tables fit a terminal this wide
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
 CALLS = {  # --wide column -> runtime/driver call name prefix
     "cudaLaunchKernel": "cudaLaunchKernel",
@@ -178,13 +187,7 @@ def short_trace_names(names: list[str]) -> dict[str, str]:
     }
 
 
-def room_for(headers: list[str], cells: list[list[str]], column: int, width: int = WIDTH) -> int:
-    """How many characters `column` may take for the text table of `cells` to fit `width`."""
-    others = sum(max(len(h), *(len(c[i]) for c in cells)) + 2 for i, h in enumerate(headers) if i != column)
-    return max(width - others, 24)
-
-
-def fit_first_column(headers: list[str], cells: list[list[str]], width: int = WIDTH) -> list[list[str]]:
+def fit_first_column(headers: list[str], cells: list[list[str]], width: int = TEXT_WIDTH) -> list[list[str]]:
     """`cells` with the first column's long entries cut in the middle (…) so the text table fits `width`."""
     room = room_for(headers, cells, 0, width)
 
@@ -199,7 +202,7 @@ def fit_first_column(headers: list[str], cells: list[list[str]], width: int = WI
 
 def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
-    default text table fits WIDTH: long trace names lose words of their script name, then their middle."""
+    default text table fits TEXT_WIDTH: long trace names lose words of their script name, then their middle."""
     if wide:
         headers = ["trace", "steps", "kernels", "GPU µs", "CPU µs", "launches", *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
@@ -258,19 +261,9 @@ class KernelStat:
 
 def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     """The `n` kernels (and memcpy/memset) with the most total time over the profiled steps."""
-    total: dict[tuple[str, str], float] = defaultdict(float)
-    calls: dict[tuple[str, str], int] = defaultdict(int)
-    first: dict[tuple[str, str], GpuOp] = {}
-    for step in trace.steps:
-        for op in step.gpu:
-            key = (op.category, op.name)
-            total[key] += op.us
-            calls[key] += 1
-            first.setdefault(key, op)
-    busy = sum(total.values()) or 1.0
-    ranked = sorted(total, key=total.get, reverse=True)[:n]
-    steps = len(trace.steps)
-    return [KernelStat(first[k], total[k] / steps, calls[k] / steps, 100.0 * total[k] / busy) for k in ranked]
+    uses = sorted(trace.kernel_uses().values(), key=lambda u: -u.us)
+    busy = sum(u.us for u in uses) or 1.0
+    return [KernelStat(u.op, u.us, u.calls, 100.0 * u.us / busy) for u in uses[:n]]
 
 
 def kernel_cells(stats: list[KernelStat], name_width: int = 48) -> tuple[list[str], list[list[str]]]:
@@ -307,12 +300,14 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         *(
             [heading(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})")]
             if args.markdown
-            else textwrap.wrap(f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", WIDTH)
+            else textwrap.wrap(
+                f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", TEXT_WIDTH
+            )
         ),
         "",
         table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",
-        *([legend] if args.markdown else textwrap.wrap(legend, WIDTH)),
+        *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH)),
     ]
     skipped = [t for t in traces if t.skipped]
     if skipped:

@@ -43,6 +43,12 @@ def table(headers: list[str], cells: list[list[str]], left: set[str], markdown: 
     return (markdown_table if markdown else text_table)(headers, cells, left)
 
 
+def room_for(headers: list[str], cells: list[list[str]], column: int, width: int = TEXT_WIDTH) -> int:
+    """How many characters `column` may take for the text table of `cells` to fit `width` (at least 20)."""
+    others = sum(max(len(h), *(len(c[i]) for c in cells)) + 2 for i, h in enumerate(headers) if i != column)
+    return max(width - others, 20)
+
+
 def _dims(dims: tuple[int, ...] | None) -> str:
     if dims is None:
         return DASH
@@ -93,9 +99,9 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
         for s in steps
     ]
     if not markdown:  # the calls column takes what is left of TEXT_WIDTH
-        room = TEXT_WIDTH - sum(max(len(h), *(len(c[i]) for c in cells)) + 2 for i, h in enumerate(headers[:-1]))
+        room = room_for(headers, cells, len(headers) - 1)
         for row in cells:
-            row[-1] = row[-1] if len(row[-1]) <= room else row[-1][: max(room, 20) - 1] + "…"
+            row[-1] = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
     out = table(headers, cells, {"step", "extra runtime calls"}, markdown)
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"

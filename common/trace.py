@@ -139,6 +139,15 @@ class Step:
 
 
 @dataclass
+class KernelUse:
+    """One kernel name's use in a trace, per profiled step (mean over the steps)."""
+
+    op: GpuOp  # its first launch: name, family, launch figures
+    calls: float
+    us: float
+
+
+@dataclass
 class Trace:
     """A loaded trace: its file, its steps, the label and whether it has a GPU lane."""
 
@@ -163,11 +172,29 @@ class Trace:
         values = [v for v in map(value, self.steps) if v is not None]
         return statistics.median(values) if values else None
 
+    def median_counts(self, counts: Callable[[Step], Counter]) -> dict[str, float]:
+        """name -> the median of `counts(step)[name]` over the steps, for every name any step has (a step
+        without it counts 0): e.g. `median_counts(lambda s: s.cpu_ops)`."""
+        names = {n for s in self.steps for n in counts(s)}
+        return {n: statistics.median(counts(s).get(n, 0) for s in self.steps) for n in names}
+
     @functools.cached_property
     def typical_calls(self) -> dict[str, float]:
         """The median count per runtime/driver call name over the steps (0 where most steps make none)."""
-        names = {n for s in self.steps for n in s.runtime}
-        return {n: statistics.median(s.runtime[n] for s in self.steps) for n in names}
+        return self.median_counts(lambda s: s.runtime)
+
+    def kernel_uses(self) -> dict[tuple[str, str], KernelUse]:
+        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran."""
+        uses: dict[tuple[str, str], KernelUse] = {}
+        for step in self.steps:
+            for op in step.gpu:
+                use = uses.setdefault((op.category, op.name), KernelUse(op, 0.0, 0.0))
+                use.calls += 1
+                use.us += op.us
+        for use in uses.values():
+            use.calls /= len(self.steps)
+            use.us /= len(self.steps)
+        return uses
 
     def extra_calls(self, step: Step) -> dict[str, int]:
         """The runtime/driver calls `step` makes beyond a typical step: what a cold first step pays for,
