@@ -124,24 +124,26 @@ class TraceFiles:
         remove_stale_temporaries(folder)
         averages = prof.key_averages()
         self.table = key_averages_table(averages, self.run.on_gpu, row_limit=TABLE_ROWS_PRINTED)
-        raw, trace, table = (temporary_beside(p) for p in (self.json, self.json, self.txt))
+        raw, trace, table, snapshot = (temporary_beside(p) for p in (self.json, self.json, self.txt, self.pickle))
+        snapshot_wanted = self.run.memory and self.run.on_gpu
         try:
             prof.export_chrome_trace(str(raw))
             add_metadata(raw, trace, self.metadata())
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
-            if self.run.memory and self.run.on_gpu:
-                self.watch.dump_snapshot(self.pickle)
+            if snapshot_wanted:
+                self.watch.dump_snapshot(snapshot)
+                os.replace(snapshot, self.pickle)
             os.replace(table, self.txt)
             try:
                 os.replace(trace, self.json)
             except OSError:
-                self.txt.unlink(missing_ok=True)  # the pair, or neither
+                self.txt.unlink(missing_ok=True)  # all of them, or none
                 self.pickle.unlink(missing_ok=True)
                 raise
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         finally:
-            for tmp in (raw, trace, table, raw.with_name(raw.name + ".tmp")):  # Kineto's own temporary too
+            for tmp in (raw, trace, table, snapshot, raw.with_name(raw.name + ".tmp")):  # Kineto's own too
                 tmp.unlink(missing_ok=True)
 
     def metadata(self) -> dict:

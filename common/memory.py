@@ -6,8 +6,6 @@ has no counterpart of. On the CPU the suite says so rather than print a number.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -47,14 +45,11 @@ class MemoryWatch:
         }
 
     def dump_snapshot(self, path: Path) -> None:
-        """Write the allocation history recorded since `start()` to `path` (a pickle), atomically."""
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
+        """Write the allocation history recorded since `start()` to `path` (a pickle) and stop recording.
+        The caller writes to a temporary and renames it, with the trace (export.TraceFiles.save)."""
         try:
-            torch.cuda.memory._dump_snapshot(name)
-            os.replace(name, path)
+            torch.cuda.memory._dump_snapshot(str(path))
         finally:
-            Path(name).unlink(missing_ok=True)
             torch.cuda.memory._record_memory_history(enabled=None)
 
 
