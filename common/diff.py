@@ -18,9 +18,10 @@ import difflib
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
+from common.naming import short_name
 from common.summary import Row, summarize
 from common.tables import DASH, num, table
-from common.trace import GpuOp, KernelUse, Trace, read_trace, short_name
+from common.trace import GpuOp, KernelUse, Trace, read_trace
 
 CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from common.naming import FAMILIES, short_name
 from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, launch_cells, text_table
-from common.trace import FAMILIES, Step, Trace, short_name
+from common.trace import Step, Trace
 
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.naming import short_name
 from common.physics import Work, achieved, find_peak
 from common.tables import (
     DASH,
@@ -43,7 +44,7 @@ from common.tables import (
     step_table,
     table,
 )
-from common.trace import GpuOp, Trace, read_trace, short_name
+from common.trace import GpuOp, Trace, read_trace
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
 CALLS = {  # --wide column -> runtime/driver call name prefix

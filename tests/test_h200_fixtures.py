@@ -14,9 +14,10 @@ import pytest
 from helpers import FIXTURES, load_script
 
 from common.guess import check_guess, format_verdicts
+from common.naming import kernel_family
 from common.summary import main as summary_main
 from common.tables import step_table
-from common.trace import Trace, kernel_family, read_trace
+from common.trace import Trace, read_trace
 
 ALL = sorted(FIXTURES.rglob("*.json.gz"))
 

@@ -13,9 +13,10 @@ from common.checks import check_close
 from common.cli import SuiteError
 from common.export import key_averages_table
 from common.guess import check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op, format_verdicts
+from common.naming import kernel_family, short_name
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run, Schedule
-from common.trace import GpuOp, Step, Trace, kernel_family, short_name
+from common.trace import GpuOp, Step, Trace
 
 
 def make_run(tmp_path: Path, **kw) -> Run:

@@ -14,8 +14,9 @@ import torch
 from helpers import ROOT, command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from common.naming import short_name
 from common.summary import main, summarize, top_kernels
-from common.trace import parse, short_name
+from common.trace import parse
 
 
 def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:

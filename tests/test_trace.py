@@ -11,7 +11,8 @@ import torch
 from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.trace import load_json, parse, read_trace
+from common.trace import parse, read_trace
+from common.trace_json import load_json
 
 
 def test_steps_are_the_profiler_step_events_in_time_order():
