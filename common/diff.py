@@ -18,8 +18,8 @@ import difflib
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
+from common.figures import Row, summarize
 from common.naming import short_name
-from common.summary import Row, summarize
 from common.tables import DASH, num, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
 

@@ -14,8 +14,9 @@ import torch
 from helpers import ROOT, command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from common.figures import summarize
 from common.naming import short_name
-from common.summary import main, summarize, top_kernels
+from common.summary import main, top_kernels
 from common.trace import parse
 
 
