@@ -137,10 +137,10 @@ def test_markdown_output_is_pipe_tables(traces, capsys):
 def bad_input(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "empty").mkdir()
     (tmp_path / "notrace.json").write_text("{not json")
-    (tmp_path / "nosteps.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}))
+    (tmp_path / "noevents.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, -1)]}))
     return {
         "not a readable Chrome trace": tmp_path / "notrace.json",
-        "no ProfilerStep": tmp_path / "nosteps.json",
+        "no profiler events": tmp_path / "noevents.json",
     }
 
 
