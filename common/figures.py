@@ -1,11 +1,12 @@
 """One trace's figures per profiled step, as the summary's row and the diff's totals: medians over the steps,
-and the rates the script's recorded FLOPs and bytes give. No printing: the commands format these."""
+and the rates the script's recorded FLOPs and bytes give. No printing: the commands print these."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from common.physics import Work, achieved, find_peak
+from common.tables import num
 from common.trace import Trace
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
@@ -34,6 +35,7 @@ class Row:
     pct_bytes: float | None = None
     gpu_ratio: float | None = None  # this trace's GPU time / the baseline's
     cpu_ratio: float | None = None
+    graph_launches: float | None = None  # CUDA graph launches, each replaying many kernels
 
 
 def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
@@ -54,6 +56,7 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
         cpu_us=trace.per_step(lambda s: s.region_us),
         launches=median(lambda s: s.launches),
         calls=calls,
+        graph_launches=median(lambda s: s.graph_launches),
     )
     memory = trace.meta.get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), (int, float)):
@@ -74,3 +77,15 @@ def with_ratios(rows: list[Row], baseline: Row) -> list[Row]:
         row.gpu_ratio = row.gpu_us / baseline.gpu_us if row.gpu_us is not None and baseline.gpu_us else None
         row.cpu_ratio = row.cpu_us / baseline.cpu_us if row.cpu_us is not None and baseline.cpu_us else None
     return rows
+
+
+def launch_line(row: Row) -> str | None:
+    """'10 kernel launches + 2 graph launches → 39 kernels' per step, for a row with graph launches; else None."""
+    if not row.graph_launches or row.launches is None or row.kernels is None:
+        return None
+
+    def counted(n: float, what: str) -> str:
+        return f"{num(n)} {what}" + ("" if n == 1 else "es" if what.endswith("h") else "s")
+
+    graphs = counted(row.graph_launches, "graph launch")
+    return f"{counted(row.launches, 'kernel launch')} + {graphs} → {counted(row.kernels, 'kernel')}"

@@ -130,7 +130,8 @@ def test_markdown_output_is_pipe_tables(traces, capsys):
     assert "| trace | kernels | GPU µs | CPU µs | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
     assert "| 04_x/b_slow | 1.5 | 78 | 60 | 1.5 | 0.5 | — |" in out
     assert (
-        "| --- | ---: |" in out and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
+        "| --- | ---: |" in out
+        and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
     )
 
 
