@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
+from helpers import requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.trace import parse, read_trace
