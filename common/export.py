@@ -93,8 +93,8 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
 class TraceFiles:
     """Where one run's trace, table and memory snapshot go, and how they are written: all or none."""
 
-    def __init__(self, run: Run, tag: str, label: str, work: Work) -> None:
-        self.run, self.tag, self.label, self.work = run, tag, label, work
+    def __init__(self, run: Run, tag: str, label: str, work: Work, extra: dict | None = None) -> None:
+        self.run, self.tag, self.label, self.work, self.extra = run, tag, label, work, extra or {}
         self.json = run.traces_dir / f"{tag}.json"
         self.txt = run.traces_dir / f"{tag}.txt"
         self.pickle = run.traces_dir / f"{tag}.pickle"  # the CUDA memory snapshot, with --memory on a GPU
@@ -157,6 +157,7 @@ class TraceFiles:
             "steps": self.run.schedule.active,
             "memory": self.memory,
             "threads": None if self.run.on_gpu else torch.get_num_threads(),
+            **self.extra,
         }
 
     def discard(self) -> None:

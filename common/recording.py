@@ -34,9 +34,9 @@ WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
 class Recording:
     """One profiled run: its files, its memory watch, and the writer torch.profiler calls."""
 
-    def __init__(self, run: Run, tag: str, label: str, work: Work) -> None:
+    def __init__(self, run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> None:
         self.run, self.label = run, label
-        self.files = TraceFiles(run, tag, label, work)
+        self.files = TraceFiles(run, tag, label, work, meta)
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
 
     def warm_up(self, step: Callable[[], object]) -> None:
@@ -76,10 +76,11 @@ class Recording:
 
 
 @contextlib.contextmanager
-def recording(run: Run, tag: str, label: str, work: Work) -> Iterator[Recording]:
+def recording(run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
     """The guard around a script's profiler block: the GPU memory watch over the steps, and no file left
-    under a final name if anything in the block fails or is interrupted."""
-    rec = Recording(run, tag, label, work)
+    under a final name if anything in the block fails or is interrupted. `meta`: more entries for the
+    trace's `suite` metadata (a rank, say)."""
+    rec = Recording(run, tag, label, work, meta)
     rec.watch.start()
     try:
         yield rec

@@ -48,7 +48,7 @@ from common.tables import (
     table,
 )
 from common.trace import GpuOp, Step, Trace, read_trace
-from common.units import human_time
+from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
 
@@ -246,8 +246,9 @@ def _communication_us(step: Step) -> float:
 
 
 def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
-    """For traces of two or more ranks: a row per rank (GPU busy split into compute and communication, CPU
-    time), then the spread, slowest ÷ fastest rank; [] for fewer ranks."""
+    """For traces of two or more ranks: a row per rank (GPU busy split into compute and communication, the
+    communication no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank;
+    [] for fewer ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
@@ -259,8 +260,14 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         gpu.append(busy)
         cpu.append(region)
         compute = None if busy is None or comm is None else busy - comm
-        cells.append([str(trace.rank), trace.name, *map(human_time, (busy, compute, comm, region))])
-    headers = ["rank", "trace", "GPU busy", "compute", "communication", "CPU"]
+        exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
+        memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
+        peak = memory.get("peak_bytes")
+        times = map(human_time, (busy, compute, comm, exposed, region))
+        cells.append(
+            [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
+        )
+    headers = ["rank", "trace", "GPU busy", "compute", "communication", "exposed comm.", "CPU", "peak memory"]
 
     def spread(values: list[float | None]) -> str:
         known = [v for v in values if v is not None]

@@ -60,6 +60,7 @@ class GpuOp:
     registers: int | None = None  # registers per thread
     shared_bytes: int | None = None  # shared memory per block
     occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
+    start: float | None = None  # µs, the trace's clock: when it began on the GPU
 
     @property
     def family(self) -> str:
@@ -102,6 +103,7 @@ def gpu_op(event: dict) -> GpuOp:
         None if registers is None else int(registers),
         None if shared is None else int(shared),
         _number(args, "est. achieved occupancy %"),
+        _number(event, "ts"),
     )
 
 
@@ -155,6 +157,31 @@ class Step:
     def gpu_busy_us(self) -> float:
         """Sum of kernel, memcpy and memset durations (GPU busy time, not wall)."""
         return sum(op.us for op in self.gpu)
+
+    @property
+    def exposed_communication_us(self) -> float:
+        """Communication kernel time (NCCL) during which no compute kernel ran on any stream: what the
+        overlap with the backward did not hide. Compute intervals are merged first, so each moment counts once."""
+        compute = sorted(
+            (op.start, op.start + op.us) for op in self.gpu if op.family != "communication" and op.start is not None
+        )
+        merged: list[list[float]] = []
+        for begin, end in compute:
+            if merged and begin <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([begin, end])
+        exposed = 0.0
+        for op in self.gpu:
+            if op.family != "communication":
+                continue
+            if op.start is None:
+                exposed += op.us
+                continue
+            begin, end = op.start, op.start + op.us
+            hidden = sum(max(0.0, min(end, b) - max(begin, a)) for a, b in merged)
+            exposed += op.us - hidden
+        return exposed
 
     def calls(self, prefix: str) -> int:
         """How many runtime/driver calls in this step have a name starting with `prefix`."""
