@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.naming import kernel_family
-from common.trace_json import stream_json
+from common.trace_json import Args, Event, as_events, stream_json
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -56,24 +56,23 @@ def _dims(value: object) -> tuple[int, ...] | None:
     return None
 
 
-def _number(args: dict, key: str) -> float | None:
-    value = args.get(key)
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def gpu_op(event: dict) -> GpuOp:
+def gpu_op(event: Event) -> GpuOp:
     """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event."""
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
-    registers, shared = _number(args, "registers per thread"), _number(args, "shared memory")
+    args = event.args or Args()
+    registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
-        event["cat"],
-        event["name"],
-        float(event["dur"]),
-        _dims(args.get("grid")),
-        _dims(args.get("block")),
+        event.cat,
+        event.name,
+        float(event.dur),
+        _dims(args.grid),
+        _dims(args.block),
         None if registers is None else int(registers),
         None if shared is None else int(shared),
-        _number(args, "est. achieved occupancy %"),
+        _number(args.occupancy),
     )
 
 
@@ -194,14 +193,9 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
-def _usable(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-
-
-def _correlation(event: dict) -> object:
+def _correlation(event: Event) -> object:
     """The id that ties a GPU event to the runtime/driver call that launched it."""
-    args = event.get("args")
-    return args.get("correlation") if isinstance(args, dict) else None
+    return None if event.args is None else event.args.correlation
 
 
 class _StepFinder:
@@ -231,21 +225,18 @@ class _Collector:
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
 
-    def add(self, e: object) -> None:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
+    def add(self, e: Event) -> None:
+        cat, ts, dur = e.cat, e.ts, e.dur
+        if e.ph != "X" or cat not in KEPT or e.name is None:
             return
-        cat = e.get("cat")
-        if cat not in KEPT:
-            return
-        ts, dur = e.get("ts"), e.get("dur")
-        if not (_usable(ts) and _usable(dur)):
+        if not (0 <= ts < math.inf and 0 <= dur < math.inf):  # NaN (absent, not a number), infinite, negative
             self.skipped += 1
             return
-        name = self.names.setdefault(e["name"], e["name"])
+        name = e.name = self.names.setdefault(e.name, e.name)
         if cat in GPU_WORK:
-            self.gpu.append((float(ts), _correlation(e), gpu_op({**e, "name": name})))
+            self.gpu.append((ts, _correlation(e), gpu_op(e)))
         else:
-            self.cpu.append((cat, name, float(ts), float(dur), _correlation(e)))
+            self.cpu.append((cat, name, ts, dur, _correlation(e)))
 
     def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
         """Split the collected events into profiler steps; raise ValueError if there are none."""
@@ -320,7 +311,7 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
     """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has none."""
     collector = _Collector()
     with _no_gc():
-        for event in data["traceEvents"]:
+        for event in as_events(data["traceEvents"]):
             collector.add(event)
         return collector.trace(data, path, label)
 
