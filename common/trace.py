@@ -51,9 +51,19 @@ class GpuOp:
 
 
 def _dims(value: object) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
-        return tuple(int(v) for v in value)
-    return None
+    if not (isinstance(value, list) and value):
+        return None
+    try:
+        return _int_dims(tuple(value))
+    except TypeError:  # an element that cannot be hashed, so not a number
+        return None
+
+
+@functools.cache
+def _int_dims(dims: tuple) -> tuple[int, ...] | None:
+    """`dims` as whole numbers if each is a finite number; cached, since kernels launch with few shapes."""
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) for v in dims)
+    return tuple(int(v) for v in dims) if ok else None
 
 
 def _number(value: object) -> float | None:
@@ -204,13 +214,11 @@ class _StepFinder:
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
         self.starts = [s.start_us for s in steps]
+        self.ends = [s.start_us + s.dur_us for s in steps]
 
     def __call__(self, ts: float) -> Step | None:
         i = bisect.bisect_right(self.starts, ts) - 1
-        if i < 0:
-            return None
-        step = self.steps[i]
-        return step if ts <= step.start_us + step.dur_us else None
+        return self.steps[i] if i >= 0 and ts <= self.ends[i] else None
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
@@ -220,32 +228,34 @@ class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        self.cpu: list[tuple[str, str, float, float, object]] = []  # (category, name, ts, dur, correlation)
+        self.ops: list[tuple[str, float]] = []  # cpu_op: (name, ts)
+        self.annotations: list[tuple[str, float, float]] = []  # user_annotation: (name, ts, dur)
+        self.launches: list[tuple[str, float, object]] = []  # cuda_runtime, cuda_driver: (name, ts, correlation)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
 
     def add(self, e: Event) -> None:
         cat, ts, dur = e.cat, e.ts, e.dur
-        if e.ph != "X" or cat not in KEPT or e.name is None:
+        if cat not in KEPT or e.ph != "X" or e.name is None:
             return
         if not (0 <= ts < math.inf and 0 <= dur < math.inf):  # NaN (absent, not a number), infinite, negative
             self.skipped += 1
             return
         name = e.name = self.names.setdefault(e.name, e.name)
-        if cat in GPU_WORK:
+        if cat == "cpu_op":
+            self.ops.append((name, ts))
+        elif cat == "user_annotation":
+            self.annotations.append((name, ts, dur))
+        elif cat in GPU_WORK:
             self.gpu.append((ts, _correlation(e), gpu_op(e)))
         else:
-            self.cpu.append((cat, name, ts, dur, _correlation(e)))
+            self.launches.append((name, ts, _correlation(e)))
 
     def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
         """Split the collected events into profiler steps; raise ValueError if there are none."""
         steps = sorted(
-            (
-                Step(int(m.group(1)), ts, dur)
-                for cat, name, ts, dur, _ in self.cpu
-                if cat == "user_annotation" and (m := STEP_NAME.match(name))
-            ),
+            (Step(int(m.group(1)), ts, dur) for name, ts, dur in self.annotations if (m := STEP_NAME.match(name))),
             key=lambda s: s.start_us,
         )
         if not steps:
@@ -258,29 +268,23 @@ class _Collector:
         if not label:
             label = meta.get("label") if isinstance(meta.get("label"), str) else None
         if not label:  # the record_function label: the most common user annotation inside the steps
-            names = Counter(
-                name
-                for cat, name, ts, _, _ in self.cpu
-                if cat == "user_annotation" and not STEP_NAME.match(name) and step_at(ts)
-            )
+            names = Counter(name for name, ts, _ in self.annotations if not STEP_NAME.match(name) and step_at(ts))
             label = names.most_common(1)[0][0] if names else None
 
-        launch_step: dict[object, Step] = {}
-        has_gpu = bool(self.gpu)
-        for cat, name, ts, dur, corr in self.cpu:
-            step = step_at(ts)
-            if cat in LAUNCH_CATEGORIES:
-                has_gpu = True
-                if step is not None:
-                    step.runtime[name] += 1
-                    if corr is not None:
-                        launch_step[corr] = step
-            elif step is None:
-                continue
-            elif cat == "cpu_op":
-                step.cpu_ops[name] += 1
-            elif cat == "user_annotation" and name == label:
+        starts, ends, find = step_at.starts, step_at.ends, bisect.bisect_right
+        for name, ts in self.ops:  # the step lookup inlined: this loop runs for most of the events
+            i = find(starts, ts) - 1
+            if i >= 0 and ts <= ends[i]:
+                steps[i].cpu_ops[name] += 1
+        for name, ts, dur in self.annotations:
+            if name == label and (step := step_at(ts)) is not None:
                 step.region_us = (step.region_us or 0.0) + dur
+        launch_step: dict[object, Step] = {}
+        for name, ts, corr in self.launches:
+            if (step := step_at(ts)) is not None:
+                step.runtime[name] += 1
+                if corr is not None:
+                    launch_step[corr] = step
 
         self.gpu.sort(key=lambda item: item[0])
         for ts, corr, op in self.gpu:
@@ -291,6 +295,7 @@ class _Collector:
         props = header.get("deviceProperties") or []
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
+        has_gpu = bool(self.gpu or self.launches)
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped)
 
 
