@@ -19,9 +19,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.naming import kernel_family
-from common.trace_json import Args, Event, as_events, stream_json
+
+if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
+    from common.trace_json import Event
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -72,7 +75,9 @@ def _number(value: object) -> float | None:
 
 def gpu_op(event: Event) -> GpuOp:
     """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event."""
-    args = event.args or Args()
+    args = event.args
+    if args is None:
+        return GpuOp(event.cat, event.name, event.dur)
     registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
@@ -314,6 +319,8 @@ def _no_gc() -> Iterator[None]:
 
 def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
     """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has none."""
+    from common.trace_json import as_events
+
     collector = _Collector()
     with _no_gc():
         for event in as_events(data["traceEvents"]):
@@ -323,6 +330,8 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
 
 def read_trace(path: Path | str, label: str | None = None) -> Trace:
     """Read one exported trace file, streaming its events: time and memory grow linearly with its size."""
+    from common.trace_json import stream_json
+
     collector = _Collector()
     with _no_gc():
         header = stream_json(path, collector.add)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, command, ev, tiny_gpu_trace
+from helpers import FIXTURES, ROOT, command, ev, tiny_gpu_trace
 
 from common import trace_json
 from common.summary import main as summary_main
@@ -142,3 +144,9 @@ def test_a_bare_array_trace_has_no_header(tmp_path):
     path = Path(tmp_path / "bare.json")
     path.write_text(json.dumps(tiny_gpu_trace()["traceEvents"]))
     assert trace_json.stream_json(path, lambda e: None) == {}
+
+
+def test_the_summary_and_the_diff_start_without_importing_the_json_decoder():
+    probe = "import sys, common.summary, common.diff; sys.exit('msgspec' in sys.modules)"  # `--help` stays quick
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
