@@ -5,8 +5,8 @@ Usage (from the repository root; make the traces with benchmarks/make_trace.py, 
     uv run --group bench python benchmarks/reader_speed.py /tmp/bench/trace_100mb.json [--runs 3] [--before REV]
     uv run --group bench python benchmarks/reader_speed.py BIG.json --runs 1 --only summary,before,simdjson
 
-Each cell is one fresh subprocess per run, its wall time (imports included) taken here and its peak RSS from
-os.wait4, as min/median/max over --runs runs and the largest peak:
+Each cell is one fresh subprocess per run (the columns taken in turn, run after run), its wall time (imports
+included) taken here and its peak RSS from os.wait4, as min/median/max over --runs runs and the largest peak:
   summary   `python -m common.summary TRACE` in this checkout: what a user runs.
   before    the same in the `common/` of commit --before (exported with git archive into a temp folder), the
             reader this one replaces; --before "" leaves the column out.
@@ -178,10 +178,10 @@ def main(argv: list[str] | None = None) -> None:
         print("|---|---:|" + "---|" * len(columns), flush=True)
         notes = []
         for trace in (t.resolve() for t in args.traces):
-            runs: dict[str, list[Run]] = {}
-            for what in columns:
-                cmd, cwd = command(what, trace, before, args)
-                runs[what] = [measure(cmd, cwd, args.timeout) for _ in range(args.runs)]
+            runs: dict[str, list[Run]] = {what: [] for what in columns}
+            for _ in range(args.runs):  # round-robin, so a busy spell on the machine hits every column alike
+                for what in columns:
+                    runs[what].append(measure(*command(what, trace, before, args), args.timeout))
             size = trace.stat().st_size
             cells = " | ".join(cell(runs[c]) for c in columns)
             print(f"| {trace.name} | {size / 1e6:,.0f} | {cells} |", flush=True)
