@@ -11,18 +11,13 @@ and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 """
 
 import torch
-from torch.profiler import profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.bench import bench
-from common.checks import check_output, reference_dtype
 from common.cli import cli, positive_int
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
-from common.physics import Work
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.matmul import matmul_add_memory, matmul_add_work
+from common.recording import finish, recording
 from common.runtime import fit_machine, make_parser, setup
-from common.trace import read_trace
 
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -64,43 +59,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-
     batch, n = args.batch or 1, args.size
-    e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
-    work = Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * e)  # read x, w, b; write y
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(run, batch * n * n * (4 * e + 5 * r), "x, w, b, y and their higher-precision reference", work.flops)
+    work = matmul_add_work(batch, n, run.dtype)
+    fit_machine(run, *matmul_add_memory(batch, n, run.dtype), work.flops)  # before any tensor exists
+
     shape = (args.batch, n, n) if args.batch else (n, n)
     x, w, b = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
-    fn = torch.compile(matmul_add) if run.compiled else matmul_add
+    fn = torch.compile(matmul_add) if args.compile else matmul_add
 
-    with torch.no_grad():
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: fn(x, w, b), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, run.tag(f"{args.batch}x{n}" if args.batch else n), "matmul_add", work)
+    tag = run.tag(f"{args.batch}x{n}" if args.batch else n)
+    with torch.no_grad(), recording(run, tag, "matmul_add", work) as rec:  # files: traces/01_matmul_add/<tag>.*
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: fn(x, w, b))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("matmul_add"):
                     y = fn(x, w, b)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-        ref = reference_dtype(run.dtype)
-        check_output(files, y, matmul_add(x.to(ref), w.to(ref), b.to(ref)), run.dtype, "matmul_add")
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess(run.compiled, bool(args.batch)))
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: fn(x, w, b), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        ref = run.reference_dtype
+        expected = matmul_add(x.to(ref), w.to(ref), b.to(ref))
+    return finish(rec, guess(args.compile, bool(args.batch)), y, expected, bench=lambda: fn(x, w, b))
 
 
 if __name__ == "__main__":

@@ -9,18 +9,13 @@ Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|co
 
 import torch
 from torch import nn
-from torch.profiler import profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.bench import bench
-from common.checks import check_output, reference_dtype
 from common.cli import cli
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
-from common.physics import Work
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.matmul import linear_memory, linear_work
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
 
 SHAPE = {"batch": (1024, "rows of x"), "in_dim": (32, "input features"), "out_dim": (64, "output features")}
 
@@ -51,47 +46,33 @@ def main(argv: list[str] | None = None) -> int:
     add_shape_flags(parser, "linear shape", SHAPE)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-
-    m, k, n = args.batch, args.in_dim, args.out_dim
-    e, r = run.dtype.itemsize, reference_dtype(run.dtype).itemsize
-    work = Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * e)
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(
-        run, (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, the weight, y and their reference", work.flops
-    )
+    work = linear_work(args.batch, args.in_dim, args.out_dim, run.dtype)
+    fit_machine(run, *linear_memory(args.batch, args.in_dim, args.out_dim, run.dtype), work.flops)
 
     # bias=True reproduces Part 1's matmul + add: y = x @ w.T + b
     linear_layer = nn.Linear(args.in_dim, args.out_dim, bias=True).to(run.device, run.dtype)
     x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
-    layer = torch.compile(linear_layer) if run.compiled else linear_layer
+    layer = torch.compile(linear_layer) if args.compile else linear_layer
 
-    with torch.no_grad():
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: layer(x), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work)
+    with torch.no_grad(), recording(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work) as rec:
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: layer(x))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("linear_fwd"):
                     y = layer(x)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-        w, b, ref = linear_layer.weight, linear_layer.bias, reference_dtype(run.dtype)
-        check_output(files, y, x.to(ref) @ w.to(ref).T + b.to(ref), run.dtype, "nn.Linear")
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess(run.compiled))
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: layer(x), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        w, b, ref = linear_layer.weight, linear_layer.bias, run.reference_dtype
+        expected = x.to(ref) @ w.to(ref).T + b.to(ref)
+    return finish(rec, guess(args.compile), y, expected, bench=lambda: layer(x), what="nn.Linear")
 
 
 if __name__ == "__main__":

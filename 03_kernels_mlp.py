@@ -13,24 +13,17 @@ and .txt, e.g. traces/03_kernels_mlp/64_128_768_3072_hub_bf16_cold_eager.json.
 """
 
 import torch
-from torch.profiler import profile, record_function
+from kernels import get_kernel
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.bench import bench
-from common.checks import check_close
 from common.cli import SuiteError, cli
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_op
-from common.hub import HubError, hub_access, liger_mlp_like, pypi_liger_geglu
-from common.mlp import SHAPE, make_input, mlp_memory, mlp_work, reference_output, simple_mlp_class
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_op
+from common.hub import HubError, hub_access
+from common.mlp import SHAPE, geglu_reference, liger_geglu, make_input, mlp_memory, mlp_work, pypi_liger_geglu
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
 
-try:
-    from kernels import get_kernel
-except ImportError:  # the script still runs without `kernels`: hub_access says how to install it
-    get_kernel = None
+REPO = "kernels-community/liger-kernels"
 
 
 def guess(compiled: bool) -> list[Expect]:
@@ -65,67 +58,44 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     if not run.on_gpu:
-        raise SuiteError(
-            "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py instead"
-        )
+        raise SuiteError("LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py")
+    shape = shape_of(args, SHAPE)  # batch, seq, dim, hidden
+    work = mlp_work(*shape, run.dtype.itemsize)
+    fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
 
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(
-        run, *mlp_memory(args, run.dtype, models=2), mlp_work(args, run.dtype.itemsize).flops
-    )  # SimpleGeGLUMLP's weights, copied into Liger's
-
-    # The layer, as the post loads it; hub_access makes the call offline-aware and its failures one line.
-    LigerGEGLUMLP, source = None, "pypi"
-    if args.source != "pypi":
-        try:
-            with hub_access("kernels-community/liger-kernels"):
-                kernels_layers = get_kernel("kernels-community/liger-kernels", version=1).layers
-                LigerGEGLUMLP, source = kernels_layers.LigerGEGLUMLP, "hub"
-        except HubError as exc:
-            if args.source == "hub":
-                raise SuiteError(f"{exc}; or use --source pypi") from None
-            print(f"notice: {exc}")
-            print(
-                "notice: falling back to LigerGEGLUMLP from the liger-kernel package on PyPI (the same Triton kernel)"
-            )
-    if LigerGEGLUMLP is None:
-        LigerGEGLUMLP = pypi_liger_geglu()
+    try:  # the layer, as the post loads it; hub_access makes the call offline-aware and its failures one line
+        with hub_access(REPO, skip=args.source == "pypi"):
+            kernels_layers = get_kernel("kernels-community/liger-kernels", version=1).layers
+        LigerGEGLUMLP, source = kernels_layers.LigerGEGLUMLP, "hub"
+    except HubError as exc:  # --source auto: the same Triton kernel from the liger-kernel package on PyPI
+        if args.source == "hub":
+            raise SuiteError(f"{exc}; or use --source pypi") from None
+        LigerGEGLUMLP, source = pypi_liger_geglu(exc if args.source == "auto" else None), "pypi"
     print(f"LigerGEGLUMLP from {source} ({LigerGEGLUMLP.__module__})")
 
-    # The post's SimpleGeGLUMLP from the same seed as in 03_simple_mlp.py: the same weights and x, for comparison.
-    simple = simple_mlp_class()(args.dim, args.hidden).to(run.device, run.dtype)
-    x = make_input(args, run)  # [batch, seq, dim]
-    liger = liger_mlp_like(LigerGEGLUMLP, simple)  # LigerGEGLUMLP holding SimpleGeGLUMLP's weights
-    mlp = torch.compile(liger) if run.compiled else liger
+    # gate/up/down made as in 03_simple_mlp.py, from the same seed: the same weights and x, for comparison
+    liger = liger_geglu(LigerGEGLUMLP, args.dim, args.hidden, run.device, run.dtype)
+    x = make_input(args.batch, args.seq, args.dim, run.device, run.dtype)  # [batch, seq, dim]
+    mlp = torch.compile(liger) if args.compile else liger
 
-    with torch.no_grad():
-        # Checked before profiling: a layer from another build must prove itself before any trace is written
-        # (this also JIT-compiles the Triton kernel; the default schedule's skipped steps would anyway).
-        check_close(liger(x), reference_output(simple, x, run.dtype), run.dtype, f"LigerGEGLUMLP ({source})")
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: mlp(x), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE), source), "mlp_fwd", mlp_work(args, x.element_size()))
+    with torch.no_grad(), recording(run, run.tag(*shape, source), "mlp_fwd", work) as rec:
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: mlp(x))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("mlp_fwd"):
-                    mlp(x)
-                sync(run)
+                    y = mlp(x)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess(run.compiled))
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: mlp(x), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        expected = geglu_reference(liger, x, run.dtype)
+    return finish(rec, guess(args.compile), y, expected, bench=lambda: mlp(x), what=f"LigerGEGLUMLP ({source})")
 
 
 if __name__ == "__main__":

@@ -11,18 +11,13 @@ and .txt (profiler table), e.g. traces/03_simple_mlp/64_128_768_3072_bf16_cold_c
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.profiler import profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.bench import bench
-from common.checks import check_output
 from common.cli import cli
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_op
-from common.mlp import SHAPE, make_input, mlp_memory, mlp_work, reference_output
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_op
+from common.mlp import SHAPE, geglu_reference, make_input, mlp_memory, mlp_work
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
 
 
 class SimpleGeGLUMLP(nn.Module):
@@ -69,39 +64,32 @@ def main(argv: list[str] | None = None) -> int:
     add_shape_flags(parser, "MLP shape", SHAPE)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
+    shape = shape_of(args, SHAPE)  # batch, seq, dim, hidden
+    work = mlp_work(*shape, run.dtype.itemsize)
+    fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
 
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(run, *mlp_memory(args, run.dtype), mlp_work(args, run.dtype.itemsize).flops)
     model = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype)
-    x = make_input(args, run)  # [batch, seq, dim]
-    mlp = torch.compile(model) if run.compiled else model
+    x = make_input(args.batch, args.seq, args.dim, run.device, run.dtype)  # [batch, seq, dim]
+    mlp = torch.compile(model) if args.compile else model
 
-    with torch.no_grad():
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: mlp(x), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "mlp_fwd", mlp_work(args, x.element_size()))
+    with torch.no_grad(), recording(run, run.tag(*shape), "mlp_fwd", work) as rec:
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: mlp(x))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("mlp_fwd"):
                     y = mlp(x)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-        check_output(files, y, reference_output(model, x, run.dtype), run.dtype, "SimpleGeGLUMLP")
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess(run.compiled))
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: mlp(x), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        expected = geglu_reference(model, x, run.dtype)
+    return finish(rec, guess(args.compile), y, expected, bench=lambda: mlp(x), what="SimpleGeGLUMLP")
 
 
 if __name__ == "__main__":

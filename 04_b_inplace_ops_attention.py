@@ -12,18 +12,13 @@ import math
 
 import torch
 from torch import nn
-from torch.profiler import profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import SHAPE, attention_memory, attention_work, causal_mask, make_qkv, reference_attention
-from common.bench import bench
-from common.checks import check_output, reference_dtype
 from common.cli import cli
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
 
 
 class NaiveCausalAttention(nn.Module):
@@ -72,49 +67,39 @@ def main(argv: list[str] | None = None) -> int:
     add_shape_flags(parser, "attention shape", SHAPE)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-
-    # before allocating: refuse shapes that cannot fit (scores, scaled scores and softmax are
-    # [batch, heads, seq, seq] each, 2 alive at once), a tiny CPU step runs on one thread
-    fit_machine(
-        run,
-        *attention_memory(args, run.dtype, score_bytes=2 * run.dtype.itemsize),
-        attention_work(args, run.dtype.itemsize).flops,
-    )
-    q, k, v = make_qkv(args, run)  # [batch, heads, seq, head_dim]
-    mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step
-    attention = NaiveCausalAttention(args.head_dim)
-    model = torch.compile(attention) if run.compiled else attention
-
+    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    with torch.no_grad():  # forward only: autograd keeps no scores, so overwriting them in place is safe
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: model(q, k, v, mask), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, run.tag(*shape_of(args, SHAPE)), "attn_fwd", attention_work(args, q.element_size()))
+    work = attention_work(*shape, run.dtype.itemsize)
+    # before any tensor exists; scores, scaled scores and softmax: [batch, heads, seq, seq], 2 alive at once
+    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=2 * run.dtype.itemsize), work.flops)
+
+    q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]
+    mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step
+    attention = NaiveCausalAttention(args.head_dim)
+    model = torch.compile(attention) if args.compile else attention
+
+    # forward only (no_grad): autograd keeps no scores, so overwriting them in place is safe
+    with torch.no_grad(), recording(run, run.tag(*shape), "attn_fwd", work) as rec:
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: model(q, k, v, mask))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("attn_fwd"):
                     out = model(q, k, v, mask)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-        check_output(
-            files, out, reference_attention(q, k, v, reference_dtype(run.dtype)), run.dtype, "in-place attention"
-        )
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess(run.compiled))
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: model(q, k, v, mask), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        expected = reference_attention(q, k, v, run.reference_dtype)
+    return finish(
+        rec, guess(args.compile), out, expected, bench=lambda: model(q, k, v, mask), what="in-place attention"
+    )
 
 
 if __name__ == "__main__":

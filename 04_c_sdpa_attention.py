@@ -17,7 +17,7 @@ e.g. 8_16_1024_64_flash_bf16_cold_eager.
 import torch
 from torch.nn import functional as F
 from torch.nn.attention import sdpa_kernel
-from torch.profiler import profile, record_function
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import (
     SDPA_BACKENDS,
@@ -28,15 +28,10 @@ from common.attention import (
     reference_attention,
     require_sdpa_backend,
 )
-from common.bench import bench
-from common.checks import check_output, reference_dtype
 from common.cli import cli
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -117,44 +112,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-
-    # math holds the scores (in fp32 for 16-bit inputs), a fused backend never does
+    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
+    work = attention_work(*shape, run.dtype.itemsize)
+    # math holds the scores (in fp32 for 16-bit inputs), a fused backend never does; before any tensor exists
     score_bytes = 0 if args.backend != "math" else 3 * (4 if run.dtype != torch.float32 else run.dtype.itemsize)
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(run, *attention_memory(args, run.dtype, score_bytes), attention_work(args, run.dtype.itemsize).flops)
-    q, k, v = make_qkv(args, run)  # [batch, heads, seq, head_dim]
-    attention = torch.compile(sdpa_attention) if run.compiled else sdpa_attention
+    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes), work.flops)
 
-    tag = run.tag(*shape_of(args, SHAPE), args.backend)
-    with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]):  # only this backend may run
-        require_sdpa_backend(args.backend, q, k, v, run)
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: attention(q, k, v), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(run, tag, "attn_fwd", attention_work(args, q.element_size()))
+    q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]
+    attention = torch.compile(sdpa_attention) if args.compile else sdpa_attention
+
+    tag = run.tag(*shape, args.backend)
+    with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]), recording(run, tag, "attn_fwd", work) as rec:
+        require_sdpa_backend(args.backend, q, k, v, run)  # only this backend may run: say so if it cannot
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: attention(q, k, v))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("attn_fwd"):
                     out = attention(q, k, v)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
-        check_output(
-            files, out, reference_attention(q, k, v, reference_dtype(run.dtype)), run.dtype, f"SDPA ({args.backend})"
-        )
-
-        trace = read_trace(files.json)
-        verdicts = check_guess(trace, guess(args.backend, run.compiled, run.on_gpu, run.dtype != torch.float32))
-        print_report(files, trace, verdicts, run)
-        if args.bench:  # still pinned: --bench times the same backend
-            print_bench(bench(lambda: attention(q, k, v), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        expected = reference_attention(q, k, v, run.reference_dtype)
+        guessed = guess(args.backend, args.compile, run.on_gpu, run.dtype != torch.float32)
+        # still pinned: --bench times the same backend
+        return finish(rec, guessed, out, expected, bench=lambda: attention(q, k, v), what=f"SDPA ({args.backend})")
 
 
 if __name__ == "__main__":

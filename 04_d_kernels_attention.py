@@ -18,34 +18,26 @@ pkg-<module> or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager.
 """
 
 import torch
-from torch.profiler import profile, record_function
+from kernels import get_kernel
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.attention import SHAPE, attention_memory, attention_work, make_qkv, reference_attention
-from common.bench import bench
-from common.checks import check_output, reference_dtype
-from common.cli import SuiteError, cli, positive_int
-from common.export import TraceFiles
-from common.guess import Expect, check_guess, expect_kernels, expect_memcpy, expect_op
-from common.hub import (
+from common.attention import (
     FLASH_VERSION,
-    HubError,
+    SHAPE,
+    attention_memory,
+    attention_work,
     default_flash_repo,
     flash_attn_func_of,
-    hub_access,
     installed_flash_attn,
-    load_local_kernel,
+    make_qkv,
+    reference_attention,
+    require_flash,
 )
-from common.profiling import activities, sync, warm_up
-from common.report import exit_code, print_bench, print_files, print_report
+from common.cli import cli, positive_int
+from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.hub import HubError, hub_access, load_local_kernel
+from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.trace import read_trace
-
-try:
-    from kernels import get_kernel
-except ImportError:  # the script still runs without `kernels`: hub_access says how to install it
-    get_kernel = None
-
-MAX_HEAD_DIM = 256  # FlashAttention 2 and 3 support head_dim up to 256, in multiples of 8
 
 
 def flash_attention(flash_attn_func, q, k, v):
@@ -90,14 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-    if not run.on_gpu:
-        raise SuiteError(
-            "FlashAttention needs a CUDA GPU and this run is on the CPU; 04_a/04_b/04_c (--backend math) run on the CPU"
-        )
-    if run.dtype == torch.float32:
-        raise SuiteError("FlashAttention computes in bf16 or fp16, not fp32: drop --dtype fp32")
-    if args.head_dim > MAX_HEAD_DIM or args.head_dim % 8:
-        raise SuiteError(f"--head_dim {args.head_dim}: FlashAttention supports multiples of 8 up to {MAX_HEAD_DIM}")
+    require_flash(run, args.head_dim)  # a CUDA GPU, bf16 or fp16, a head_dim FlashAttention supports
+    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
+    work = attention_work(*shape, run.dtype.itemsize)
+    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=0), work.flops)  # fused: no [seq, seq] scores
 
     # The kernel, from the Hub as the post loads it (or from a local kernel directory, or an installed package).
     repo = args.repo or default_flash_repo(torch.cuda.get_device_capability(run.device))
@@ -108,48 +96,33 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with hub_access(repo):
                 flash_attn_func = get_kernel(repo, version=version, revision=args.revision).flash_attn_func
-                source = f"hub-{repo.split('/')[-1]}"
+            source = f"hub-{repo.split('/')[-1]}"
         except HubError as exc:
             flash_attn_func, source = installed_flash_attn(exc, repo)
     print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
-    # before allocating: refuse shapes that cannot fit; a tiny CPU step runs on one thread
-    fit_machine(
-        run, *attention_memory(args, run.dtype, score_bytes=0), attention_work(args, run.dtype.itemsize).flops
-    )  # fused: no [seq, seq] scores
-    q, k, v = make_qkv(args, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
-    fn = torch.compile(flash_attention) if run.compiled else flash_attention
+    q, k, v = make_qkv(*shape, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
+    fn = torch.compile(flash_attention) if args.compile else flash_attention
 
-    with torch.no_grad():
-        if run.warm:  # --warmup: a few unprofiled calls first, so compile and set-up costs stay out of the trace
-            warm_up(lambda: fn(flash_attn_func, q, k, v), run)
-        # on_trace_ready's writer: traces/<script>/<tag>.json (the trace) and .txt (the table)
-        files = TraceFiles(
-            run, run.tag(*shape_of(args, SHAPE), source), "attn_fwd", attention_work(args, q.element_size())
-        )
+    with torch.no_grad(), recording(run, run.tag(*shape, source), "attn_fwd", work) as rec:
+        if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: fn(flash_attn_func, q, k, v))
         with profile(
-            activities=activities(run),
-            schedule=run.schedule.torch(),
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
             record_shapes=True,
-            profile_memory=run.memory,
-            on_trace_ready=files.save,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
         ) as prof:
-            for _ in range(run.schedule.steps):
+            for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function("attn_fwd"):
                     out = fn(flash_attn_func, q, k, v)
-                sync(run)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
                 prof.step()
         # The reference works in [B, H, S, D]; the layout changes happen here, outside the profiled steps.
-        expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), reference_dtype(run.dtype))
-        check_output(files, out, expected.transpose(1, 2), run.dtype, f"flash_attn_func ({source})")
-
-    trace = read_trace(files.json)
-    verdicts = check_guess(trace, guess())
-    print_report(files, trace, verdicts, run)
-    if args.bench:
-        print_bench(bench(lambda: fn(flash_attn_func, q, k, v), run.on_gpu), trace)
-    print_files(files, run)
-    return exit_code(verdicts, run.strict)
+        expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), run.reference_dtype).transpose(1, 2)
+    return finish(rec, guess(), out, expected, lambda: fn(flash_attn_func, q, k, v), what=f"flash_attn_func ({source})")
 
 
 if __name__ == "__main__":

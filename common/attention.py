@@ -1,18 +1,22 @@
-"""What the four attention scripts share: shape flags, inputs, the causal mask, the reference, the physics."""
+"""The causal-attention family (04_a to 04_d): shape flags, inputs, the causal mask, the reference, the physics,
+which SDPA backend can run, and FlashAttention from the Hub or elsewhere."""
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import math
-import re
 import warnings
+from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch.nn.attention import SDPBackend
 
 from common.checks import reference_dtype
 from common.cli import SuiteError
+from common.hub import HubError
 from common.physics import Work
+from common.private_api import SDPA_REFUSAL_END, SDPA_REFUSAL_HEADERS, SDPA_TRIGGERED_AT, fused_sdp_choice
 from common.runtime import SEED, Run
 
 SDPA_BACKENDS = {
@@ -32,7 +36,9 @@ SHAPE = {
 }
 
 
-def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
+def make_qkv(
+    batch: int, heads: int, seq: int, head_dim: int, run: Run, layout: str = "bhsd"
+) -> tuple[torch.Tensor, ...]:
     """Random q, k, v in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's),
     'bshd' = [batch, seq, heads, head_dim] (FlashAttention's).
 
@@ -40,7 +46,7 @@ def make_qkv(args: argparse.Namespace, run: Run, layout: str = "bhsd") -> tuple[
     after a transpose), so outputs of different scripts are comparable.
     """
     torch.manual_seed(SEED)
-    shape = (args.batch, args.heads, args.seq, args.head_dim)
+    shape = (batch, heads, seq, head_dim)
     qkv = [torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3)]
     if layout == "bshd":
         qkv = [t.transpose(1, 2).contiguous() for t in qkv]
@@ -65,19 +71,21 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dtype
     return torch.softmax(scores, dim=-1) @ v
 
 
-def attention_work(args: argparse.Namespace, element_size: int) -> Work:
+def attention_work(batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> Work:
     """FLOPs of causal attention as executed by a fused kernel (half of the two seq x seq GEMMs),
     and the fewest bytes: read q, k, v and write the output once."""
-    b, h, s, d = args.batch, args.heads, args.seq, args.head_dim
+    b, h, s, d = batch, heads, seq, head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
 
 
-def attention_memory(args: argparse.Namespace, dtype: torch.dtype, score_bytes: int) -> tuple[int, str]:
+def attention_memory(
+    batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, score_bytes: int
+) -> tuple[int, str]:
     """Bytes a variant allocates at its peak, and for what: q, k, v and the output, `score_bytes` per element of
     the [batch, heads, seq, seq] scores it holds at once (0 for a fused kernel), and the fp32/fp64 reference the
     output is checked against, which materialises the scores itself (two [seq, seq] buffers per head)."""
-    b, h, s, d = args.batch, args.heads, args.seq, args.head_dim
+    b, h, s, d = batch, heads, seq, head_dim
     ref = reference_dtype(dtype).itemsize
     need = 4 * b * h * s * d * (dtype.itemsize + ref) + b * h * s * s * (score_bytes + 2 * ref) + 2 * s * s
     scores = "the [batch, heads, seq, seq] scores, " if score_bytes else ""
@@ -87,14 +95,14 @@ def attention_memory(args: argparse.Namespace, dtype: torch.dtype, score_bytes: 
 def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:
     """Raise SuiteError, in one line naming the backend and the reason, when it cannot run these inputs here.
 
-    Asks SDPA's own dispatcher which kernel it would pick (torch._fused_sdp_choice, under the
-    sdpa_kernel pin of the caller) without running one, so a cold run stays cold. On a GPU the
+    Asks SDPA's own dispatcher which kernel it would pick (common.private_api.fused_sdp_choice, under
+    the sdpa_kernel pin of the caller) without running one, so a cold run stays cold. On a GPU the
     dispatcher explains a refusal in warnings: "<Backend> kernel not used because:", then the reasons.
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            torch._fused_sdp_choice(q, k, v, is_causal=True)
+            fused_sdp_choice(q, k, v)
             return
         except RuntimeError as exc:
             error = str(exc).splitlines()[0]
@@ -108,8 +116,62 @@ def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torc
 
 def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
     """The first reason the dispatcher warned for `backend`: the line after its "... not used because:"."""
-    header = {"flash": "Flash attention", "efficient": "Memory efficient", "cudnn": "CuDNN attention"}.get(backend)
-    messages = [re.sub(r"\s*\(Triggered internally at .*$", "", m, flags=re.S) for m in messages]
+    header = SDPA_REFUSAL_HEADERS.get(backend)
+    messages = [SDPA_TRIGGERED_AT.sub("", m) for m in messages]
     start = next((i for i, m in enumerate(messages) if header and m.startswith(header)), None)
     reasons = [] if start is None else messages[start + 1 :]
-    return reasons[0] if reasons and not reasons[0].endswith("because:") else None
+    return reasons[0] if reasons and not reasons[0].endswith(SDPA_REFUSAL_END) else None
+
+
+# --- FlashAttention (04_d_kernels_attention.py) ------------------------------------------------------------
+
+FLASH_ATTN2, FLASH_ATTN3 = "kernels-community/flash-attn2", "kernels-community/flash-attn3"
+FLASH_VERSION = 1
+FLASH_PACKAGES = ("flash_attn_interface", "flash_attn")  # pip-installed FA3 and FA2: the same [B, S, H, D] API
+FLASH_MAX_HEAD_DIM = 256  # FlashAttention 2 and 3 support head_dim up to 256, in multiples of 8
+
+
+def require_flash(run: Run, head_dim: int) -> None:
+    """Refuse, in one line, what FlashAttention cannot run: no CUDA GPU, fp32, an unsupported head_dim."""
+    if not run.on_gpu:
+        raise SuiteError(
+            "FlashAttention needs a CUDA GPU and this run is on the CPU; 04_a, 04_b and 04_c run on the CPU"
+        )
+    if run.dtype == torch.float32:
+        raise SuiteError("FlashAttention computes in bf16 or fp16, not fp32: drop --dtype fp32")
+    if head_dim > FLASH_MAX_HEAD_DIM or head_dim % 8:
+        raise SuiteError(f"--head_dim {head_dim}: FlashAttention supports multiples of 8 up to {FLASH_MAX_HEAD_DIM}")
+
+
+def default_flash_repo(capability: tuple[int, int]) -> str:
+    """flash-attn3 on Hopper (sm90), flash-attn2 on any other sm80+ GPU."""
+    major, minor = capability
+    if major < 8:
+        raise SuiteError(f"FlashAttention needs an Ampere (sm80) or newer GPU; this one is sm{major}{minor}")
+    return FLASH_ATTN3 if major == 9 else FLASH_ATTN2
+
+
+def flash_attn_func_of(module: ModuleType, where: str) -> Callable[..., object]:
+    """`module.flash_attn_func`, or a one-line error naming `where` the module came from."""
+    func = getattr(module, "flash_attn_func", None)
+    if func is None:
+        raise SuiteError(f"{where} has no flash_attn_func")
+    return func
+
+
+def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[..., object], str]:
+    """After the Hub kernel failed to load: `flash_attn_func` of an installed FlashAttention package (saying
+    so) and its source tag `pkg-<module>`; else one line with the ways to get the kernel onto this machine."""
+    for name in FLASH_PACKAGES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        print(f"notice: {hub_failure}")
+        print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
+        return flash_attn_func_of(module, name), f"pkg-{name}"
+    folder = repo_id.split("/")[-1]
+    raise SuiteError(
+        f"{hub_failure}; or, on a machine with a network, `hf download {repo_id} --local-dir "
+        f"{folder}` and pass --kernel-dir {folder}"
+    )

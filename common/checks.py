@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from common.cli import SuiteError
-from common.export import TraceFiles
 
 # Tolerance per dtype, relative to the output's scale: max|diff| <= TOL * max(1, max|reference|).
 TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 1e-4}
@@ -34,17 +33,3 @@ def check_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype
         )
     print(f"check: {what} matches the reference (max |diff| {max_diff:.2g}, tolerance {tol:.2g})")
     return max_diff
-
-
-def check_output(
-    files: TraceFiles, actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str
-) -> float:
-    """check_close on the last profiled step's output; a wrong result's trace is removed, not kept.
-
-    Checking after profiling keeps a cold run cold: nothing runs the step before the profiler does.
-    """
-    try:
-        return check_close(actual, expected, dtype, what)
-    except SuiteError as exc:
-        files.discard()
-        raise SuiteError(f"{exc} (trace removed)") from None

@@ -23,6 +23,23 @@ class SuiteError(Exception):
     """A problem with the input or the machine, reported as one line (no traceback)."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP, raised at a safe point (common.interrupts); the exit code is 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_CLEANUPS: list[Callable[[], None]] = []
+
+
+def on_exit(cleanup: Callable[[], None]) -> None:
+    """Call `cleanup` once when the `cli`-wrapped main returns or fails (e.g. give the signals back)."""
+    if cleanup not in _CLEANUPS:
+        _CLEANUPS.append(cleanup)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag prints one `error:` line (no usage dump) and exits 2; no abbreviated flags."""
 
@@ -77,15 +94,15 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise SystemExit(code)
 
 
-def _interrupted(exc: BaseException) -> bool:
-    """Whether `exc` is Ctrl-C, or an error raised while Ctrl-C was being handled (the profiler's exit)."""
+def _interrupted(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or other signal) behind `exc`, also when an error was raised while it was being handled."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
-            return True
+            return exc
         seen.add(id(exc))
         exc = exc.__context__
-    return False
+    return None
 
 
 def cli(main: Callable[..., int]) -> Callable[..., int]:
@@ -110,14 +127,18 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
             where = f" ({exc.filename})" if exc.filename else ""
             fail(f"{exc.strerror or exc}{where}")
         except BaseException as exc:
-            if _interrupted(exc):
+            signal_exc = _interrupted(exc)
+            if signal_exc is not None:
                 print("interrupted", file=sys.stderr)
-                raise SystemExit(EXIT_INTERRUPTED) from None
+                raise SystemExit(128 + getattr(signal_exc, "signum", EXIT_INTERRUPTED - 128)) from None
             torch = sys.modules.get("torch")  # loaded by the scripts; the summary never imports it
             if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
                 fail("out of GPU memory at these sizes; try smaller shapes")
             if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's CPU allocator
                 fail(f"out of CPU memory at these sizes ({str(exc).splitlines()[0].strip()}); try smaller shapes")
             raise
+        finally:
+            while _CLEANUPS:
+                _CLEANUPS.pop()()
 
     return wrapper

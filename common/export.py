@@ -20,9 +20,9 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
+from common.interrupts import forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
-from common.profiling import interrupt_between_steps
 from common.runtime import Run
 
 TABLE_ROWS_PRINTED = 15
@@ -60,10 +60,12 @@ def remove_stale_temporaries(folder: Path, older_than_s: float = STALE_TEMP_S) -
             pass  # another run removed it, or it is not ours to remove
 
 
-def temporary_beside(path: Path) -> Path:
-    """A new, uniquely named hidden file in `path`'s folder: `.<name>.<random>.tmp`."""
+def temporary_beside(path: Path, made: list[Path] | None = None) -> Path:
+    """A new, uniquely named hidden file in `path`'s folder: `.<name>.<random>.tmp`, appended to `made`."""
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    if made is not None:
+        made.append(Path(name))
     return Path(name)
 
 
@@ -89,8 +91,7 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
 
 
 class TraceFiles:
-    """Where one run's trace and table go, and the writer that torch.profiler calls once recording ends:
-    `profile(..., on_trace_ready=files.save)`."""
+    """Where one run's trace, table and memory snapshot go, and how they are written: all or none."""
 
     def __init__(self, run: Run, tag: str, label: str, work: Work) -> None:
         self.run, self.tag, self.label, self.work = run, tag, label, work
@@ -102,20 +103,11 @@ class TraceFiles:
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
-        self.watch = MemoryWatch(run.device, snapshot=run.memory)
-        self.watch.start()  # created just before `profile(...)`: the watch covers the profiled steps
-        interrupt_between_steps(True)  # until save(): Ctrl-C takes effect between steps
 
-    def save(self, prof: torch.profiler.profile) -> None:
-        """Export the trace (with the run's `suite` metadata) and the full table, both or neither.
-
-        Called by torch.profiler at the end of the active steps, and also when the loop stops early
-        (Ctrl-C, an error): then nothing is written, since a trace with missing steps would read as whole.
-        """
-        interrupt_between_steps(False)
-        if prof.step_num < self.run.schedule.steps:
-            return
-        self.memory = self.watch.stop(prof.step_num)
+    def write(self, prof: torch.profiler.profile, memory: dict | None, snapshot: MemoryWatch | None) -> None:
+        """Export the trace (with the run's `suite` metadata), the full table and, given `snapshot`, the
+        CUDA memory snapshot: each to a hidden temporary, renamed into place only when all are whole."""
+        self.memory = memory
         folder = self.run.traces_dir
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -124,15 +116,20 @@ class TraceFiles:
         remove_stale_temporaries(folder)
         averages = prof.key_averages()
         self.table = key_averages_table(averages, self.run.on_gpu, row_limit=TABLE_ROWS_PRINTED)
-        raw, trace, table, snapshot = (temporary_beside(p) for p in (self.json, self.json, self.txt, self.pickle))
-        snapshot_wanted = self.run.memory and self.run.on_gpu
+        temporaries: list[Path] = []
         try:
+            raw, trace, table, dump = (
+                temporary_beside(p, temporaries) for p in (self.json, self.json, self.txt, self.pickle)
+            )
+            kineto = raw.with_name(raw.name + ".tmp")  # Kineto writes there first, then renames
+            temporaries.append(kineto)
+            removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
             add_metadata(raw, trace, self.metadata())
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
-            if snapshot_wanted:
-                self.watch.dump_snapshot(snapshot)
-                os.replace(snapshot, self.pickle)
+            if snapshot is not None:
+                snapshot.dump_snapshot(dump)
+                os.replace(dump, self.pickle)
             os.replace(table, self.txt)
             try:
                 os.replace(trace, self.json)
@@ -143,8 +140,9 @@ class TraceFiles:
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         finally:
-            for tmp in (raw, trace, table, snapshot, raw.with_name(raw.name + ".tmp")):  # Kineto's own too
+            for tmp in temporaries:
                 tmp.unlink(missing_ok=True)
+            forget(*temporaries)
 
     def metadata(self) -> dict:
         """What the summary reads back from the trace: the run's script, tag, label, device and physics."""

@@ -4,36 +4,29 @@ The call itself is in the scripts, as the post prints it. Wrapped in `with hub_a
 it runs online as usual (downloading into KERNELS_CACHE, else the Hugging Face cache); offline
 (HF_HUB_OFFLINE=1, or the Hub does not answer within PROBE_TIMEOUT_S) it reads only the cache and
 LOCAL_KERNELS="org/repo=/path" mappings, so a cached kernel still loads and a missing one fails at
-once; and any failure becomes HubError, one line that says what to do. The fallbacks load the
-*same* kernel from elsewhere (Liger from PyPI, an installed FlashAttention, a local kernel
-directory), never another algorithm. The scripts import without `kernels` installed.
+once; and any failure becomes HubError, one line that says what to do. A local kernel directory
+loads through `kernels.get_local_kernel`. The fallbacks that load the *same* kernel from elsewhere
+(Liger from PyPI, an installed FlashAttention) live with their model families (common.mlp,
+common.attention), never another algorithm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import inspect
 import logging
 import os
-import re
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 
 import torch
-from torch import nn
 
 from common.cli import SuiteError
+from common.private_api import KERNELS_HUB_UNREACHABLE, KERNELS_NO_BUILD, KERNELS_NOT_CACHED, hub_offline
 
 PROBE_TIMEOUT_S = 3.0  # huggingface_hub's own HTTP client has no timeout: on a network that drops packets it hangs
-
-FLASH_ATTN2, FLASH_ATTN3 = "kernels-community/flash-attn2", "kernels-community/flash-attn3"
-FLASH_VERSION = 1
-# pip-installed FlashAttention 3 and 2: the same flash_attn_func(q, k, v, causal=...) on [B, S, H, D]
-FLASH_PACKAGES = ("flash_attn_interface", "flash_attn")
 
 GET_IT = (
     "run once with a network to cache it (KERNELS_CACHE moves the cache), "
@@ -41,7 +34,7 @@ GET_IT = (
 )
 
 
-def hub_offline() -> bool:
+def offline_requested() -> bool:
     """True when the environment asks huggingface_hub for no network (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE)."""
     return any(
         os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
@@ -63,17 +56,14 @@ def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
 
 @contextlib.contextmanager
 def _cache_only() -> Iterator[None]:
-    """Make `kernels` resolve from the local cache alone; it reads huggingface_hub's flag at call time."""
-    from huggingface_hub import constants
-
+    """Make `kernels` resolve from the local cache alone, quietly."""
     log = logging.getLogger("kernels")  # offline it warns that it skips the publisher check: noise here
-    saved, level = constants.HF_HUB_OFFLINE, log.level
-    constants.HF_HUB_OFFLINE = True
+    level = log.level
     log.setLevel(logging.ERROR)
     try:
-        yield
+        with hub_offline():
+            yield
     finally:
-        constants.HF_HUB_OFFLINE = saved
         log.setLevel(level)
 
 
@@ -81,11 +71,11 @@ def explain(exc: Exception, what: str, offline_reason: str | None) -> str:
     """One line for a failed `get_kernel(what)`, naming the real cause instead of `kernels`' wording."""
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
-    if offline_reason and ("local cache" in text or "local snapshot" in text):
+    if offline_reason and any(words in text for words in KERNELS_NOT_CACHED):
         return f"{what} is not in the local kernels cache and {offline_reason}: {GET_IT}"
-    if "could not verify publisher trust status" in text:  # kernels 0.17 says this when the Hub is unreachable
+    if KERNELS_HUB_UNREACHABLE in text:  # kernels 0.17 says this when the Hub is unreachable
         return f"could not reach the Hugging Face Hub to load {what}: {GET_IT}"
-    if "Cannot find a build variant" in text:
+    if KERNELS_NO_BUILD in text:
         return f"{what} has no build for this machine (torch {torch.__version__}): {first}"
     return f"could not load {what}: {type(exc).__name__}: {first}"
 
@@ -95,13 +85,15 @@ class HubError(SuiteError):
 
 
 @contextlib.contextmanager
-def hub_access(repo_id: str) -> Iterator[None]:
+def hub_access(repo_id: str, skip: bool = False) -> Iterator[None]:
     """Run the `get_kernel(repo_id, ...)` call inside this block offline-aware, with one-line failures.
 
     Offline, or when the Hub does not answer within PROBE_TIMEOUT_S, only the cache and LOCAL_KERNELS
     are consulted. `kernels` missing, the kernel not cached, no build for this machine, remote code
-    failing: each becomes HubError.
+    failing: each becomes HubError. `skip`: the user asked for another source, so raise HubError at once.
     """
+    if skip:
+        raise HubError(f"{repo_id} not asked for")
     try:
         importlib.import_module("kernels")
     except ImportError:
@@ -109,7 +101,7 @@ def hub_access(repo_id: str) -> Iterator[None]:
             "the `kernels` package is not installed: `uv sync` (or `pip install kernels`) "
             "to load kernels from the Hugging Face Hub"
         ) from None
-    if hub_offline():
+    if offline_requested():
         offline_reason = "HF_HUB_OFFLINE is set"
     elif not hub_reachable():
         offline_reason = f"the Hub did not answer within {PROBE_TIMEOUT_S:g} s"
@@ -138,15 +130,14 @@ def local_kernel_args(get_local_kernel: Callable[..., ModuleType], path: Path) -
 
 def load_local_kernel(path: Path | str) -> ModuleType:
     """The kernel in a local kernel directory (`<path>/build/<variant>/` holding `metadata.json` and the
-    package), e.g. a Hub kernel repository downloaded by hand: through `kernels.get_local_kernel` when
-    `kernels` is installed, else imported directly from the build variant that fits this torch."""
+    package), e.g. a Hub kernel repository downloaded with `hf download`, through `kernels.get_local_kernel`."""
     path = Path(path).expanduser().resolve()
     if not path.is_dir():
         raise SuiteError(f"kernel directory {path} does not exist")
     try:
         kernels = importlib.import_module("kernels")
     except ImportError:
-        return import_build_variant(path)
+        raise SuiteError("the `kernels` package is not installed: `uv sync` (or `pip install kernels`)") from None
     try:
         return kernels.get_local_kernel(*local_kernel_args(kernels.get_local_kernel, path))
     except SuiteError:
@@ -156,110 +147,3 @@ def load_local_kernel(path: Path | str) -> ModuleType:
         raise SuiteError(
             f"could not load the kernel in {path}: {type(exc).__name__}: {text.splitlines()[0] if text else ''}"
         ) from None
-
-
-def build_variant(path: Path) -> Path:
-    """The folder of `path`/build/ that fits this torch, as `kernels` names them: `torch211-cxx11-cu130-
-    x86_64-linux` (torch 2.11, CUDA 13.0), else a noarch `torch-universal` / `torch-cuda` build."""
-    variants = sorted(p for p in (path / "build").glob("*") if p.is_dir())
-    if not variants:
-        raise SuiteError(f"{path}: no build/<variant>/ folder inside: not a kernel directory")
-    major, minor = torch.__version__.split(".")[:2]
-    cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else None
-    exact = [v for v in variants if v.name.startswith(f"torch{major}{minor}-") and (cuda is None or cuda in v.name)]
-    noarch = [v for v in variants if v.name in ("torch-universal", "torch-cuda" if cuda else "torch-cpu")]
-    if exact or noarch:
-        return (exact or noarch)[0]
-    names = ", ".join(v.name for v in variants)
-    raise SuiteError(
-        f"{path}: no build for torch {major}.{minor}" + (f" with {cuda}" if cuda else "") + f" (builds: {names})"
-    )
-
-
-def import_build_variant(path: Path) -> ModuleType:
-    """Import the kernel package of `build_variant(path)` (its `__init__.py`, or `<package>/__init__.py`)."""
-    variant = build_variant(path)
-    init = variant / "__init__.py"
-    if not init.is_file():
-        inits = sorted(variant.glob("*/__init__.py"))
-        if not inits:
-            raise SuiteError(f"{variant}: no __init__.py and no <package>/__init__.py inside")
-        init = inits[0]
-    name = re.sub(r"\W", "_", f"_local_kernel_{path.name}")
-    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(init.parent)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    except Exception as exc:
-        del sys.modules[name]
-        raise SuiteError(f"could not import the kernel in {variant}: {type(exc).__name__}: {exc}") from None
-    return module
-
-
-# --- Liger's fused GeGLU (03_kernels_mlp.py) ---------------------------------------------------------------
-
-
-def pypi_liger_geglu() -> type[nn.Module]:
-    """LigerGEGLUMLP from the liger-kernel package on PyPI: the same Triton kernel as the Hub's."""
-    try:
-        from liger_kernel.transformers import LigerGEGLUMLP
-    except ImportError as exc:
-        raise SuiteError(f"cannot import liger_kernel ({exc}): `uv sync` (or `pip install liger-kernel`)") from None
-    return LigerGEGLUMLP
-
-
-def liger_mlp_like(layer: type[nn.Module], reference: nn.Module) -> nn.Module:
-    """A `layer` (LigerGEGLUMLP) holding copies of `reference`'s gate/up/down weights, on its device and dtype.
-
-    Newer Hub builds ship a forward-only layer (no `__init__`; its forward reads gate_proj, up_proj and
-    down_proj); PyPI's and older Hub builds build those from a config and always use the tanh GeLU.
-    """
-    dim, hidden = reference.gate_proj.in_features, reference.gate_proj.out_features
-    if layer.__init__ is nn.Module.__init__:
-        mlp = layer()
-        mlp.gate_proj = nn.Linear(dim, hidden, bias=False)
-        mlp.up_proj = nn.Linear(dim, hidden, bias=False)
-        mlp.down_proj = nn.Linear(hidden, dim, bias=False)
-    else:
-        mlp = layer(SimpleNamespace(hidden_size=dim, intermediate_size=hidden, hidden_act="gelu_pytorch_tanh"))
-    mlp.load_state_dict(reference.state_dict())
-    weight = reference.gate_proj.weight
-    return mlp.to(weight.device, weight.dtype).eval()
-
-
-# --- FlashAttention (04_d_kernels_attention.py) ------------------------------------------------------------
-
-
-def default_flash_repo(capability: tuple[int, int]) -> str:
-    """flash-attn3 on Hopper (sm90), flash-attn2 on any other sm80+ GPU."""
-    major, minor = capability
-    if major < 8:
-        raise SuiteError(f"FlashAttention needs an Ampere (sm80) or newer GPU; this one is sm{major}{minor}")
-    return FLASH_ATTN3 if major == 9 else FLASH_ATTN2
-
-
-def flash_attn_func_of(module: ModuleType, where: str) -> Callable[..., object]:
-    """`module.flash_attn_func`, or a one-line error naming `where` the module came from."""
-    func = getattr(module, "flash_attn_func", None)
-    if func is None:
-        raise SuiteError(f"{where} has no flash_attn_func")
-    return func
-
-
-def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[..., object], str]:
-    """After the Hub kernel failed to load: `flash_attn_func` of an installed FlashAttention package (saying
-    so) and its source tag `pkg-<module>`; else one line with the ways to get the kernel onto this machine."""
-    for name in FLASH_PACKAGES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        print(f"notice: {hub_failure}")
-        print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
-        return flash_attn_func_of(module, name), f"pkg-{name}"
-    folder = repo_id.split("/")[-1]
-    raise SuiteError(
-        f"{hub_failure}; or, on a machine with a network, `hf download {repo_id} --local-dir "
-        f"{folder}`, bring the folder here and pass --kernel-dir {folder} (works without `kernels`)"
-    )

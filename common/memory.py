@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from common.private_api import dump_memory_snapshot, record_memory_history, stop_memory_history
+
 SNAPSHOT_EVENTS = 100_000  # allocation events the --memory snapshot keeps
 
 
@@ -27,7 +29,7 @@ class MemoryWatch:
             return
         torch.cuda.synchronize(self.device)
         if self.snapshot:
-            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_EVENTS)
+            record_memory_history(SNAPSHOT_EVENTS)
         torch.cuda.reset_peak_memory_stats(self.device)
         self.base = torch.cuda.memory_allocated(self.device)
         self.allocated_before = torch.cuda.memory_stats(self.device).get("allocated_bytes.all.allocated", 0)
@@ -44,13 +46,18 @@ class MemoryWatch:
             "allocated_per_step_bytes": (allocated - self.allocated_before) / max(steps, 1),
         }
 
+    def close(self) -> None:
+        """Stop recording the allocation history, if it still is (a run that ended before its save)."""
+        if self.on_gpu and self.snapshot:
+            stop_memory_history()
+
     def dump_snapshot(self, path: Path) -> None:
         """Write the allocation history recorded since `start()` to `path` (a pickle) and stop recording.
         The caller writes to a temporary and renames it, with the trace (export.TraceFiles.save)."""
         try:
-            torch.cuda.memory._dump_snapshot(str(path))
+            dump_memory_snapshot(path)
         finally:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            stop_memory_history()
 
 
 def memory_line(memory: dict | None, min_bytes: float) -> str:

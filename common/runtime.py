@@ -6,13 +6,15 @@ import argparse
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from common import interrupts
+from common.checks import reference_dtype
 from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
+from common.private_api import PROFILER_CYCLE_WARNING, PROFILER_NO_WARMUP_WARNING
 
 SEED = 0
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +38,6 @@ class Schedule:
     def is_default(self) -> bool:
         return self == Schedule()
 
-    def torch(self) -> Callable[[int], object]:
-        """`torch.profiler.schedule(wait, warmup, active, repeat=1)`.
-
-        With --warmup-steps 0 torch warns "won't be using warmup, this can skew profiler results": the
-        first recorded step then also pays for starting the tracer. That is the point of the cold-start
-        experiment, so the warning is replaced by the run's own line (see Run.describe).
-        """
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*won't be using warmup")
-            return torch.profiler.schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1)
-
 
 @dataclass(frozen=True)
 class Run:
@@ -61,6 +52,7 @@ class Run:
     schedule: Schedule
     traces_dir: Path  # traces/<script>/, created when the trace is written
     strict: bool = False
+    bench: bool = False
     per_step: bool = False
     memory: bool = False
     threads: int | None = None  # --threads: CPU threads (None: torch's default, one for a tiny step)
@@ -70,6 +62,11 @@ class Run:
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
+
+    @property
+    def reference_dtype(self) -> torch.dtype:
+        """The precision the correctness reference is computed in: fp32 for 16-bit runs, fp64 for fp32."""
+        return reference_dtype(self.dtype)
 
     @property
     def device_name(self) -> str:
@@ -279,8 +276,24 @@ def gigabytes(n: float) -> str:
     return f"{n / 1e9:,.0f} GB" if n >= 1e11 else f"{n / 1e9:.3g} GB"
 
 
+def quiet_profiler(on_gpu: bool) -> None:
+    """Silence what torch.profiler says that the run's own lines replace or that is not true here.
+
+    `schedule(warmup=0)` warns "won't be using warmup": the cold-start experiment wants exactly that, and
+    Run.describe says so. torch >= 2.11 warns that a cycle's events are cleared after on_trace_ready: the
+    scripts export once, in it. Without a GPU, Kineto logs a misleading "gpuGetDeviceCount failed" and, at
+    its USDT level (5), profiler start/stop lines: above 5 it logs nothing (read when a profiler starts).
+    """
+    warnings.filterwarnings("ignore", message=PROFILER_NO_WARMUP_WARNING)
+    warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING)
+    if not on_gpu:
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 def setup(args: argparse.Namespace, script_file: str) -> Run:
-    """Seed, resolve the shared flags, check the output folder, and print the setup line."""
+    """Seed, resolve the shared flags, check the output folder, route Ctrl-C/SIGTERM/SIGHUP to a clean exit
+    (common.interrupts), and print the setup line."""
+    interrupts.install()
     torch.manual_seed(SEED)
     device = resolve_device(args.device)
     if device.type == "cuda":
@@ -299,11 +312,13 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
         traces_dir=check_writable(base / script),
         strict=args.strict,
+        bench=args.bench,
         per_step=args.per_step,
         memory=args.memory,
         threads=args.threads,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
     )
+    quiet_profiler(run.on_gpu)
     print(f"[{script}] {run.describe()}")
     return run

@@ -7,7 +7,7 @@ handed on, the rest waits for the next block, so memory stays near one block. Wh
 (one value larger than the block) the reader waits for twice as many bytes before it tries again, so even one
 huge value is read in time linear in its size. Input msgspec refuses but the standard library reads (NaN and
 Infinity, a lone surrogate escape, an element or `args` that is not an object) is decoded by `json` for that
-block alone, with each lone surrogate made U+FFFD so the name prints.
+block alone; a lone surrogate is kept in the name, as `json` reads it, and the tables print it escaped.
 """
 
 from __future__ import annotations
@@ -66,17 +66,6 @@ _TAIL_AFTER = 1 << 16  # how far from a block's end the last cuts are looked for
 _PREFIX = b'{"traceEvents": ['
 
 
-def _printable(value: object) -> object:
-    """`value` with each lone surrogate in its strings (the standard library keeps them) made U+FFFD."""
-    if isinstance(value, str):
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    if isinstance(value, list):
-        return [_printable(v) for v in value]
-    if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
-    return value
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -125,9 +114,9 @@ class _Blocks:
 
 
 def _fallback(doc: bytes) -> object:
-    """`doc` decoded by the standard library, lone surrogates made printable; None if it is not JSON."""
+    """`doc` decoded by the standard library (lone surrogates kept); None if it is not JSON."""
     try:
-        return _printable(json.loads(doc))
+        return json.loads(doc)
     except ValueError:
         return None
 
@@ -284,7 +273,7 @@ def load_json(path: Path | str) -> dict:
         try:
             value = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            value = _printable(json.loads(data))
+            value = json.loads(data)
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     except (OSError, EOFError, zlib.error, ValueError) as exc:

@@ -55,7 +55,7 @@ def test_a_cold_start_run_prints_no_stray_log_lines(tmp_path):
 
 
 def test_bench_never_reports_a_median_of_one_call():
-    started = time.perf_counter()
-    result = bench(lambda: time.sleep(0.2), on_gpu=False)
-    assert result.wall_calls >= MIN_CALLS and 0.19 < result.wall_s < 0.4
-    assert time.perf_counter() - started < 10
+    calls = []
+    result = bench(lambda: (calls.append(1), time.sleep(0.2)), on_gpu=False)  # a step too slow for a long run
+    assert result.wall_calls >= MIN_CALLS and len(calls) >= MIN_CALLS
+    assert result.wall_s >= 0.2  # each call sleeps that long: the median of real calls, not an average of none

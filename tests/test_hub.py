@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import load_script, needs_kernels, requires_cuda, trace_names, usage_error, written
 
-from common import hub
-from common.attention import reference_attention
+from common import attention, hub
+from common.attention import FLASH_ATTN2, FLASH_ATTN3, reference_attention
 from common.cli import SuiteError
+from common.mlp import pypi_liger_geglu
 from common.trace import read_trace
-
-FAST_S = 5.0  # an offline Hub failure must come back within this (it includes importing `kernels`)
 
 # A pure-torch stand-in for FlashAttention's flash_attn_func: [batch, seq, heads, head_dim] and `causal=`.
 TOY_FLASH_ATTN = """
@@ -85,49 +83,57 @@ def hub_kernel(repo_id: str, **ref: object):
         return get_kernel(repo_id, **ref)
 
 
-def timed_failure(call) -> tuple[str, float]:
-    start = time.perf_counter()
+def failure(call) -> str:
     with pytest.raises(SuiteError) as exc:
         call()
-    return str(exc.value), time.perf_counter() - start
+    return str(exc.value)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test: an offline failure must not even try."""
+
+    def refuse(self, address):
+        raise AssertionError(f"a network connection was attempted: {address}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
 
 
 @needs_kernels
-def test_uncached_kernel_offline_fails_fast_and_says_what_to_do(offline):
-    message, elapsed = timed_failure(lambda: hub_kernel(LIGER, version=1))
-    assert elapsed < FAST_S
+def test_uncached_kernel_offline_fails_without_the_network_and_says_what_to_do(offline, no_network):
+    message = failure(lambda: hub_kernel(LIGER, version=1))
     assert "kernels-community/liger-kernels is not in the local kernels cache" in message
     assert "HF_HUB_OFFLINE is set" in message and "run once with a network" in message
     assert "\n" not in message
 
 
 @needs_kernels
-def test_unreachable_hub_without_offline_flag_fails_fast(monkeypatch, tmp_path):
+def test_unreachable_hub_without_offline_flag_reads_the_cache_only(monkeypatch, tmp_path):
     from huggingface_hub import constants
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: refused at once
-    message, elapsed = timed_failure(lambda: hub_kernel(hub.FLASH_ATTN2, version=1))
-    assert elapsed < FAST_S
+    message = failure(lambda: hub_kernel(FLASH_ATTN2, version=1))
     assert "the Hub did not answer" in message and "not in the local kernels cache" in message
 
 
 @needs_kernels
-def test_silent_hub_is_given_up_on_after_the_probe_timeout(monkeypatch, tmp_path):
-    from huggingface_hub import constants
+def test_a_silent_hub_is_given_up_on_after_one_probe_with_a_timeout(monkeypatch, tmp_path):
+    import huggingface_hub.utils
 
-    silent = socket.socket()  # accepts connections and never answers: a Hub behind a packet-dropping network
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(8)
+    asked: list[float] = []
+
+    class SilentSession:  # a Hub behind a packet-dropping network: the HEAD request times out
+        def head(self, url, timeout):
+            asked.append(timeout)
+            raise TimeoutError("timed out")
+
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("KERNELS_CACHE", str(tmp_path))
-    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
-    try:
-        message, elapsed = timed_failure(lambda: hub_kernel(LIGER, version=1))
-    finally:
-        silent.close()
-    assert elapsed < hub.PROBE_TIMEOUT_S + FAST_S
+    monkeypatch.setattr(huggingface_hub.utils, "get_session", SilentSession)
+    message = failure(lambda: hub_kernel(LIGER, version=1))
+    assert asked == [hub.PROBE_TIMEOUT_S]  # one probe, bounded: huggingface_hub's own client has no timeout
     assert f"the Hub did not answer within {hub.PROBE_TIMEOUT_S:g} s" in message
 
 
@@ -145,7 +151,7 @@ def test_without_kernels_installed_the_hub_block_says_how_to_install_it(monkeypa
 
 def test_pypi_liger_is_the_liger_kernel_packages_layer():
     pytest.importorskip("liger_kernel")
-    assert hub.pypi_liger_geglu().__module__.startswith("liger_kernel.")
+    assert pypi_liger_geglu().__module__.startswith("liger_kernel.")
 
 
 @needs_kernels
@@ -157,35 +163,24 @@ def test_local_kernel_directory_loads_through_kernels_and_computes_attention(tmp
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
-@needs_kernels
-def test_kernel_dir_gives_its_flash_attn_func(tmp_path):
-    func = hub.flash_attn_func_of(hub.load_local_kernel(make_kernel_dir(tmp_path)), "toy")
-    assert callable(func) and func.__name__ == "flash_attn_func"
-
-
-def test_a_kernel_dir_loads_without_kernels_installed(monkeypatch, tmp_path):
+def test_a_kernel_dir_needs_the_kernels_package_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "kernels", None)
-    module = hub.load_local_kernel(make_kernel_dir(tmp_path))
-    q, k, v = (torch.randn(1, 4, 2, 8) for _ in range(3))
-    assert module.flash_attn_func(q, k, v, causal=True).shape == q.shape
+    with pytest.raises(SuiteError, match="`kernels` package is not installed"):
+        hub.load_local_kernel(make_kernel_dir(tmp_path))
 
 
-def test_build_variant_follows_the_kernels_naming(tmp_path):
-    major, minor = torch.__version__.split(".")[:2]
-    cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
-    for name in (
-        "torch-universal",
-        f"torch{major}{minor}-cxx11-{cuda}-x86_64-linux",
-        "torch27-cxx11-cu126-x86_64-linux",
-    ):
-        (tmp_path / "build" / name).mkdir(parents=True)
-    assert hub.build_variant(tmp_path).name == f"torch{major}{minor}-cxx11-{cuda}-x86_64-linux"
+def test_a_module_without_flash_attn_func_is_one_line():
+    with pytest.raises(SuiteError, match="toy has no flash_attn_func"):
+        attention.flash_attn_func_of(sys.modules[__name__], "toy")
 
 
 @needs_kernels
 def test_local_kernels_mapping_makes_get_kernel_load_from_disk(offline, monkeypatch, tmp_path):
-    monkeypatch.setenv("LOCAL_KERNELS", f"{hub.FLASH_ATTN2}={make_kernel_dir(tmp_path)}")
-    assert hub_kernel(hub.FLASH_ATTN2, version=1).flash_attn_func.__name__ == "flash_attn_func"
+    monkeypatch.setenv("LOCAL_KERNELS", f"{FLASH_ATTN2}={make_kernel_dir(tmp_path)}")
+    kernel = hub_kernel(FLASH_ATTN2, version=1)
+    q, k, v = (torch.randn(1, 4, 2, 8) for _ in range(3))  # the toy kernel's own output, loaded from disk
+    expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)
+    torch.testing.assert_close(kernel.flash_attn_func(q, k, v, causal=True).double(), expected)
 
 
 def test_missing_kernel_dir_is_one_line():
@@ -207,40 +202,39 @@ def test_get_local_kernel_arguments_follow_its_signature(tmp_path):
 def test_offline_flash_attn_uses_an_installed_package_saying_so(offline, monkeypatch, tmp_path, capsys):
     (tmp_path / "toy_flash_pkg.py").write_text(TOY_FLASH_ATTN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package", "toy_flash_pkg"))
-    func, source = hub.installed_flash_attn(hub.HubError("the Hub is unreachable"), hub.FLASH_ATTN3)
+    monkeypatch.setattr(attention, "FLASH_PACKAGES", ("no_such_flash_package", "toy_flash_pkg"))
+    func, source = attention.installed_flash_attn(hub.HubError("the Hub is unreachable"), FLASH_ATTN3)
     assert source == "pkg-toy_flash_pkg" and func.__module__ == "toy_flash_pkg"
     assert "using the installed toy_flash_pkg package instead" in capsys.readouterr().out
 
 
 @needs_kernels
-def test_offline_flash_attn_without_any_kernel_says_how_to_get_one(offline, monkeypatch):
-    monkeypatch.setattr(hub, "FLASH_PACKAGES", ("no_such_flash_package",))
+def test_offline_flash_attn_without_any_kernel_says_how_to_get_one(offline, no_network, monkeypatch):
+    monkeypatch.setattr(attention, "FLASH_PACKAGES", ("no_such_flash_package",))
 
     def load() -> None:
         try:
-            hub_kernel(hub.FLASH_ATTN3, version=1)
+            hub_kernel(FLASH_ATTN3, version=1)
         except hub.HubError as exc:
-            hub.installed_flash_attn(exc, hub.FLASH_ATTN3)
+            attention.installed_flash_attn(exc, FLASH_ATTN3)
 
-    message, elapsed = timed_failure(load)
-    assert elapsed < FAST_S
+    message = failure(load)
     assert "run once with a network" in message
     assert "hf download kernels-community/flash-attn3 --local-dir flash-attn3" in message
-    assert "--kernel-dir flash-attn3 (works without `kernels`)" in message
+    assert "--kernel-dir flash-attn3" in message
 
 
 @pytest.mark.parametrize(
     "capability, repo",
-    [((9, 0), hub.FLASH_ATTN3), ((8, 0), hub.FLASH_ATTN2), ((8, 9), hub.FLASH_ATTN2), ((12, 0), hub.FLASH_ATTN2)],
+    [((9, 0), FLASH_ATTN3), ((8, 0), FLASH_ATTN2), ((8, 9), FLASH_ATTN2), ((12, 0), FLASH_ATTN2)],
 )
 def test_flash_attn3_on_hopper_flash_attn2_elsewhere(capability, repo):
-    assert hub.default_flash_repo(capability) == repo
+    assert attention.default_flash_repo(capability) == repo
 
 
 def test_pre_ampere_gpu_is_refused():
     with pytest.raises(SuiteError, match="sm80"):
-        hub.default_flash_repo((7, 5))
+        attention.default_flash_repo((7, 5))
 
 
 def test_kernels_attention_on_cpu_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):

@@ -7,11 +7,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import requires_cuda, run, trace_names, usage_error
+from helpers import load_script, requires_cuda, run, trace_names, usage_error
 from torch import nn
 
-from common.hub import liger_mlp_like
-from common.mlp import simple_mlp_class
+from common.mlp import geglu_reference, liger_geglu
 
 TINY = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
 TINY_TAG = "2_8_32_64"
@@ -42,7 +41,7 @@ def test_simple_mlp_compiled_trace_shows_bare_mm_and_no_linear(tmp_path, capsys)
 
 def test_simple_mlp_matches_the_tanh_gelu_formula_in_fp32():
     torch.manual_seed(0)
-    mlp = simple_mlp_class()(32, 64)
+    mlp = load_script("03_simple_mlp").SimpleGeGLUMLP(32, 64)
     x = torch.randn(2, 8, 32)
     g, u = x @ mlp.gate_proj.weight.T, x @ mlp.up_proj.weight.T
     gelu = 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g**3)))
@@ -59,19 +58,32 @@ class ForwardOnlyGeGLU(nn.Module):
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
-def test_forward_only_liger_layer_gets_the_simple_mlps_weights_and_output():
+def test_a_forward_only_liger_layer_gets_the_simple_mlps_weights_from_the_same_seed():
     torch.manual_seed(0)
-    simple = simple_mlp_class()(32, 64)
-    layer = liger_mlp_like(ForwardOnlyGeGLU, simple)
+    simple = load_script("03_simple_mlp").SimpleGeGLUMLP(32, 64)
+    torch.manual_seed(0)
+    layer = liger_geglu(ForwardOnlyGeGLU, 32, 64, torch.device("cpu"), torch.float32)
     x = torch.randn(2, 8, 32)
     with torch.no_grad():
         torch.testing.assert_close(layer(x), simple(x))
 
 
-def test_config_built_liger_layer_from_pypi_holds_the_same_weights():
+def test_the_geglu_reference_is_the_simple_mlp_in_higher_precision():
+    torch.manual_seed(0)
+    simple = load_script("03_simple_mlp").SimpleGeGLUMLP(32, 64).to(torch.bfloat16)
+    x = torch.randn(2, 8, 32, dtype=torch.bfloat16)
+    expected = geglu_reference(simple, x, torch.bfloat16)
+    assert expected.dtype == torch.float32
+    with torch.no_grad():
+        torch.testing.assert_close(simple(x).float(), expected, rtol=3e-2, atol=3e-2)
+
+
+def test_a_config_built_liger_layer_from_pypi_holds_the_simple_mlps_weights():
     LigerGEGLUMLP = pytest.importorskip("liger_kernel.transformers").LigerGEGLUMLP
-    simple = simple_mlp_class()(32, 64).to(torch.bfloat16)
-    layer = liger_mlp_like(LigerGEGLUMLP, simple)
+    torch.manual_seed(0)
+    simple = load_script("03_simple_mlp").SimpleGeGLUMLP(32, 64).to(torch.bfloat16)
+    torch.manual_seed(0)
+    layer = liger_geglu(LigerGEGLUMLP, 32, 64, torch.device("cpu"), torch.bfloat16)
     assert isinstance(layer, LigerGEGLUMLP)
     for name, weight in simple.state_dict().items():
         assert torch.equal(layer.state_dict()[name], weight)

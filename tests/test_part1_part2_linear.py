@@ -13,7 +13,7 @@ def test_matmul_add_default_names_the_trace_as_the_post(tmp_path):
 
 
 def test_matmul_add_trace_holds_active_steps_label_and_ops(tmp_path):
-    run("01_matmul_add", tmp_path, "--size", "16")
+    assert run("01_matmul_add", tmp_path, "--size", "16") == 0
     trace = tmp_path / "01_matmul_add" / "16_bf16_cold_eager.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"} <= names
@@ -25,13 +25,13 @@ def test_matmul_add_trace_holds_active_steps_label_and_ops(tmp_path):
 
 
 def test_batch_axis_dispatches_bmm(tmp_path):
-    run("01_matmul_add", tmp_path, "--size", "16", "--batch", "3")
+    assert run("01_matmul_add", tmp_path, "--size", "16", "--batch", "3") == 0
     names = trace_names(tmp_path / "01_matmul_add" / "3x16_bf16_cold_eager.json")
     assert "aten::bmm" in names and "aten::mm" not in names
 
 
 def test_warm_and_compiled_runs_are_tagged_and_show_addmm(tmp_path, capsys):
-    run("01_matmul_add", tmp_path, "--size", "16", "--warmup", "--compile", "--dtype", "fp32")
+    assert run("01_matmul_add", tmp_path, "--size", "16", "--warmup", "--compile", "--dtype", "fp32") == 0
     trace = tmp_path / "01_matmul_add" / "16_fp32_warm_compiled.json"
     assert "aten::addmm" in trace_names(trace)
     out = capsys.readouterr().out
@@ -39,14 +39,14 @@ def test_warm_and_compiled_runs_are_tagged_and_show_addmm(tmp_path, capsys):
 
 
 def test_schedule_flags_change_the_profiled_steps_and_the_tag(tmp_path):
-    run("01_matmul_add", tmp_path, "--size", "8", "--wait", "0", "--warmup-steps", "0", "--active", "5")
+    assert run("01_matmul_add", tmp_path, "--size", "8", "--wait", "0", "--warmup-steps", "0", "--active", "5") == 0
     names = trace_names(tmp_path / "01_matmul_add" / "8_bf16_cold_eager_w0u0a5.json")
     assert {f"ProfilerStep#{i}" for i in range(5)} <= names
     assert "ProfilerStep#5" not in names
 
 
 def test_run_prints_table_paths_guess_and_share_command(tmp_path, capsys):
-    run("01_matmul_add", tmp_path, "--size", "8")
+    assert run("01_matmul_add", tmp_path, "--size", "8") == 0
     out = capsys.readouterr().out
     assert "Self CPU time total" in out
     assert "guess vs trace" in out and "all 4 checked guesses match the trace" in out
@@ -64,7 +64,7 @@ def test_linear_eager_shows_linear_t_addmm_and_no_add(tmp_path):
 
 
 def test_linear_compiled_drops_the_view_bookkeeping(tmp_path):
-    run("02_linear", tmp_path, "--batch", "32", "--in_dim", "8", "--out_dim", "16", "--compile")
+    assert run("02_linear", tmp_path, "--batch", "32", "--in_dim", "8", "--out_dim", "16", "--compile") == 0
     names = trace_names(tmp_path / "02_linear" / "32_8_16_bf16_cold_compiled.json")
     assert "aten::addmm" in names and "aten::linear" not in names
 
@@ -74,7 +74,7 @@ def test_strict_passes_when_the_cpu_guess_holds(tmp_path):
 
 
 def test_bench_prints_the_unprofiled_time_next_to_the_profiler_figure(tmp_path, capsys):
-    run("01_matmul_add", tmp_path, "--size", "8", "--bench")
+    assert run("01_matmul_add", tmp_path, "--size", "8", "--bench") == 0
     out = capsys.readouterr().out
     assert "bench (no profiler):" in out and "µs wall per step" in out
 

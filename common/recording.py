@@ -1,0 +1,121 @@
+"""The suite's lines around a script's torch.profiler loop: the guard before it and the tail after it.
+
+    with recording(run, tag, "matmul_add", work) as rec:   # memory watch, files written all or none
+        with profile(..., on_trace_ready=rec.save) as prof:
+            ...                                            # the loop, in torch's own words
+    return finish(rec, guess(...), out, expected, bench=lambda: fn(x))
+
+Delete these lines and the loop still runs on plain torch. Ctrl-C is handled process-wide by
+`common.interrupts` (installed by `setup`), so nothing of the suite is needed inside the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from common.bench import bench as time_step
+from common.checks import check_close
+from common.cli import SuiteError
+from common.export import TraceFiles
+from common.guess import Expect, check_guess
+from common.memory import MemoryWatch
+from common.physics import Work
+from common.report import exit_code, print_bench, print_files, print_report
+from common.runtime import Run
+from common.trace import read_trace
+
+WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
+
+
+class Recording:
+    """One profiled run: its files, its memory watch, and the writer torch.profiler calls."""
+
+    def __init__(self, run: Run, tag: str, label: str, work: Work) -> None:
+        self.run, self.label = run, label
+        self.files = TraceFiles(run, tag, label, work)
+        self.watch = MemoryWatch(run.device, snapshot=run.memory)
+
+    def warm_up(self, step: Callable[[], object]) -> None:
+        """Call `step` WARMUP_CALLS times before profiling (--warmup) and print what the first call cost.
+
+        The first call pays for compilation (--compile), cuBLAS set-up and the allocator; the trace of a
+        warm run shows none of that, and neither do the memory figures (the watch restarts after).
+        """
+        start = time.perf_counter()
+        step()
+        self._sync()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS - 1):
+            step()
+        self._sync()
+        rest = (time.perf_counter() - start) / (WARMUP_CALLS - 1)
+        what = "compile + first call" if self.run.compiled else "first call"
+        print(f"warm-up: {what} {first * 1e3:.1f} ms wall, then {WARMUP_CALLS - 1} more at "
+              f"{rest * 1e3:.3f} ms wall each (not profiled)")  # fmt: skip
+        self.watch.start()
+
+    def _sync(self) -> None:
+        if self.run.on_gpu:
+            torch.cuda.synchronize(self.run.device)
+
+    def save(self, prof: torch.profiler.profile) -> None:
+        """`on_trace_ready`: write the trace and the table once the active steps are recorded.
+
+        torch.profiler also calls it when the loop stops early (Ctrl-C, an error): then nothing is
+        written, since a trace with missing steps would read as whole.
+        """
+        if prof.step_num < self.run.schedule.steps:
+            return
+        memory = self.watch.stop(prof.step_num)
+        self.files.write(prof, memory, self.watch if self.run.memory and self.run.on_gpu else None)
+
+
+@contextlib.contextmanager
+def recording(run: Run, tag: str, label: str, work: Work) -> Iterator[Recording]:
+    """The guard around a script's profiler block: the GPU memory watch over the steps, and no file left
+    under a final name if anything in the block fails or is interrupted."""
+    rec = Recording(run, tag, label, work)
+    rec.watch.start()
+    try:
+        yield rec
+    except BaseException:
+        rec.files.discard()
+        raise
+    finally:
+        rec.watch.close()
+
+
+def finish(
+    rec: Recording,
+    guess: list[Expect],
+    output: torch.Tensor,
+    expected: torch.Tensor,
+    bench: Callable[[], object] | None = None,
+    first_guess: list[Expect] | None = None,
+    what: str | None = None,
+) -> int:
+    """The tail of every script, and its exit code.
+
+    Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
+    trace is removed, not kept), read the trace back, print guess vs trace with the report, time the
+    step without the profiler under --bench (`bench` is the step), and print the files written.
+    `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
+    """
+    run, files = rec.run, rec.files
+    try:
+        check_close(output, expected, run.dtype, what or rec.label)
+    except SuiteError as exc:
+        files.discard()
+        raise SuiteError(f"{exc} (trace removed)") from None
+    trace = read_trace(files.json)
+    verdicts = check_guess(trace, guess)
+    print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
+    if run.bench and bench is not None:
+        print_bench(time_step(bench, run.on_gpu), trace)
+    print_files(files, run)
+    return exit_code(verdicts, run.strict)
