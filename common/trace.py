@@ -25,11 +25,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
-from common.trace_json import stream_json
 from common.units import human_time
+
+if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
+    from common.trace_json import Event
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -75,35 +78,45 @@ class GpuOp:
         return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
 
 
-def _dims(value: object) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(_finite(v) for v in value):
-        return tuple(int(v) for v in value)
-    return None
-
-
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _number(args: dict, key: str) -> float | None:
-    value = args.get(key)
+def _dims(value: object) -> tuple[int, ...] | None:
+    if not (isinstance(value, list) and value):
+        return None
+    try:  # the cache's key holds each element's type too: True == 1 as a key, yet only 1 is a dimension
+        return _int_dims(tuple(value), tuple(map(type, value)))
+    except TypeError:  # an element that cannot be hashed, so not a number
+        return None
+
+
+@functools.cache
+def _int_dims(dims: tuple, _types: tuple) -> tuple[int, ...] | None:
+    """`dims` as whole numbers if each is a finite number; cached, since kernels launch with few shapes."""
+    return tuple(int(v) for v in dims) if all(_finite(v) for v in dims) else None
+
+
+def _number(value: object) -> float | None:
     return float(value) if _finite(value) else None
 
 
-def gpu_op(event: dict) -> GpuOp:
+def gpu_op(event: Event) -> GpuOp:
     """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event."""
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
-    registers, shared = _number(args, "registers per thread"), _number(args, "shared memory")
+    args = event.args
+    if args is None:
+        return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts))
+    registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
-        event["cat"],
-        event["name"],
-        float(event["dur"]),
-        _dims(args.get("grid")),
-        _dims(args.get("block")),
+        event.cat,
+        event.name,
+        float(event.dur),
+        _dims(args.grid),
+        _dims(args.block),
         None if registers is None else int(registers),
         None if shared is None else int(shared),
-        _number(args, "est. achieved occupancy %"),
-        _number(event, "ts"),
+        _number(args.occupancy),
+        _number(event.ts),
     )
 
 
@@ -286,19 +299,15 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
-def _usable(value: object) -> bool:
-    return _finite(value) and 0 <= value < LONGEST_US
-
-
-def _usable_ts(value: object) -> bool:
-    return _finite(value) and value >= 0
-
-
-def _correlation(event: dict) -> int | str | None:
+def _correlation(event: Event) -> int | str | None:
     """The id that ties a GPU event to the runtime/driver call that launched it (None unless a number or text)."""
-    args = event.get("args")
-    corr = args.get("correlation") if isinstance(args, dict) else None
+    corr = None if event.args is None else event.args.correlation
     return corr if isinstance(corr, (int, str)) and not isinstance(corr, bool) else None
+
+
+def _thread(tid: object) -> int | str | None:
+    """An event's thread id (None unless a number or text)."""
+    return tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None
 
 
 class _StepFinder:
@@ -307,13 +316,11 @@ class _StepFinder:
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps
         self.starts = [s.start_us for s in steps]
+        self.ends = [s.start_us + s.dur_us for s in steps]
 
     def __call__(self, ts: float) -> Step | None:
         i = bisect.bisect_right(self.starts, ts) - 1
-        if i < 0:
-            return None
-        step = self.steps[i]
-        return step if ts <= step.start_us + step.dur_us else None
+        return self.steps[i] if i >= 0 and ts <= self.ends[i] else None
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
@@ -335,41 +342,46 @@ class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        self.cpu: list[tuple[str, str, float, float, object, object]] = []  # (category, name, ts, dur, corr, tid)
+        self.ops: list[tuple[str, float]] = []  # cpu_op: (name, ts)
+        self.ops_span = (math.inf, -math.inf)  # the first cpu_op's start, the last one's end
+        self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
+        self.launches: list[tuple[str, float, float, object]] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
 
-    def add(self, e: object) -> None:
-        if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
+    def add(self, e: Event) -> None:
+        """Keep event `e` if the reader uses it (metadata and other non-`X` events are not)."""
+        cat, ts, dur = e.cat, e.ts, e.dur
+        if cat not in KEPT or e.ph != "X" or e.name is None:
             return
-        cat = e.get("cat")
-        if not isinstance(cat, str) or cat not in KEPT:
-            return
-        ts, dur = e.get("ts"), e.get("dur")
-        if not (_usable_ts(ts) and _usable(dur)):
+        if not (0 <= ts < math.inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
             self.skipped += 1
             return
-        name = self.names.setdefault(e["name"], e["name"])
-        if cat in GPU_WORK:
-            self.gpu.append((float(ts), _correlation(e), gpu_op({**e, "name": name})))
+        name = e.name = self.names.setdefault(e.name, e.name)
+        if cat == "cpu_op":
+            self.ops.append((name, ts))
+            first, last = self.ops_span
+            if ts < first or ts + dur > last:
+                self.ops_span = (min(first, ts), max(last, ts + dur))
+        elif cat == "user_annotation":
+            self.annotations.append((name, ts, dur, _thread(e.tid)))
+        elif cat in GPU_WORK:
+            self.gpu.append((ts, _correlation(e), gpu_op(e)))
         else:
-            tid = e.get("tid") if isinstance(e.get("tid"), (int, str)) else None
-            self.cpu.append((cat, name, float(ts), float(dur), _correlation(e), tid))
+            self.launches.append((name, ts, dur, _correlation(e)))
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
         steps = sorted(
-            (
-                Step(int(m.group(1)), ts, dur)
-                for cat, name, ts, dur, _, _ in self.cpu
-                if cat == "user_annotation" and (m := STEP_NAME.match(name))
-            ),
+            (Step(int(m.group(1)), ts, dur) for name, ts, dur, _ in self.annotations if (m := STEP_NAME.match(name))),
             key=lambda s: s.start_us,
         )
         if steps:
             return steps, False
-        spans = [(ts, ts + dur) for _, _, ts, dur, _, _ in self.cpu] or [(ts, ts + op.us) for ts, _, op in self.gpu]
+        spans = [(ts, ts + dur) for _, ts, dur, _ in (*self.annotations, *self.launches)]
+        spans += [self.ops_span] if self.ops else []
+        spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
         if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
             raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
@@ -381,8 +393,8 @@ class _Collector:
         of those tied (train_step, not the forward inside it)."""
         counts: Counter = Counter()
         total: Counter = Counter()
-        for cat, name, ts, dur, _, _ in self.cpu:
-            if cat == "user_annotation" and not STEP_NAME.match(name) and step_at(ts):
+        for name, ts, dur, _ in self.annotations:
+            if not STEP_NAME.match(name) and step_at(ts):
                 counts[name] += 1
                 total[name] += dur
         return max(counts, key=lambda n: (counts[n], total[n]), default=None)
@@ -390,14 +402,13 @@ class _Collector:
     def phase_spans(self, label: str, step_at: _StepFinder) -> list[tuple[float, float, Phase]]:
         """The record_function labels directly inside each span of `label` on its thread: (start, end, phase),
         one Phase per step and name, its CPU time summed over its spans."""
-        outer = sorted((ts, ts + dur, tid) for cat, name, ts, dur, _, tid in self.cpu
-                       if cat == "user_annotation" and name == label)  # fmt: skip
+        outer = sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
         if not outer:
             return []
         starts = [start for start, _, _ in outer]
         inside: dict[int, list[tuple[float, float, str]]] = {}
-        for cat, name, ts, dur, _, tid in self.cpu:
-            if cat != "user_annotation" or name == label or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
+        for name, ts, dur, tid in self.annotations:
+            if name == label or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
                 continue
             i = bisect.bisect_right(starts, ts) - 1
             if i >= 0 and ts + dur <= outer[i][1] and tid == outer[i][2]:
@@ -433,33 +444,33 @@ class _Collector:
         spans = self.phase_spans(label, step_at) if label else []
         phase_at = _PhaseFinder(spans)
 
+        starts, ends, find = step_at.starts, step_at.ends, bisect.bisect_right
+        for name, ts in self.ops:  # the step lookup inlined: this loop runs for most of the events
+            i = find(starts, ts) - 1
+            if i >= 0 and ts <= ends[i]:
+                steps[i].cpu_ops[name] += 1
+        if label:
+            for name, ts, dur, _ in self.annotations:
+                if name == label and (step := step_at(ts)) is not None:
+                    step.region_us = (step.region_us or 0.0) + dur
         launch_step: dict[object, Step] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
-        has_gpu = bool(self.gpu)
-        for cat, name, ts, dur, corr, _ in self.cpu:
+        for name, ts, _, corr in self.launches:
             step = step_at(ts)
-            if cat in LAUNCH_CATEGORIES:
-                has_gpu = True
-                if step is None:
-                    if corr is not None:
-                        launched_outside[corr] = ts
-                    continue
-                step.runtime[name] += 1
-                phase = phase_at(ts) if spans else None
-                if phase is not None:
-                    phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
-                    phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
+            if step is None:
                 if corr is not None:
-                    launch_step[corr] = step
-                    if phase is not None:
-                        launch_phase[corr] = phase
-            elif step is None:
+                    launched_outside[corr] = ts
                 continue
-            elif cat == "cpu_op":
-                step.cpu_ops[name] += 1
-            elif cat == "user_annotation" and name == label:
-                step.region_us = (step.region_us or 0.0) + dur
+            step.runtime[name] += 1
+            phase = phase_at(ts) if spans else None
+            if phase is not None:
+                phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
+                phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
+            if corr is not None:
+                launch_step[corr] = step
+                if phase is not None:
+                    launch_phase[corr] = phase
 
         self.gpu.sort(key=lambda item: item[0])
         by_time = not any(corr is not None for _, corr, _ in self.gpu)
@@ -489,6 +500,7 @@ class _Collector:
         props = header.get("deviceProperties") or []
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
+        has_gpu = bool(self.gpu or self.launches)
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
@@ -510,15 +522,19 @@ def _no_gc() -> Iterator[None]:
 
 def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
     """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has no events."""
+    from common.trace_json import as_events
+
     collector = _Collector()
     with _no_gc():
-        for event in data["traceEvents"]:
+        for event in as_events(data["traceEvents"]):
             collector.add(event)
         return collector.trace(data, path, label)
 
 
 def read_trace(path: Path | str, label: str | None = None) -> Trace:
     """Read one exported trace file, streaming its events: time and memory grow linearly with its size."""
+    from common.trace_json import stream_json
+
     collector = _Collector()
     with _no_gc():
         header = stream_json(path, collector.add)

@@ -1,115 +1,285 @@
-"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` one at a time, or load one whole."""
+"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` one at a time, or load one whole.
+
+msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
+are skipped unread. The file is read in blocks of `BLOCK_BYTES`: each block's run of whole events (up to the
+last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is decoded in one call and
+handed on, the rest waits for the next block, so memory stays near one block. Where no such run is found
+(one value larger than the block) the reader waits for twice as many bytes before it tries again, so even one
+huge value is read in time linear in its size. Input msgspec refuses but the standard library reads (NaN and
+Infinity, a lone surrogate escape, an element or `args` that is not an object) is decoded by `json` for that
+block alone; a lone surrogate is kept in the name, as `json` reads it, and the tables print it escaped.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
-from collections.abc import Callable, Iterator
+import sys
+import zlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, BinaryIO
 
-CHUNK_CHARS = 1 << 20  # the streaming reader reads this much at a time
+import msgspec
+
+BLOCK_BYTES = 1 << 20  # how much is read at a time
 
 
-class _JsonStream:
-    """Top-level JSON read piece by piece from a text file: a value at a time, each decoded by the C scanner,
-    so a trace's events are seen one by one and never held all at once."""
+class Args(msgspec.Struct, gc=False):
+    """The entries of an event's `args` the reader uses; None where absent."""
 
-    _SPACE = re.compile(r"[ \t\n\r]*")
+    correlation: Any = None  # ties a GPU event to the launch that made it
+    grid: Any = None
+    block: Any = None
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    external_id: Any = msgspec.field(default=None, name="External id")
+    name: Any = None  # a metadata (`ph` "M") event's process or thread name
 
-    def __init__(self, fh: TextIO) -> None:
-        self.fh, self.buf, self.pos, self.eof = fh, "", 0, False
-        self.decoder = json.JSONDecoder()
 
-    def _more(self) -> bool:
-        chunk = "" if self.eof else self.fh.read(CHUNK_CHARS)
-        if not chunk:
-            self.eof = True
-            return False
-        self.buf, self.pos = self.buf[self.pos :] + chunk, 0
-        return True
+class Event(msgspec.Struct, gc=False):
+    """One element of `traceEvents`, with the fields the reader uses. A name that is not a string is None; a
+    `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not negative) finds them."""
 
-    def peek(self) -> str:
-        """The next character that is not white space ("" at the end of the file)."""
-        while True:
-            self.pos = self._SPACE.match(self.buf, self.pos).end()
-            if self.pos < len(self.buf) or not self._more():
-                return self.buf[self.pos : self.pos + 1]
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: float = math.nan
+    dur: float = math.nan
+    pid: Any = None
+    tid: Any = None
+    args: Args | None = None
 
-    def take(self, char: str) -> None:
-        if self.peek() != char:
-            found = self.buf[self.pos : self.pos + 20] or "the end of the file"
-            raise ValueError(f"expected {char!r} but found {found!r}")
-        self.pos += 1
 
-    def value(self) -> object:
-        self.peek()
-        while True:
+_EVENTS = msgspec.json.Decoder(list[Event])
+_RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_SPACE = rb"[ \t\n\r]*"
+_CUT = re.compile(rb"\}" + _SPACE + rb"," + _SPACE + rb"\{")  # where one object may end and the next begin
+_EVENTS_KEY = re.compile(rb'"traceEvents"' + _SPACE + rb":" + _SPACE + rb"\[")
+_ODD = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")  # what msgspec refuses and the standard library reads
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_CUT_TRIES = 2  # how many of the last cuts of a block are tried
+_TAIL_AFTER = 1 << 16  # how far from a block's end the last cuts are looked for first
+_PREFIX = b'{"traceEvents": ['
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _time(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def as_events(items: Iterable[object]) -> list[Event]:
+    """The `Event` of each object in `items` (decoded JSON: dicts, as the standard library gives them, NaN
+    included), typed as msgspec would type them; the other items dropped."""
+    return [
+        Event(
+            _text(item.get("ph")),
+            _text(item.get("cat")),
+            _text(item.get("name")),
+            _time(item.get("ts")),
+            _time(item.get("dur")),
+            item.get("pid"),
+            item.get("tid"),
+            msgspec.convert(item["args"], Args) if isinstance(item.get("args"), dict) else None,
+        )
+        for item in items
+        if isinstance(item, dict)
+    ]
+
+
+class _Blocks:
+    """A trace file's bytes, read a block at a time into `buf`; `offset` is where `buf` starts in the file."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.buf, self.offset, self.eof = fh, bytearray(), 0, False
+
+    def fill(self, size: int) -> bool:
+        """Read until `buf` holds `size` bytes; False if the file ended first."""
+        while len(self.buf) < size and not self.eof:
+            block = self.fh.read(BLOCK_BYTES)
+            self.eof = not block
+            self.buf += block
+        return len(self.buf) >= size
+
+    def drop(self, count: int) -> None:
+        """Forget the first `count` bytes of `buf`."""
+        del self.buf[:count]
+        self.offset += count
+
+
+def _fallback(doc: bytes) -> object:
+    """`doc` decoded by the standard library (lone surrogates kept); None if it is not JSON."""
+    try:
+        return json.loads(doc)
+    except ValueError:
+        return None
+
+
+class _ArrayEndedError(Exception):
+    """The events array closes before the cut that was tried: the rest of the file is its tail."""
+
+
+def _file_error(exc: msgspec.DecodeError, shift: int) -> ValueError:
+    """msgspec's message, its `(byte N)` made a place in the file (`shift` + N)."""
+    return ValueError(_AT_BYTE.sub(lambda at: f"(byte {int(at.group(1)) + shift})", str(exc)))
+
+
+def _decode_run(doc: bytes, shift: int) -> list[Event] | None:
+    """The events of `doc` (`[` + a run of elements + `]`, its byte N at `shift` + N in the file), or None if
+    the run was cut inside an element. Raise _ArrayEndedError if the array closes inside `doc`, ValueError if the
+    JSON is malformed before the cut."""
+    try:
+        return _EVENTS.decode(doc)
+    except msgspec.ValidationError:  # JSON, but an element or its args is not an object
+        pass
+    except msgspec.DecodeError as exc:
+        if not _ODD.search(doc):
+            at = _AT_BYTE.search(str(exc))
+            if not at or int(at.group(1)) >= len(doc) - 1:  # at the cut: it fell inside an element
+                return None
+            try:  # is it a whole array, up to the last `]` before the error, followed by more of the file?
+                msgspec.json.decode(doc[: doc.rfind(b"]", 0, int(at.group(1))) + 1], type=msgspec.Raw)
+            except msgspec.DecodeError:
+                raise _file_error(exc, shift) from None
+            raise _ArrayEndedError from None
+    value = _fallback(doc)
+    return as_events(value) if isinstance(value, list) else None
+
+
+def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
+    """Read up to the `traceEvents` array: (the top-level entries before it, what closes the file once the
+    array's rest follows `_PREFIX`); `blocks.buf` then starts at its first element. None if there is none."""
+    size = BLOCK_BYTES
+    while True:
+        more = blocks.fill(size)
+        start = blocks.buf.lstrip()[:1]
+        if start == b"[":  # the bare-array form of the format
+            blocks.drop(blocks.buf.index(b"[") + 1)
+            return {}, b"}"
+        if start != b"{":
+            raise ValueError(f"it starts with {bytes(blocks.buf.lstrip()[:20])!r}, not with '{{' or '['")
+        for key in list(_EVENTS_KEY.finditer(blocks.buf)):  # a list: an open finditer locks the buffer
+            doc = bytes(blocks.buf[: key.start()]) + b'"traceEvents": []}'
             try:
-                value, end = self.decoder.raw_decode(self.buf, self.pos)
-            except json.JSONDecodeError:
-                if self._more():  # the value may run on into the next chunk
-                    continue
-                raise
-            if end == len(self.buf) and self._more():  # a number cut at the chunk's end: read on, decode again
+                header = msgspec.json.decode(doc)
+            except msgspec.DecodeError:
+                header = _fallback(doc) if _ODD.search(doc) else None
+            if isinstance(header, dict):  # the key is at the top level, not in a string or a nested object
+                del header["traceEvents"]
+                blocks.drop(key.end())
+                return header, b""
+        if not more:  # the whole file, and no array of events in it: is it JSON at all?
+            try:
+                msgspec.json.decode(blocks.buf, type=msgspec.Raw)
+            except msgspec.DecodeError as exc:
+                raise _file_error(exc, 0) from None
+            return None
+        size = 2 * len(blocks.buf)
+
+
+def _whole_run(blocks: _Blocks) -> tuple[list[Event], int] | None:
+    """The events of the run of whole elements that `blocks.buf` starts with, ended at one of its last cuts,
+    and where the next element starts; None if none of those cuts ends a run."""
+    buf = blocks.buf
+    near_end = max(0, len(buf) - _TAIL_AFTER)
+    cuts = list(_CUT.finditer(buf, near_end)) or (list(_CUT.finditer(buf)) if near_end else [])
+    for cut in reversed(cuts[-_CUT_TRIES:]):
+        events = _decode_run(b"[" + buf[: cut.start() + 1] + b"]", blocks.offset - 1)
+        if events is not None:
+            return events, cut.end() - 1
+    return None
+
+
+def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
+    """The rest of the file: the last events and the top-level entries after the array."""
+    blocks.fill(sys.maxsize)
+    doc = _PREFIX + bytes(blocks.buf) + closing
+    try:
+        entries = _RAW_ENTRIES.decode(doc)
+        rest = {k: msgspec.json.decode(v) for k, v in entries.items() if k != "traceEvents"}
+        events = _EVENTS.decode(entries["traceEvents"])
+    except msgspec.DecodeError as exc:
+        value = _fallback(doc) if _ODD.search(doc) or isinstance(exc, msgspec.ValidationError) else None
+        if not isinstance(value, dict):
+            raise _file_error(exc, blocks.offset - len(_PREFIX)) from None
+        events, rest = value.pop("traceEvents"), value
+        if not isinstance(events, list):
+            raise ValueError("its traceEvents is not a list") from None
+        events = as_events(events)
+    return events, rest
+
+
+def _stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | None:
+    """Hand each event of the trace in `fh` to `on_event`; the other top-level entries, None if no events."""
+    blocks = _Blocks(fh)
+    found = _header(blocks)
+    if found is None:
+        return None
+    header, closing = found
+    size = BLOCK_BYTES
+    try:
+        while blocks.fill(size):
+            run = _whole_run(blocks)
+            if run is None:  # no whole element yet: wait for twice as much
+                size = 2 * len(blocks.buf)
                 continue
-            self.pos = end
-            return value
-
-    def items(self) -> Iterator[object]:
-        """The elements of the array that starts here, one at a time."""
-        self.take("[")
-        if self.peek() == "]":
-            self.pos += 1
-            return
-        while True:
-            yield self.value()
-            if self.peek() == "]":
-                self.pos += 1
-                return
-            self.take(",")
+            events, end = run
+            for event in events:
+                on_event(event)
+            blocks.drop(end)
+            size = BLOCK_BYTES
+    except _ArrayEndedError:
+        pass
+    events, rest = _tail(blocks, closing)
+    for event in events:
+        on_event(event)
+    return {**header, **rest}
 
 
-def stream_json(path: Path | str, on_event: Callable[[object], None]) -> dict:
-    """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_event` for each
-    element of `traceEvents` and return the other top-level entries. Raise ValueError naming the file if it
-    is not a trace."""
+def _open(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def stream_json(path: Path | str, on_event: Callable[[Event], None]) -> dict:
+    """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_event` with the
+    `Event` of each element of `traceEvents` and return the other top-level entries ({} for the bare-array
+    form). Raise ValueError naming the file if it is not a trace."""
     path = Path(path)
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            stream = _JsonStream(fh)
-            if stream.peek() == "[":  # the bare-array form of the format
-                for event in stream.items():
-                    on_event(event)
-                return {}
-            header, seen_events = {}, False
-            stream.take("{")
-            while stream.peek() != "}":
-                key = stream.value()
-                if not isinstance(key, str):
-                    raise ValueError("an object key is not a string")
-                stream.take(":")
-                if key == "traceEvents" and stream.peek() == "[":
-                    seen_events = True
-                    for event in stream.items():
-                        on_event(event)
-                else:
-                    header[key] = stream.value()
-                if stream.peek() != "}":
-                    stream.take(",")
+        with _open(path) as fh:
+            header = _stream(fh, on_event)
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
         raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
-    if not seen_events:
+    if header is None:
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
     return header
 
 
 def load_json(path: Path | str) -> dict:
-    """A whole Chrome trace as one dict (`.json` or `.json.gz`); ValueError naming the file if it is not one."""
-    events: list[object] = []
-    header = stream_json(path, events.append)
-    return {**header, "traceEvents": events}
+    """A whole Chrome trace as one dict of plain JSON values (`.json` or `.json.gz`), the bare-array form as
+    {"traceEvents": [...]}; ValueError naming the file if it is not one."""
+    path = Path(path)
+    try:
+        with _open(path) as fh:
+            data = fh.read()
+        try:
+            value = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            value = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
+    if isinstance(value, list):
+        value = {"traceEvents": value}
+    if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
+        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
+    return value

@@ -1,0 +1,208 @@
+"""Time the suite's summary on large traces against JSON parsers and against the summary of an earlier commit.
+
+Setup: `uv sync --group bench` (orjson, pysimdjson, ijson; msgspec is the reader's own dependency).
+Usage (from the repository root; make the traces with benchmarks/make_trace.py, under /tmp):
+    uv run --group bench python benchmarks/reader_speed.py /tmp/bench/trace_100mb.json [--runs 3] [--before REV]
+    uv run --group bench python benchmarks/reader_speed.py BIG.json --runs 1 --only summary,before,simdjson
+
+Each cell is one fresh subprocess per run (the columns taken in turn, run after run), its wall time (imports
+included) taken here and its peak RSS from os.wait4, as min/median/max over --runs runs and the largest peak:
+  summary   `python -m common.summary TRACE` in this checkout: what a user runs.
+  before    the same in the `common/` of commit --before (exported with git archive into a temp folder), the
+            reader this one replaces; --before "" leaves the column out.
+  json      stdlib `json.load` of the whole file.        orjson, orjson-nogc  `orjson.loads` of its bytes, gc on/off.
+  ijson     iterate `ijson.items(f, "traceEvents.item")` (the yajl2_c backend; the worker fails on another).
+  msgspec   `msgspec.json.decode` of the whole file into the reader's own `Event` structs.
+  simdjson  pysimdjson `Parser().parse` of its bytes (a lazy document: the bare parse).
+  hta       with --hta only: benchmarks/hta_compare.py's HTA worker (HolisticTraceAnalysis, in --hta-python).
+Below each trace's row: the summary's median against `before` and against the pysimdjson parse, and its peak
+memory against the file's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+BEFORE = "4ae4dcb"  # the last commit whose reader decoded JSON by hand (stdlib raw_decode, one event at a time)
+COLUMNS = {
+    "summary": "`common.summary`",
+    "before": "summary before",
+    "json": "stdlib `json.load`",
+    "orjson": "`orjson.loads`",
+    "orjson-nogc": "`orjson`, gc off",
+    "ijson": "`ijson` (yajl2_c) items",
+    "msgspec": "`msgspec` structs",
+    "simdjson": "`pysimdjson` parse",
+    "hta": "HTA 0.5",
+}
+PARSERS = ("json", "orjson", "orjson-nogc", "ijson", "msgspec", "simdjson")
+
+
+@dataclass
+class Run:
+    """One measured subprocess."""
+
+    wall_s: float
+    peak_mib: float
+    rc: int | None  # None: killed at the timeout
+    why: str = ""  # the last line of its stderr where it failed
+
+
+def measure(cmd: list[str], cwd: Path, timeout: float) -> Run:
+    """Run `cmd` (output discarded), killing its process group after `timeout` s; wall time and peak RSS, both
+    taken when the process ends (os.wait4 blocks: no polling interval in the time)."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        killer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
+        killer.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        killed = not killer.is_alive()
+        killer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines()
+    rc = None if killed else proc.returncode
+    why = f"killed after {timeout:.0f} s" if killed else f"exit {rc}: {lines[-1] if lines else ''}"[:120]
+    return Run(wall, usage.ru_maxrss / 1024, rc, why if rc != 0 else "")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's JSON bytes (`.json.gz` decompressed)."""
+    return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+
+
+def parse_worker(what: str, path: Path) -> None:
+    """(In a subprocess) parse `path` with one library and print how many events it holds."""
+    if what == "json":
+        import json
+
+        with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as fh:
+            count = len(json.load(fh)["traceEvents"])
+    elif what in ("orjson", "orjson-nogc"):
+        import orjson
+
+        if what == "orjson-nogc":
+            gc.disable()
+        count = len(orjson.loads(read_bytes(path))["traceEvents"])
+    elif what == "ijson":
+        import ijson
+
+        if ijson.backend != "yajl2_c":
+            sys.exit(f"ijson backend is {ijson.backend}, not yajl2_c")
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as fh:
+            count = sum(1 for _ in ijson.items(fh, "traceEvents.item", use_float=True))
+    elif what == "msgspec":
+        import msgspec
+
+        sys.path.insert(0, str(REPO))
+        from common.trace_json import Event
+
+        file = msgspec.defstruct("File", [("traceEvents", list[Event])])
+        count = len(msgspec.json.decode(read_bytes(path), type=file).traceEvents)
+    else:
+        import simdjson
+
+        count = len(simdjson.Parser().parse(read_bytes(path))["traceEvents"])
+    print(count)
+
+
+def command(what: str, trace: Path, before: Path | None, args: argparse.Namespace) -> tuple[list[str], Path]:
+    """The command line that measures `what` on `trace`, and the folder it runs in."""
+    if what == "summary":
+        return [sys.executable, "-m", "common.summary", str(trace)], REPO
+    if what == "before":
+        return [sys.executable, "-m", "common.summary", str(trace)], before
+    if what == "hta":
+        return [args.hta_python, str(HERE.parent / "hta_compare.py"), "--worker", "hta", str(trace)], REPO
+    return [sys.executable, str(HERE), "--worker", what, str(trace)], REPO
+
+
+def cell(runs: list[Run]) -> str:
+    """min/median/max s and the largest peak, or why it has no figure."""
+    failed = [r for r in runs if r.rc != 0]
+    if failed:
+        return failed[0].why
+    walls = sorted(r.wall_s for r in runs)
+    peak = max(r.peak_mib for r in runs)
+    spread = (walls[0], statistics.median(walls), walls[-1]) if len(walls) > 1 else walls
+    return "/".join(f"{w:.2f}" for w in spread) + f" s, {peak:,.0f} MiB"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="*", type=Path, help="trace files (.json or .json.gz)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per cell (default 3)")
+    parser.add_argument("--before", default=BEFORE, help=f"the commit whose summary is 'before' (default {BEFORE})")
+    parser.add_argument("--only", help="comma-separated columns to measure: " + ",".join(COLUMNS))
+    parser.add_argument("--hta", action="store_true", help="also time HTA (slow: minutes at 100 MB)")
+    parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python", help="a Python with HTA installed")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
+    parser.add_argument("--worker", choices=PARSERS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        parse_worker(args.worker, args.traces[0])
+        return
+    if not args.traces or args.runs < 1:
+        parser.error("give at least one trace and --runs >= 1")
+    columns = [c for c in COLUMNS if (c != "hta" or args.hta) and (c != "before" or args.before)]
+    if args.only:
+        columns = [c for c in columns if c in args.only.split(",")]
+
+    with tempfile.TemporaryDirectory() as folder:
+        before = Path(folder)
+        if "before" in columns:
+            archive = subprocess.run(
+                ["git", "archive", args.before, "common"], cwd=REPO, capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        print(
+            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; before = {args.before}; {args.runs} run(s) a cell"
+        )
+        print("| trace | MB | " + " | ".join(COLUMNS[c] for c in columns) + " |")
+        print("|---|---:|" + "---|" * len(columns), flush=True)
+        notes = []
+        for trace in (t.resolve() for t in args.traces):
+            runs: dict[str, list[Run]] = {what: [] for what in columns}
+            for _ in range(args.runs):  # round-robin, so a busy spell on the machine hits every column alike
+                for what in columns:
+                    runs[what].append(measure(*command(what, trace, before, args), args.timeout))
+            size = trace.stat().st_size
+            cells = " | ".join(cell(runs[c]) for c in columns)
+            print(f"| {trace.name} | {size / 1e6:,.0f} | {cells} |", flush=True)
+            notes.append(ratios(trace.name, size, runs))
+        print("\n".join(n for n in notes if n))
+
+
+def ratios(name: str, size: int, runs: dict[str, list[Run]]) -> str:
+    """The summary's median time against `before` and the pysimdjson parse, and its peak against the file."""
+    ok = {k: v for k, v in runs.items() if all(r.rc == 0 for r in v)}
+    if "summary" not in ok:
+        return ""
+    median = {k: statistics.median(r.wall_s for r in v) for k, v in ok.items()}
+    peak = max(r.peak_mib for r in ok["summary"]) * 2**20
+    parts = [f"{name}: summary peak {peak / size:.2f}x the file"]
+    if "before" in median:
+        parts.append(f"{median['before'] / median['summary']:.1f}x faster than before")
+    if "simdjson" in median:
+        parts.append(f"{median['summary'] / median['simdjson']:.1f}x the time of a pysimdjson parse")
+    return "; ".join(parts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The trace file reader: the same events in any block size, and odd but parseable JSON read or refused in one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES, ROOT, command, ev, tiny_gpu_trace
+
+from common import trace_json
+from common.summary import main as summary_main
+from common.trace import Trace, read_trace
+
+TINY_BLOCK = 64  # bytes: a block ends inside nearly every event, the events array and the entries after it
+
+
+def figures(trace: Trace) -> list[tuple]:
+    """Everything the reader took from a trace, step by step."""
+    return [
+        (s.number, s.start_us, s.dur_us, s.region_us, dict(s.cpu_ops), dict(s.runtime), s.gpu) for s in trace.steps
+    ] + [(trace.label, trace.device_name, trace.meta, trace.skipped)]
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*/*.json.gz"))[:3], ids=lambda p: p.parent.name)
+def test_a_trace_read_in_tiny_blocks_gives_what_it_gives_in_large_ones(path, monkeypatch):
+    whole = figures(read_trace(path))
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", TINY_BLOCK)
+    assert figures(read_trace(path)) == whole
+
+
+def test_entries_after_the_events_array_are_read_in_tiny_blocks(tmp_path, monkeypatch):
+    data = tiny_gpu_trace()
+    data["deviceProperties"] = [{"name": "GPU A"}, {"name": "GPU B"}]  # after traceEvents, with a `}, {` in it
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", TINY_BLOCK)
+    trace = read_trace(path)
+    assert trace.device_name == "GPU A" and [s.number for s in trace.steps] == [2, 3]
+
+
+def test_a_gzipped_trace_streams_in_tiny_blocks(tmp_path, monkeypatch):
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as fh:
+        json.dump(tiny_gpu_trace(), fh)
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", TINY_BLOCK)
+    assert [len(s.kernels) for s in read_trace(path).steps] == [2, 1]
+
+
+@pytest.mark.parametrize("block", [TINY_BLOCK, 1 << 20])
+def test_nan_and_infinity_tokens_anywhere_are_read_and_their_events_skipped(tmp_path, monkeypatch, block):
+    data = tiny_gpu_trace()
+    data["traceEvents"].append(ev("cpu_op", "aten::odd", 20, 1))
+    text = json.dumps({"baseTimeNanoseconds": 1, **data})
+    text = text.replace('"baseTimeNanoseconds": 1', '"baseTimeNanoseconds": NaN')
+    text = text.replace('"ts": 20, "dur": 1', '"ts": Infinity, "dur": 1')  # the odd cpu_op
+    text = text.replace('"correlation": 99', '"correlation": 99, "x": -Infinity')
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", block)
+    trace = read_trace(path)
+    assert trace.skipped == 1 and [s.number for s in trace.steps] == [2, 3]
+    assert "aten::odd" not in trace.steps[0].cpu_ops and trace.steps[0].region_us == 80
+
+
+def test_a_lone_surrogate_in_a_name_is_kept_and_printed_escaped(tmp_path, capsys):
+    text = json.dumps(tiny_gpu_trace()).replace("ampere_sgemm_64x64_nn", "ampere_sgemm\\ud800")
+    path = tmp_path / "surrogate.json"
+    path.write_text(text)
+    names = {k.name for s in read_trace(path).steps for k in s.kernels}
+    assert "void ampere_sgemm\ud800<float>(int)" in names
+    code, out, _ = command(summary_main, capsys, path, "--wide")
+    assert code == 0 and "ampere_sgemm\\ud800" in out
+
+
+@pytest.mark.parametrize("block", [TINY_BLOCK, 1 << 20])
+@pytest.mark.parametrize("after", [" xyz", "two traces"])
+def test_trailing_garbage_or_a_second_trace_is_refused_in_one_line_naming_the_file(tmp_path, capsys, monkeypatch,
+                                                                                   block, after):  # fmt: skip
+    text = json.dumps(tiny_gpu_trace())
+    path = tmp_path / "joined.json"
+    path.write_text(text + (text if after == "two traces" else after))
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", block)
+    code, out, err = command(summary_main, capsys, path)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert f"{path}: not a readable Chrome trace" in err and "trailing characters" in err
+
+
+class CountingDecoder:
+    """The events decoder, counting the bytes it is handed."""
+
+    def __init__(self, inner: trace_json.msgspec.json.Decoder) -> None:
+        self.inner, self.bytes = inner, 0
+
+    def decode(self, doc: bytes) -> object:
+        self.bytes += len(doc)
+        return self.inner.decode(doc)
+
+
+def test_one_huge_value_is_decoded_in_work_linear_in_its_size(tmp_path, monkeypatch):
+    data = tiny_gpu_trace()
+    huge = "}, {" * 250_000  # 1 MB, every 4 bytes a place where an event might end
+    data["traceEvents"].insert(0, ev("cpu_op", huge, 0, 1))
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(data))
+    counting = CountingDecoder(trace_json._EVENTS)
+    monkeypatch.setattr(trace_json, "_EVENTS", counting)
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", 4096)
+    assert [s.number for s in read_trace(path).steps] == [2, 3]
+    assert counting.bytes < 6 * path.stat().st_size  # retrying at every block would decode some 250 times as much
+
+
+def test_json_nested_too_deeply_inside_an_event_is_one_line(tmp_path):
+    text = json.dumps(tiny_gpu_trace()).replace('"correlation": 99', '"x": ' + "[" * 100_000 + "]" * 100_000)
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}: not a Chrome trace \\(JSON nested too deeply"):
+        read_trace(path)
+
+
+def test_events_are_handed_on_as_typed_structs_with_the_fields_the_reader_uses(tmp_path):
+    event = ev("kernel", "k", 1.5, 2, tid=7, correlation=5, grid=[1, 2, 3])
+    event["args"].update({"External id": 9, "registers per thread": 32, "Input Dims": [[1]]})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [event], "suite": {"tag": "x"}}))
+    seen: list[trace_json.Event] = []
+    assert trace_json.stream_json(path, seen.append) == {"suite": {"tag": "x"}}
+    (got,) = seen
+    assert (got.ph, got.cat, got.name, got.ts, got.dur, got.tid) == ("X", "kernel", "k", 1.5, 2.0, 7)
+    assert (got.args.correlation, got.args.grid, got.args.external_id, got.args.registers) == (5, [1, 2, 3], 9, 32)
+
+
+def test_load_json_gives_the_whole_trace_as_plain_json(tmp_path):
+    data = tiny_gpu_trace()
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert trace_json.load_json(path) == data
+
+
+def test_a_bare_array_trace_has_no_header(tmp_path):
+    path = Path(tmp_path / "bare.json")
+    path.write_text(json.dumps(tiny_gpu_trace()["traceEvents"]))
+    assert trace_json.stream_json(path, lambda e: None) == {}
+
+
+def test_the_summary_and_the_diff_start_without_importing_the_json_decoder():
+    probe = "import sys, common.summary, common.diff; sys.exit('msgspec' in sys.modules)"  # `--help` stays quick
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
