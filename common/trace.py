@@ -116,6 +116,8 @@ class Phase:
     kernels: int = 0
     kernel_launches: int = 0
     graph_launches: int = 0
+    gpu: list[GpuOp] = field(default_factory=list)  # the GPU work it launched, in GPU time order
+    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls inside its span, on any thread
 
     @property
     def launches(self) -> int:
@@ -431,6 +433,9 @@ class _Collector:
                 continue
             elif cat == "cpu_op":
                 step.cpu_ops[name] += 1
+                phase = phase_at(ts) if spans else None
+                if phase is not None:
+                    phase.cpu_ops[name] += 1
             elif cat == "user_annotation" and name == label:
                 step.region_us = (step.region_us or 0.0) + dur
 
@@ -448,6 +453,7 @@ class _Collector:
             step.gpu.append(op)
             phase = launch_phase.get(corr)
             if phase is not None:
+                phase.gpu.append(op)
                 phase.gpu_busy_us += op.us
                 phase.kernels += op.category == "kernel"
         if left_out:
