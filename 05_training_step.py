@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.block import (
     AMP,
+    BESIDES_GEMMS,
     SHAPE,
     block_memory,
     block_reference,
@@ -112,108 +113,105 @@ def train_step(model, x, target, optimizer, amp):
 
 
 def guess(variant: str, precision: str, fused_optimizer: bool, on_gpu: bool) -> list[Expect]:
-    """What one profiled step should show, phase by phase, written down before looking.
+    """What one profiled step should show, phase by phase, written down before looking (corrected after the
+    H200 run where the trace was right: README_training_step.md lists each first guess that missed, and why).
 
     variant: eager, compile or cudagraphs; precision: "amp" (fp32 parameters, bf16 autocast) or bf16/fp16/fp32.
     """
     amp, pure16 = precision == AMP, precision in ("bf16", "fp16")
-    flash = amp or pure16  # FlashAttention takes 16-bit inputs only; fp32 goes to the memory-efficient kernel
     graphs = variant == "cudagraphs"
-    sdpa_backward = "_flash_attention" if flash else "_efficient_attention"
-    sdpa_backward = f"aten::_scaled_dot_product{sdpa_backward if on_gpu else '_flash_attention_for_cpu'}_backward"
-    mm = "aten::mm"
+    mm, replayed = "aten::mm", "replayed: no aten op is dispatched"
+    split_k = "; cuBLAS may split a long-K GEMM in two (split-K + its reduction: down_proj at 128 tokens)"
     lines = [
         *in_phase(
             "forward",
-            expect_kernels("gemm", 5, "qkv, out, gate, up, down: one GEMM each"),
-            expect_kernels("attention", 1, "SDPA dispatches one fused kernel, FlashAttention for 16-bit inputs"),
-            expect_op(mm, 0 if graphs else 5, "replayed: no aten op dispatched" if graphs else "one mm per projection"),
+            expect_op(mm, 0 if graphs else 5, replayed if graphs else "one mm per projection"),
+            expect_kernels("gemm", 5, "qkv, out, gate, up, down: one GEMM each" + split_k, at_least=True),
+            expect_kernels("attention", 1, "SDPA's one fused kernel (cuDNN's on the H200 with torch 2.11)"),
         ),
         *in_phase(
             "backward",
-            expect_kernels("gemm", 10, "twice the forward's: each projection's input gradient and weight gradient"),
-            expect_kernels("attention", 3 if flash else 1, "FlashAttention-2's backward: dot(dO, O), dQ dK dV, dQ"),
-            expect_op(mm, 0 if graphs else 10, "replayed: no aten op dispatched" if graphs else "2 mm per projection"),
-        ),
+            expect_op(mm, 0 if graphs else 10, replayed if graphs else "twice the forward's: input and weight grads"),
+            expect_kernels(
+                "gemm", 10, "twice the forward's GEMMs: each projection's input and weight gradient", at_least=True
+            ),
+            expect_kernels(
+                "attention", 1, "one fused backward kernel, beside small helpers: dot(dO, O), dQ to bf16", at_least=True
+            ),
+        ),  # fmt: skip
         *in_phase("optimizer", *optimizer_guess(fused_optimizer, on_gpu)),
-        expect_memcpy(0, "nothing copied: no .item(), no host transfer in the step"),
+        expect_memcpy(1 if variant == "eager" else 0, "pow's backward: self.pow(1) is a device copy, in eager only"),
     ]
     if variant == "eager":
         # forward: two RMSNorms of 6 ops (pow, mean, add, rsqrt, mul, mul; pure 16-bit adds .float() and
-        # .type_as() copies), 5 GEMMs, under autocast 8 casts (5 weights, the fp32 inputs of qkv, gate, up),
-        # attention, 2 residual adds, gelu and mul, the loss (a pointwise kernel and a mean)
-        forward = 2 * (6 + 2 * pure16) + 5 + 8 * amp + 1 + 2 + 2 + 2
-        # backward: the loss (ones_like, mse_loss_backward), 10 GEMMs, under autocast 8 casts back to fp32 (5
-        # weight gradients, 3 input gradients) and 2 residual gradients cast to bf16, gelu_backward and the
-        # mul's 2, gate's and up's input gradients summed, mlp_norm 15 (weight: 2 + a sum, x32 * r: 2 + a sum,
-        # rsqrt 3, mean 1, pow 3, 2 sums of gradients; pure 16-bit adds 2 casts), attn_norm's weight 2,
-        # attention 3, split's backward 1 (cat of the q, k, v gradients)
-        backward = 2 + 10 + 10 * amp + 3 + 1 + 15 + 2 * pure16 + 2 + 3 + 1
+        # .type_as() copies), under autocast 8 casts (5 weights, the fp32 inputs of qkv, gate, up), attention,
+        # 2 residual adds, gelu and mul, the loss (a pointwise kernel and a mean)
+        forward = 2 * (6 + 2 * pure16) + 8 * amp + 1 + 2 + 2 + 2
+        # backward: the loss (ones_like, mse_loss_backward's zeros_like, its kernel), under autocast 8 casts back
+        # to fp32 (5 weight gradients, 3 input gradients) and 2 residual gradients cast to bf16, gelu_backward and
+        # the mul's 2, gate's and up's input gradients summed, mlp_norm 14 (weight: 2 + a sum, x32 * r: 2 + a
+        # sum, rsqrt 3, mean 1, pow 2 and a memcpy, 2 sums of gradients; pure 16-bit adds 2 casts), attn_norm's
+        # weight 2, attention 3 (cuDNN: dot(dO, O), the fused kernel, dQ converted), split's backward (a cat)
+        backward = 3 + 10 * amp + 3 + 1 + 14 + 2 * pure16 + 2 + 3 + 1
         return lines + [
             *in_phase(
                 "forward",
-                expect_kernels("any", forward, "one kernel per op: nothing is fused"),
-                expect_kernel_launches(forward, "one launch per kernel"),
-                expect_op(
-                    "aten::linear",
-                    10 if amp else 5,
-                    "each nn.Linear call"
-                    + (", twice: autocast's wrapper casts the inputs, then calls aten::linear again" if amp else ""),
-                ),
+                expect_kernels(BESIDES_GEMMS, forward, "one kernel per op: nothing is fused"),
+                expect_kernel_launches(forward + 5, "one launch per kernel, GEMMs included", at_least=True),
+                expect_op("aten::linear", 10 if amp else 5, "each nn.Linear call" + (
+                    ", twice: autocast's wrapper casts the inputs, then calls aten::linear again" if amp else "")),
             ),
             *in_phase(
                 "backward",
-                expect_kernels("any", backward, "each forward op's gradient, op by op, on autograd's own thread"),
-                expect_kernel_launches(backward, "one launch per kernel"),
-                expect_op(sdpa_backward, 1, "the attention backward is one op"),
+                expect_kernels(BESIDES_GEMMS, backward, "each forward op's gradient, op by op, on autograd's thread"),
+                expect_kernel_launches(backward + 10, "one launch per kernel, GEMMs included", at_least=True),
             ),
-        ]
-    casts = 5 * amp  # compiled too, autocast's weight casts are kernels: one each
-    copy = 1 * graphs  # a graph reads fixed addresses: a new input is copied into them first
-    forward = 4 + casts  # the two RMSNorms (the second with the residual add), gelu * mul, the last residual add
-    backward = 7 + casts + amp  # gradient casts, gelu/mul backward, two norm backwards (row and column sums), cat
+        ]  # fmt: skip
+    casts = 5 * amp  # compiled too, autocast's weight casts are kernels: one each (and 5 gradient casts back)
+    copy = 1 * graphs  # a graph reads fixed addresses: a new input is copied into them first (a foreach copy)
+    triton = 4 + casts  # the two RMSNorms (the second with the residual add), gelu * mul, the last residual add
+    eager_loss = 2 + copy  # outside the compiled block: mse_loss and its mean
+    forward = triton + 1 + eager_loss
+    # backward: the incoming gradient cast, 5 weight-gradient casts, gelu_backward * mul, mlp_norm's row
+    # reduction, the q/k/v cat, the two norm weights' column sums (one kernel; at many tokens split into a
+    # partial sum and two final ones), plus attention 3 and the eager loss's 3 (ones_like, zeros_like, kernel)
+    triton_backward = 4 + casts + amp
     compiled = [
         *in_phase(
             "forward",
-            expect_kernels("triton", forward, "Inductor: casts, both RMSNorms, gelu * mul, the residual add"),
+            expect_kernels("triton", triton, "Inductor's: casts, both RMSNorms, gelu * mul, the residual add"),
             expect_kernels("rsqrt", 2, "each RMSNorm's pow, mean, rsqrt and muls fused into one kernel"),
             expect_kernels(r"gelu.*mul|mul.*gelu", 1, "GeGLU's gelu and mul fused, as in 03_simple_mlp --compile"),
-            expect_kernels("pointwise", 1, "the loss stays eager, outside the compiled block: its pointwise kernel"),
-            expect_kernels("any", forward + 5 + 1 + 2 + copy, "triton + 5 GEMMs + attention + the eager loss's 2"),
+            expect_kernels("pointwise", 1 + copy, "the eager loss's kernel" + " and the input copy" * graphs),
+            expect_kernels(BESIDES_GEMMS, forward, "triton + attention + the eager loss's 2" + (" + copy" * graphs)),
             expect_op("aten::linear", 0, "Inductor calls mm directly"),
         ),
         *in_phase(
             "backward",
-            expect_kernels("triton", backward, "the backward graph's fused pointwise and reduction kernels"),
-            expect_kernels("any", backward + 10 + 3 + 2 + copy, "triton + 10 GEMMs + attention + the eager loss's 2"),
-            expect_op(sdpa_backward, 0 if graphs else 1, "the attention backward, an extern call"),
+            expect_kernels("triton", triton_backward, "the backward graph's fused kernels (more at many tokens: "
+                           "Inductor splits the long column sums)", at_least=True),
+            expect_kernels("gelu_backward", 1, "gelu's backward and the mul's two gradients in one kernel"),
+        ),
+    ]  # fmt: skip
+    if not graphs:
+        launches = [
+            *in_phase("forward", expect_kernel_launches(forward + 5, "one launch per kernel", at_least=True)),
+            *in_phase("backward", expect_kernel_launches(triton_backward + 16, "one per kernel", at_least=True)),
+        ]
+        return lines + compiled + launches
+    launches = [
+        *in_phase(
+            "forward",
+            expect_graph_launches(1, "the forward graph: every kernel of the block in one launch"),
+            expect_kernel_launches(eager_loss, "outside the graph: the input copy, the eager loss's 2"),
+        ),
+        *in_phase(
+            "backward",
+            expect_graph_launches(1, "the backward graph, launched from autograd's thread"),
+            expect_kernel_launches(4, "outside the graph: ones_like, mse_loss_backward (2), the gradient copy"),
         ),
     ]
-    if not graphs:
-        return (
-            lines
-            + compiled
-            + [
-                *in_phase("forward", expect_kernel_launches(forward + 8, "one launch per kernel")),
-                *in_phase("backward", expect_kernel_launches(backward + 15, "one launch per kernel")),
-            ]
-        )
-    return (
-        lines
-        + compiled
-        + [
-            *in_phase(
-                "forward",
-                expect_graph_launches(1, "the forward graph: every kernel of the block in one launch"),
-                expect_kernel_launches(3, "outside the graph: x copied into its static input, the eager loss's 2"),
-            ),
-            *in_phase(
-                "backward",
-                expect_graph_launches(1, "the backward graph, launched from autograd's thread"),
-                expect_kernel_launches(3, "outside the graph: ones_like, mse_loss_backward, the gradient copied in"),
-            ),
-        ]
-    )
+    return lines + compiled + launches
 
 
 def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
@@ -233,7 +231,7 @@ def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
         expect_kernels(
             "multi_tensor_apply", 8, "weight decay, lerp, mul, addcmul, sqrt, div, add eps, addcdiv: one kernel each"
         ),
-        expect_kernel_launches(8, "the optimizer is not compiled: its launches stay"),
+        expect_kernel_launches(8, "the optimizer is not compiled: its launches stay, under --cudagraphs too"),
     ]
 
 

@@ -36,6 +36,7 @@ SHAPE = {
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
 KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
+BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
 
 
 def default_to_amp(parser: argparse.ArgumentParser) -> None:
@@ -217,12 +218,16 @@ class PhaseExpect(Expect):
 
     @property
     def title(self) -> str:
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return f"{self.phase}: kernels {BESIDES_GEMMS}"
         return f"{self.phase}: {super().title}"
 
     def observe(self, step: Step) -> int:
         phase = step.phase(self.phase)
         if self.kind == "launch":
             return phase.graph_launches if self.key == GRAPH_LAUNCH else phase.kernel_launches
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return sum(op.category == "kernel" and op.family != "gemm" for op in phase.gpu)
         only = Step(step.number, step.start_us, step.dur_us, phase.cpu_us, phase.cpu_ops, phase.gpu)
         return Expect.observe(self, only)
 
@@ -232,11 +237,12 @@ def in_phase(phase: str, *lines: Expect) -> list[Expect]:
     return [PhaseExpect(**{**vars(line), "phase": phase}) for line in lines]
 
 
-def expect_kernel_launches(count: int, why: str) -> Expect:
-    """Guess `count` kernel launches (any launch API, graph launches not included); `in_phase` for one phase."""
-    return Expect("launch", KERNEL_LAUNCH, count, why)
+def expect_kernel_launches(count: int, why: str, at_least: bool = False) -> Expect:
+    """Guess `count` kernel launches (any launch API, graph launches not included), for one phase (`in_phase`)."""
+    return Expect("launch", KERNEL_LAUNCH, count, why, at_least)
 
 
 def expect_graph_launches(count: int, why: str) -> Expect:
-    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels."""
+    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels, for one
+    phase (`in_phase`)."""
     return Expect("launch", GRAPH_LAUNCH, count, why)
