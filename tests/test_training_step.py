@@ -287,3 +287,31 @@ def test_the_diff_leads_with_the_kernel_count_and_shows_the_phases(before, after
     out = capsys.readouterr().out
     assert headline in out.splitlines()[2]
     assert "Phases per step (medians)" in out and "A launches" in out
+
+
+DEFAULT = "8_1024_768_12_3072_amp_bf16_cold_"
+
+
+def test_at_8192_tokens_the_eager_peak_is_the_saved_activations_plus_the_backwards_working_set():
+    peak = h200(DEFAULT + "eager").meta["memory"]["peak_bytes"]
+    saved = sum(saved_for_backward(8, 1024, 768, 12, 3072, AMP, torch.bfloat16).values())
+    gradients, hidden_buffer = 4 * PARAMETERS, 8 * 1024 * 3072 * 2  # fp32 gradients; one bf16 [tokens, hidden]
+    assert saved + gradients < peak < saved + gradients + 4 * hidden_buffer
+    assert round(peak / 1e6, 1) == 566.8
+
+
+def test_compile_holds_less_than_eager_saves_for_its_backward():
+    """Inductor's partitioner saves a few inputs and recomputes the pointwise ops in the backward."""
+    compiled = h200(DEFAULT + "compiled").meta["memory"]["peak_bytes"]
+    saved = sum(saved_for_backward(8, 1024, 768, 12, 3072, AMP, torch.bfloat16).values())
+    assert compiled < saved < h200(DEFAULT + "eager").meta["memory"]["peak_bytes"]
+    assert round(compiled / 1e6, 1) == 389.4
+
+
+def test_at_8192_tokens_compile_saves_gpu_time_and_cuda_graphs_save_cpu_time():
+    eager, compiled = h200(DEFAULT + "eager"), h200(DEFAULT + "compiled")
+    graphs = h200("8_1024_768_12_3072_cudagraphs_amp_bf16_cold_compiled")
+    busy = [t.per_step(lambda s: s.gpu_busy_us) for t in (eager, compiled, graphs)]
+    assert busy == pytest.approx([1966.4, 1420.1, 1461.5], abs=0.05)
+    cpu = [t.per_step(lambda s: s.region_us) for t in (eager, compiled, graphs)]
+    assert cpu[2] < cpu[1] < cpu[0] and all(c > b for c, b in zip(cpu, busy, strict=True))
