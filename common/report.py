@@ -11,7 +11,7 @@ from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
-from common.tables import step_table
+from common.tables import phase_table, step_table
 from common.trace import Trace
 
 
@@ -55,6 +55,9 @@ def print_report(
         print("\n".join(format_verdicts(first_guess, trace, "the post's first guess vs trace", gpu_work=False)))
         print("... so the guess was corrected:")
     print("\n".join(format_verdicts(verdicts, trace)))
+    if trace.phases:
+        print(f"per phase (the labels inside {trace.label}; medians over the profiled steps):")
+        print(phase_table(trace))
     if run.per_step or len(trace.steps) > 3:
         print(f"per profiled step ({trace.label} region on the CPU, busy time on the GPU):")
         print(step_table(trace, every=run.per_step))

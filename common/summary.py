@@ -307,6 +307,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     if skipped:
         out += ["", *(f"note: {t.path}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
     said = [*trace_notes(traces, rows)]
+    if not args.markdown:  # a long trace name must not push a note past the terminal's width
+        said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
     if said:
         out += ["", *said]
     ranks = rank_table(traces, args.markdown)

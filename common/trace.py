@@ -131,6 +131,8 @@ class Phase:
     kernels: int = 0
     kernel_launches: int = 0
     graph_launches: int = 0
+    gpu: list[GpuOp] = field(default_factory=list)  # the GPU work it launched, in GPU time order
+    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls inside its span, on any thread
 
     @property
     def launches(self) -> int:
@@ -449,6 +451,8 @@ class _Collector:
             i = find(starts, ts) - 1
             if i >= 0 and ts <= ends[i]:
                 steps[i].cpu_ops[name] += 1
+                if spans and (phase := phase_at(ts)) is not None:
+                    phase.cpu_ops[name] += 1
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -486,6 +490,7 @@ class _Collector:
             step.gpu.append(op)
             phase = launch_phase.get(corr)
             if phase is not None:
+                phase.gpu.append(op)
                 phase.gpu_busy_us += op.us
                 phase.kernels += op.category == "kernel"
         if left_out:

@@ -40,6 +40,9 @@ def guess_for(script_module, script: str, tag: str) -> list:
         return script_module.guess(tag.split("_")[4], compiled, True, "_fp32_" not in tag)
     if script == "04_d_kernels_attention":
         return script_module.guess()
+    if script == "05_training_step":
+        variant = "cudagraphs" if "_cudagraphs_" in tag else "compile" if compiled else "eager"
+        return script_module.guess(variant, "amp" if "_amp_" in tag else tag.split("_")[5], "_fusedadamw_" in tag, True)
     return script_module.guess(compiled)
 
 

@@ -1,0 +1,299 @@
+"""Profile one training step of a pre-norm decoder block: forward, backward, AdamW (beyond the posts: Parts 1-3).
+
+Usage:
+    uv run 05_training_step.py                          # batch 8, seq 1024 (8,192 tokens): 500 GFLOP a step
+    uv run 05_training_step.py --compile                # Inductor fuses the RMSNorm and GeGLU pointwise ops
+    uv run 05_training_step.py --cudagraphs             # reduce-overhead: CUDA graphs, one launch per graph (GPU only)
+    uv run 05_training_step.py --batch 1 --seq 128      # the same step, bound by launch overhead
+    uv run 05_training_step.py --batch 1 --seq 128 --cudagraphs --bench
+    uv run 05_training_step.py --fused-optimizer        # AdamW(fused=True): the update in one kernel
+    uv run 05_training_step.py --dtype bf16             # pure bf16: parameters, activations, AdamW state
+
+By default parameters and AdamW's moments are fp32 and the forward runs under bf16 autocast, as real training
+keeps them; --dtype names one dtype for everything. The step is `train_step` with `forward`, `backward` and
+`optimizer` inside it, so the summary, the diff and the run's report show a row per phase. --cudagraphs needs
+a CUDA GPU; eager and --compile run on the CPU too.
+
+Writes traces/05_training_step/<tag>.json (Chrome trace) and .txt (profiler table), the tag being
+<batch>_<seq>_<dim>_<heads>_<hidden>[_cudagraphs][_fusedadamw][_amp]_<dtype>_<cold|warm>_<eager|compiled>,
+e.g. 8_1024_768_12_3072_amp_bf16_cold_eager.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from common.block import (
+    AMP,
+    BESIDES_GEMMS,
+    SHAPE,
+    block_memory,
+    block_reference,
+    block_work,
+    check_shape,
+    default_to_amp,
+    describe_step,
+    expect_graph_launches,
+    expect_kernel_launches,
+    in_phase,
+    make_batch,
+    memory_lines,
+    require_cuda_graphs,
+    saved_for_backward,
+    with_grad,
+)
+from common.cli import cli
+from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.recording import finish, recording
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv_proj = nn.Linear(dim, 3 * dim, bias=False)
+        self.out_proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv_proj(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [b, heads, s, head_dim]
+        return self.out_proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class SimpleGeGLUMLP(nn.Module):  # the post's MLP (03_simple_mlp.py)
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.attn_norm = RMSNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads)
+        self.mlp_norm = RMSNorm(dim)
+        self.mlp = SimpleGeGLUMLP(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def train_step(model, x, target, optimizer, amp):
+    # one step in three phases; returns the block's output, for the correctness check
+    with record_function("forward"), torch.autocast(x.device.type, torch.bfloat16, enabled=amp):
+        y = model(x)
+        loss = F.mse_loss(y, target)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return y.detach()
+
+
+def guess(variant: str, precision: str, fused_optimizer: bool, on_gpu: bool) -> list[Expect]:
+    """What one profiled step should show, phase by phase, written down before looking (corrected after the
+    H200 run where the trace was right: README_training_step.md lists each first guess that missed, and why).
+
+    variant: eager, compile or cudagraphs; precision: "amp" (fp32 parameters, bf16 autocast) or bf16/fp16/fp32.
+    """
+    amp, pure16 = precision == AMP, precision in ("bf16", "fp16")
+    graphs = variant == "cudagraphs"
+    mm, replayed = "aten::mm", "replayed: no aten op is dispatched"
+    split_k = "; cuBLAS may split a long-K GEMM in two (split-K + its reduction: down_proj at 128 tokens)"
+    lines = [
+        *in_phase(
+            "forward",
+            expect_op(mm, 0 if graphs else 5, replayed if graphs else "one mm per projection"),
+            expect_kernels("gemm", 5, "qkv, out, gate, up, down: one GEMM each" + split_k, at_least=True),
+            expect_kernels("attention", 1, "SDPA's one fused kernel (cuDNN's on the H200 with torch 2.11)"),
+        ),
+        *in_phase(
+            "backward",
+            expect_op(mm, 0 if graphs else 10, replayed if graphs else "twice the forward's: input and weight grads"),
+            expect_kernels(
+                "gemm", 10, "twice the forward's GEMMs: each projection's input and weight gradient", at_least=True
+            ),
+            expect_kernels(
+                "attention", 1, "one fused backward kernel, beside small helpers: dot(dO, O), dQ to bf16", at_least=True
+            ),
+        ),  # fmt: skip
+        *in_phase("optimizer", *optimizer_guess(fused_optimizer, on_gpu)),
+        expect_memcpy(1 if variant == "eager" else 0, "pow's backward: self.pow(1) is a device copy, in eager only"),
+    ]
+    if variant == "eager":
+        # forward: two RMSNorms of 6 ops (pow, mean, add, rsqrt, mul, mul; pure 16-bit adds .float() and
+        # .type_as() copies), under autocast 8 casts (5 weights, the fp32 inputs of qkv, gate, up), attention,
+        # 2 residual adds, gelu and mul, the loss (a pointwise kernel and a mean)
+        forward = 2 * (6 + 2 * pure16) + 8 * amp + 1 + 2 + 2 + 2
+        # backward: the loss (ones_like, mse_loss_backward's zeros_like, its kernel), under autocast 8 casts back
+        # to fp32 (5 weight gradients, 3 input gradients) and 2 residual gradients cast to bf16, gelu_backward and
+        # the mul's 2, gate's and up's input gradients summed, mlp_norm 14 (weight: 2 + a sum, x32 * r: 2 + a
+        # sum, rsqrt 3, mean 1, pow 2 and a memcpy, 2 sums of gradients; pure 16-bit adds 2 casts), attn_norm's
+        # weight 2, attention 3 (cuDNN: dot(dO, O), the fused kernel, dQ converted), split's backward (a cat)
+        backward = 3 + 10 * amp + 3 + 1 + 14 + 2 * pure16 + 2 + 3 + 1
+        return lines + [
+            *in_phase(
+                "forward",
+                expect_kernels(BESIDES_GEMMS, forward, "one kernel per op: nothing is fused"),
+                expect_kernel_launches(forward + 5, "one launch per kernel, GEMMs included", at_least=True),
+                expect_op("aten::linear", 10 if amp else 5, "each nn.Linear call" + (
+                    ", twice: autocast's wrapper casts the inputs, then calls aten::linear again" if amp else "")),
+            ),
+            *in_phase(
+                "backward",
+                expect_kernels(BESIDES_GEMMS, backward, "each forward op's gradient, op by op, on autograd's thread"),
+                expect_kernel_launches(backward + 10, "one launch per kernel, GEMMs included", at_least=True),
+            ),
+        ]  # fmt: skip
+    casts = 5 * amp  # compiled too, autocast's weight casts are kernels: one each (and 5 gradient casts back)
+    copy = 1 * graphs  # a graph reads fixed addresses: a new input is copied into them first (a foreach copy)
+    triton = 4 + casts  # the two RMSNorms (the second with the residual add), gelu * mul, the last residual add
+    eager_loss = 2 + copy  # outside the compiled block: mse_loss and its mean
+    forward = triton + 1 + eager_loss
+    # backward: the incoming gradient cast, 5 weight-gradient casts, gelu_backward * mul, mlp_norm's row
+    # reduction, the q/k/v cat, the two norm weights' column sums (one kernel; at many tokens split into a
+    # partial sum and two final ones), plus attention 3 and the eager loss's 3 (ones_like, zeros_like, kernel)
+    triton_backward = 4 + casts + amp
+    compiled = [
+        *in_phase(
+            "forward",
+            expect_kernels("triton", triton, "Inductor's: casts, both RMSNorms, gelu * mul, the residual add"),
+            expect_kernels("rsqrt", 2, "each RMSNorm's pow, mean, rsqrt and muls fused into one kernel"),
+            expect_kernels(r"gelu.*mul|mul.*gelu", 1, "GeGLU's gelu and mul fused, as in 03_simple_mlp --compile"),
+            expect_kernels("pointwise", 1 + copy, "the eager loss's kernel" + " and the input copy" * graphs),
+            expect_kernels(BESIDES_GEMMS, forward, "triton + attention + the eager loss's 2" + (" + copy" * graphs)),
+            expect_op("aten::linear", 0, "Inductor calls mm directly"),
+        ),
+        *in_phase(
+            "backward",
+            expect_kernels("triton", triton_backward, "the backward graph's fused kernels (more at many tokens: "
+                           "Inductor splits the long column sums)", at_least=True),
+            expect_kernels("gelu_backward", 1, "gelu's backward and the mul's two gradients in one kernel"),
+        ),
+    ]  # fmt: skip
+    if not graphs:
+        launches = [
+            *in_phase("forward", expect_kernel_launches(forward + 5, "one launch per kernel", at_least=True)),
+            *in_phase("backward", expect_kernel_launches(triton_backward + 16, "one per kernel", at_least=True)),
+        ]
+        return lines + compiled + launches
+    launches = [
+        *in_phase(
+            "forward",
+            expect_graph_launches(1, "the forward graph: every kernel of the block in one launch"),
+            expect_kernel_launches(eager_loss, "outside the graph: the input copy, the eager loss's 2"),
+        ),
+        *in_phase(
+            "backward",
+            expect_graph_launches(1, "the backward graph, launched from autograd's thread"),
+            expect_kernel_launches(4, "outside the graph: ones_like, mse_loss_backward (2), the gradient copy"),
+        ),
+    ]
+    return lines + compiled + launches
+
+
+def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
+    """AdamW's kernels and ops: fused, foreach (the default on a GPU) or a per-parameter loop (on the CPU)."""
+    if fused:
+        return [
+            expect_op("aten::_fused_adamw_", 1, "fused=True: one op updates every parameter and both moments"),
+            expect_kernels("multi_tensor_apply", 2, "the step counts += 1 on the GPU, then the fused update"),
+        ]
+    if not on_gpu:
+        return [
+            expect_op("aten::lerp_", 7, "on the CPU AdamW loops over the 7 parameters: exp_avg.lerp_(grad) each"),
+            expect_op("aten::addcdiv_", 7, "and param.addcdiv_(exp_avg, denom) each"),
+        ]
+    return [
+        expect_op("aten::_foreach_lerp_", 1, "foreach: one op per line of the update, for all 7 parameters"),
+        expect_kernels(
+            "multi_tensor_apply", 8, "weight decay, lerp, mul, addcmul, sqrt, div, add eps, addcdiv: one kernel each"
+        ),
+        expect_kernel_launches(8, "the optimizer is not compiled: its launches stay, under --cudagraphs too"),
+    ]
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser(__doc__)
+    add_shape_flags(parser, "decoder block shape", SHAPE)
+    parser.add_argument(
+        "--cudagraphs",
+        action="store_true",
+        help="torch.compile(mode='reduce-overhead'): forward and backward replayed as CUDA graphs, GPU only "
+        "(default: off)",
+    )
+    parser.add_argument(
+        "--fused-optimizer",
+        action="store_true",
+        help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
+    )
+    default_to_amp(parser)  # no --dtype: fp32 parameters with bf16 autocast; --dtype X: all in X
+    args = parser.parse_args(argv)
+    precision, amp = args.dtype or AMP, args.dtype is None
+    args.dtype, args.compile = args.dtype or "bf16", args.compile or args.cudagraphs  # bf16: what the GEMMs run in
+    run = setup(args, __file__)
+    require_cuda_graphs(args.cudagraphs, run)
+    check_shape(args.dim, args.heads)
+    shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
+    param_dtype = torch.float32 if amp else run.dtype
+    work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
+    fit_machine(run, *block_memory(*shape, precision, run.dtype), work.flops)  # before any tensor exists
+
+    block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
+    x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)  # [batch, seq, dim] each
+    optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, fused=args.fused_optimizer or None)
+    model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if args.compile else block
+    variant = "cudagraphs" if args.cudagraphs else "compile" if args.compile else "eager"
+    print(describe_step(variant, precision, args.fused_optimizer))
+
+    expected = block_reference(block, x, run.dtype)  # from the weights before the first step
+    # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
+    checked = train_step(model, x, target, optimizer, amp).clone()
+    print("\n".join(memory_lines(block, optimizer, saved_for_backward(*shape, precision, run.dtype))))
+    variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
+    with recording(run, run.tag(*shape, *variant_words), "train_step", work) as rec:
+        if args.warmup:  # a few unprofiled steps first, so compile and set-up costs stay out of the trace
+            rec.warm_up(lambda: train_step(model, x, target, optimizer, amp))
+        with profile(
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
+            schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
+            record_shapes=True,
+            profile_memory=args.memory,
+            on_trace_ready=rec.save,
+        ) as prof:
+            for _ in range(args.wait + args.warmup_steps + args.active):
+                with record_function("train_step"):
+                    train_step(model, x, target, optimizer, amp)
+                if run.on_gpu:
+                    torch.cuda.synchronize()
+                prof.step()
+    guessed = guess(variant, precision, args.fused_optimizer, run.on_gpu)
+    bench = with_grad(lambda: train_step(model, x, target, optimizer, amp))  # --bench times it under no_grad
+    return finish(rec, guessed, checked, expected, bench=bench, what="DecoderBlock")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

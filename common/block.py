@@ -1,0 +1,248 @@
+"""The decoder-block family (05_training_step.py): shape flags, the batch, the higher-precision reference, the
+physics and memory of one training step, the bytes autograd saves for the backward, and guesses per phase.
+
+A training step's trace has phases: the record_function labels `forward`, `backward` and `optimizer` directly
+inside the step's label. The reader (common.trace) gives each phase its own GPU work and CPU ops; `in_phase`
+turns any guess line of common.guess into one about a single phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.attention import reference_attention
+from common.checks import reference_dtype
+from common.cli import SuiteError
+from common.guess import Expect
+from common.physics import Work
+from common.runtime import Run
+from common.trace import Step
+from common.units import human_bytes
+
+# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
+SHAPE = {
+    "batch": (8, "batch size"),
+    "seq": (1024, "sequence length"),
+    "dim": (768, "model width"),
+    "heads": (12, "attention heads (dim must divide by it)"),
+    "hidden": (3072, "MLP gate/up width"),
+}
+AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
+GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
+KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
+BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
+
+
+def default_to_amp(parser: argparse.ArgumentParser) -> None:
+    """Make the shared --dtype flag optional: left out, parameters and AdamW state stay fp32 and the forward runs
+    under bf16 autocast (AMP), as real training keeps them; given, it names one dtype for everything."""
+    parser.set_defaults(dtype=None)
+    action = next(a for a in parser._actions if a.dest == "dtype")  # argparse keeps no public handle on it
+    action.help = "one dtype for parameters, activations and AdamW state (default: fp32 parameters, bf16 autocast)"
+
+
+def check_shape(dim: int, heads: int) -> None:
+    """Refuse, in one line, a width that does not split into whole heads."""
+    if dim % heads:
+        raise SuiteError(f"--dim {dim} does not split into --heads {heads}: dim must be a multiple of heads")
+
+
+def require_cuda_graphs(cudagraphs: bool, run: Run) -> None:
+    """Refuse --cudagraphs off a CUDA GPU, in one line: CUDA graphs are recorded and replayed by the GPU driver."""
+    if cudagraphs and not run.on_gpu:
+        raise SuiteError(
+            "--cudagraphs needs a CUDA GPU (torch.compile's reduce-overhead mode records CUDA graphs); "
+            "on the CPU run eager or --compile"
+        )
+
+
+def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:
+    """One line for the setup echo: what the step runs, the optimizer, and the precision."""
+    how = {
+        "eager": "the block in eager mode",
+        "compile": "torch.compile(block)",
+        "cudagraphs": "torch.compile(block, mode='reduce-overhead'): forward and backward replayed as CUDA graphs",
+    }[variant]
+    adamw = "AdamW(fused=True)" if fused_optimizer else "AdamW (foreach on a GPU, a per-parameter loop on the CPU)"
+    kept = (
+        "fp32 parameters and AdamW state, bf16 autocast (the default; --dtype bf16 for pure bf16)"
+        if precision == AMP
+        else f"everything in {precision}: parameters, activations, AdamW state"
+    )
+    return f"step: {how}; loss: MSE to a fixed random target; {adamw}; {kept}"
+
+
+def make_batch(
+    batch: int, seq: int, dim: int, device: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random input x and regression target, both [batch, seq, dim] (drawn after the block's weights)."""
+    return tuple(torch.randn(batch, seq, dim, device=device, dtype=dtype) for _ in range(2))
+
+
+def with_grad(step: Callable[[], object]) -> Callable[[], object]:
+    """`step` with autograd on, for timers that call it under torch.no_grad() (common.bench)."""
+
+    def call() -> object:
+        with torch.enable_grad():
+            return step()
+
+    return call
+
+
+def block_reference(block: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The decoder block written out op by op in `dtype` (fp32, or fp64 for fp32 runs) from `block`'s weights:
+    RMSNorm, causal attention (common.attention's reference), residual, RMSNorm, tanh-GeGLU MLP, residual."""
+    ref = reference_dtype(dtype)
+    w = {name: p.detach().to(ref) for name, p in block.named_parameters()}
+    x = x.detach().to(ref)
+    b, s, d = x.shape
+    heads = block.attn.heads
+
+    def rms_norm(t: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + block.attn_norm.eps) * weight
+
+    with torch.no_grad():
+        qkv = rms_norm(x, w["attn_norm.weight"]) @ w["attn.qkv_proj.weight"].T
+        q, k, v = (t.view(b, s, heads, d // heads).transpose(1, 2) for t in qkv.split(d, dim=-1))
+        attn = reference_attention(q, k, v, ref).transpose(1, 2).reshape(b, s, d)
+        h = x + attn @ w["attn.out_proj.weight"].T
+        n = rms_norm(h, w["mlp_norm.weight"])
+        m = F.gelu(n @ w["mlp.gate_proj.weight"].T, approximate="tanh") * (n @ w["mlp.up_proj.weight"].T)
+        return h + m @ w["mlp.down_proj.weight"].T
+
+
+def parameter_count(dim: int, hidden: int) -> int:
+    """qkv (3 dim²) and out (dim²) projections, gate, up and down (dim × hidden each), two RMSNorm weights."""
+    return 4 * dim * dim + 3 * dim * hidden + 2 * dim
+
+
+def block_work(batch: int, seq: int, dim: int, hidden: int, param_bytes: int, input_bytes: int) -> Work:
+    """FLOPs of one training step and the fewest bytes it must move.
+
+    FLOPs: the forward's GEMMs (2 per multiply-add) and causal attention (half of q @ k.T and attn @ v), times
+    three: the backward computes two GEMMs per forward GEMM (the input gradient and the weight gradient). The
+    pointwise ops and the optimizer are left out (model FLOPs, no recomputation). Bytes: read x and the target;
+    read each parameter in the forward, write its gradient, and in AdamW read parameter, gradient and the two
+    moments and write parameter and moments: 9 accesses per parameter. Saved activations are not required
+    traffic (a step that recomputed everything would never write them).
+    """
+    tokens = batch * seq
+    forward = 2 * tokens * (4 * dim * dim + 3 * dim * hidden) + 2 * batch * seq * seq * dim
+    moved = 2 * tokens * dim * input_bytes + 9 * parameter_count(dim, hidden) * param_bytes
+    return Work(flops=3 * forward, bytes=moved)
+
+
+def saved_for_backward(
+    batch: int, seq: int, dim: int, heads: int, hidden: int, precision: str, dtype: torch.dtype
+) -> dict[str, int]:
+    """Bytes the eager step's autograd graph holds for the backward, tensor by tensor (inputs and parameters left
+    out: they are allocated before the step). `precision` is AMP (fp32 parameters and residual stream, `dtype`
+    autocast) or a dtype name (everything in `dtype`). Worked out from what each op saves:
+
+    - RMSNorm `(x32 * rsqrt(mean(x32²) + eps)).type_as(x) * w` saves its normalised input (for w's gradient); the
+      second one, whose input needs a gradient, also saves the fp32 x32 (pow, mul) and the rsqrt [tokens, 1].
+    - each projection's mm saves its input (and, under autocast, the bf16 copy of its weight); autocast casts
+      the fp32 normed input once per projection, so gate and up each hold a copy.
+    - SDPA saves q, k, v (views of the one qkv output), its output (which out_proj reads as a view) and the
+      log-sum-exp [batch, heads, seq] in fp32; GeLU saves its input, the mul both operands; the loss its input.
+    CUDA flash attention also keeps two 8-byte RNG tensors, left out here.
+    """
+    t, e = batch * seq, dtype.itemsize
+    amp = precision == AMP
+    r = 4 if amp else e  # the residual stream's bytes per element
+    saved = {
+        "attn_norm: normalised x (for its weight)": t * dim * r,
+        "qkv_proj: its input" + (" (bf16 cast)" if amp else ""): t * dim * e,
+        "attention: q, k, v (the qkv output)": 3 * t * dim * e,
+        "attention: output (out_proj's input)": t * dim * e,
+        "attention: log-sum-exp (fp32)": batch * heads * seq * 4,
+        "mlp_norm: fp32 input (pow, mul)": t * dim * 4,
+        "mlp_norm: rsqrt": t * 4,
+        "mlp_norm: normalised input (for its weight)": t * dim * r,
+        "gate_proj, up_proj: input" + (" (a bf16 cast each)" if amp else " (one tensor)"): (2 if amp else 1)
+        * t
+        * dim
+        * e,
+        "gelu: input (gate output)": t * hidden * e,
+        "mul: gelu output and up output": 2 * t * hidden * e,
+        "down_proj: input": t * hidden * e,
+        "loss: block output": t * dim * r,
+    }
+    if amp:
+        saved["weights: bf16 casts (autocast)"] = (4 * dim * dim + 3 * dim * hidden) * e
+    return saved
+
+
+def block_memory(
+    batch: int, seq: int, dim: int, heads: int, hidden: int, precision: str, dtype: torch.dtype
+) -> tuple[int, str]:
+    """Bytes at the peak, and for what: parameters, gradients and AdamW's two moments, x and target, the saved
+    activations, backward temporaries (a few [tokens, hidden] buffers), and the reference's fp32 block with its
+    [batch, heads, seq, seq] scores."""
+    p = parameter_count(dim, hidden) * (4 if precision == AMP else dtype.itemsize)
+    saved = sum(saved_for_backward(batch, seq, dim, heads, hidden, precision, dtype).values())
+    ref = reference_dtype(dtype).itemsize
+    tokens = batch * seq
+    reference = parameter_count(dim, hidden) * ref + tokens * (6 * dim + 3 * hidden) * ref
+    reference += 2 * batch * heads * seq * seq * ref
+    need = 4 * p + 2 * tokens * dim * 4 + saved + 4 * tokens * hidden * dtype.itemsize + reference
+    return need, "parameters, gradients, AdamW state, activations saved for the backward, and the reference"
+
+
+def memory_lines(block: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, int]) -> list[str]:
+    """What the step holds before it starts and what the eager graph saves, to set beside the measured peak."""
+    params = list(block.parameters())
+    n = sum(p.numel() for p in params)
+    weights = sum(p.numel() * p.element_size() for p in params)
+    state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if t.dim())
+    moment = params[0].element_size()
+    return [
+        f"parameters: {n:,} in {len(params)} tensors ({human_bytes(weights)}, {params[0].dtype}); AdamW state "
+        f"{human_bytes(state)} (two moments per parameter: 2 x {moment} B x {n:,} = {human_bytes(2 * moment * n)}); "
+        f"gradients {human_bytes(weights)} during the backward",
+        f"saved for the backward (eager, worked out per tensor in common/block.py): {human_bytes(sum(saved.values()))}",
+    ]
+
+
+@dataclass(frozen=True)
+class PhaseExpect(Expect):
+    """A guess line about one phase of the step (its record_function label inside the step's label)."""
+
+    phase: str = ""
+
+    @property
+    def title(self) -> str:
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return f"{self.phase}: kernels {BESIDES_GEMMS}"
+        return f"{self.phase}: {super().title}"
+
+    def observe(self, step: Step) -> int:
+        phase = step.phase(self.phase)
+        if self.kind == "launch":
+            return phase.graph_launches if self.key == GRAPH_LAUNCH else phase.kernel_launches
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return sum(op.category == "kernel" and op.family != "gemm" for op in phase.gpu)
+        only = Step(step.number, step.start_us, step.dur_us, phase.cpu_us, phase.cpu_ops, phase.gpu)
+        return Expect.observe(self, only)
+
+
+def in_phase(phase: str, *lines: Expect) -> list[Expect]:
+    """The guess `lines` (expect_kernels, expect_op, ...), each about phase `phase` of the step only."""
+    return [PhaseExpect(**{**vars(line), "phase": phase}) for line in lines]
+
+
+def expect_kernel_launches(count: int, why: str, at_least: bool = False) -> Expect:
+    """Guess `count` kernel launches (any launch API, graph launches not included), for one phase (`in_phase`)."""
+    return Expect("launch", KERNEL_LAUNCH, count, why, at_least)
+
+
+def expect_graph_launches(count: int, why: str) -> Expect:
+    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels, for one
+    phase (`in_phase`)."""
+    return Expect("launch", GRAPH_LAUNCH, count, why)
