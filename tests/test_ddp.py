@@ -19,7 +19,7 @@ TINY = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden"
 def torchrun(tmp_path, *flags: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(ROOT / "06_ddp_training_step.py"), *TINY, *flags, "--device", "cpu", "--traces-dir", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
