@@ -49,6 +49,14 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("epilog", details.strip() or None)
         super().__init__(allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
 
+    def parse_known_args(
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, keeping the flags as given in `.argv` (for the cheaper command a long run suggests)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        parsed.argv = list(sys.argv[1:] if args is None else args)
+        return parsed, extras
+
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)

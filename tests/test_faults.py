@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
+from helpers import CPU_DTYPE, ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
 
 from common.export import STALE_TEMP_S
 from common.summary import main as summary_main
@@ -44,9 +44,10 @@ def test_concurrent_runs_into_one_folder_each_write_a_whole_trace(tmp_path):
     results = [proc.communicate(timeout=300) for proc in runs]
     assert [proc.returncode for proc in runs] == [0, 0, 0], results
     files = written(tmp_path)
-    assert [p.name for p in files] == ["8_bf16_cold_eager_w1u1a300.json", "8_bf16_cold_eager_w1u1a300.txt"]
+    tag = f"8_{CPU_DTYPE}_cold_eager_w1u1a300"
+    assert [p.name for p in files] == [f"{tag}.json", f"{tag}.txt"]
     trace = read_trace(files[0])  # whole, valid JSON from exactly one of the runs
-    assert len(trace.steps) == 300 and trace.meta["tag"] == "8_bf16_cold_eager_w1u1a300"
+    assert len(trace.steps) == 300 and trace.meta["tag"] == tag
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -81,7 +82,7 @@ def test_a_killed_run_leaves_no_final_file_and_the_next_run_removes_its_stale_te
     assert not [p for p in written(tmp_path) if not p.name.startswith(".")]
     folder = tmp_path / "01_matmul_add"
     folder.mkdir(exist_ok=True)
-    stale, fresh = folder / ".8_bf16_cold_eager.json.x1.tmp", folder / ".8_bf16_cold_eager.json.x2.tmp"
+    stale, fresh = folder / f".8_{CPU_DTYPE}_cold_eager.json.x1.tmp", folder / f".8_{CPU_DTYPE}_cold_eager.json.x2.tmp"
     for path in (stale, fresh):
         path.write_text('{"traceEvents": [')  # what a kill during export leaves
     old = time.time() - STALE_TEMP_S - 60
@@ -146,9 +147,9 @@ def test_a_dangling_link_as_traces_dir_is_one_clear_line(tmp_path, capsys):
 
 
 def test_a_folder_at_the_traces_path_is_refused_before_profiling(tmp_path, capsys):
-    (tmp_path / "01_matmul_add" / "8_bf16_cold_eager.json").mkdir(parents=True)
+    (tmp_path / "01_matmul_add" / f"8_{CPU_DTYPE}_cold_eager.json").mkdir(parents=True)
     err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "8"), capsys)
-    assert "a folder is in the way" in err and "8_bf16_cold_eager.json" in err and ".tmp" not in err
+    assert "a folder is in the way" in err and f"8_{CPU_DTYPE}_cold_eager.json" in err and ".tmp" not in err
 
 
 def many_steps(n: int) -> dict:
