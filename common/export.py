@@ -130,6 +130,7 @@ class TraceFiles:
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
                 os.replace(dump, self.pickle)
+            removed_on_hard_exit(self.json, self.txt, self.pickle)  # until the output is checked (recording)
             os.replace(table, self.txt)
             try:
                 os.replace(trace, self.json)
@@ -160,9 +161,10 @@ class TraceFiles:
         }
 
     def discard(self) -> None:
-        """Remove the written files (used when the output turns out wrong)."""
+        """Remove the written files (when the output turns out wrong, or the run ends before it is checked)."""
         for path in (self.json, self.txt, self.pickle):
             path.unlink(missing_ok=True)
+        forget(self.json, self.txt, self.pickle)
 
 
 SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13

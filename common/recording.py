@@ -19,10 +19,11 @@ import torch
 
 from common.bench import bench as time_step
 from common.checks import check_close
-from common.cli import SuiteError
+from common.cli import SuiteError, on_exit
 from common.estimate import Progress, estimate, estimate_lines, progress
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
+from common.interrupts import forget
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.report import exit_code, print_bench, print_files, print_report
@@ -41,6 +42,17 @@ class Recording:
         self.files = TraceFiles(run, tag, label, work)
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
+        self.checked = False  # the output matched the reference: the files are kept from here on
+
+    def keep(self) -> None:
+        """The output is checked: its files stay, whatever happens next (an interrupt while printing)."""
+        self.checked = True
+        forget(self.files.json, self.files.txt, self.files.pickle)
+
+    def discard_unchecked(self) -> None:
+        """When the run ends (common.cli) before its output was checked, remove what it wrote."""
+        if not self.checked:
+            self.files.discard()
 
     def warm_up(self, step: Callable[[], object]) -> None:
         """Call `step` WARMUP_CALLS times before profiling (--warmup) and print what the first call cost.
@@ -89,6 +101,7 @@ def recording(run: Run, tag: str, label: str, work: Work) -> Iterator[Recording]
     memory watch over the steps, and no file left under a final name if anything in the block fails or is
     interrupted."""
     rec = Recording(run, tag, label, work)
+    on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
     guess = estimate(run, work, WARMUP_CALLS if run.warm else 0)
     for line in estimate_lines(run, work, guess):
         print(line)
@@ -126,6 +139,7 @@ def finish(
     except SuiteError as exc:
         files.discard()
         raise SuiteError(f"{exc} (trace removed)") from None
+    rec.keep()
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)

@@ -73,6 +73,67 @@ def test_a_second_ctrl_c_ends_the_run_even_inside_one_long_native_call(tmp_path)
     assert written(tmp_path) == []
 
 
+def wait_for_line(proc: subprocess.Popen, start: str) -> None:
+    """Block until the run prints a line beginning with `start`."""
+    for line in proc.stdout:
+        if line.startswith(start):
+            return
+    raise AssertionError(f"the run ended before a line starting {start!r}")
+
+
+def test_ctrl_c_during_the_warm_up_prints_interrupted_and_leaves_nothing(tmp_path):
+    proc = start("--size", "4000", "--dtype", "fp32", "--warmup", traces=tmp_path)  # seconds of warm-up calls
+    wait_for_line(proc, "estimate:")  # printed just before the warm-up starts
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert "warm-up:" not in out and written(tmp_path) == []
+
+
+def test_sigterm_while_the_trace_is_saved_leaves_no_temporary_and_no_partial_trace(tmp_path):
+    proc = start("--size", "8", "--active", "3000", traces=tmp_path)
+    folder = tmp_path / "01_matmul_add"
+    while proc.poll() is None and not list(folder.glob(".*.tmp")):  # the save has begun
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)  # taken at the first safe point: after the save, outside torch.profiler
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted"
+    left = written(tmp_path)
+    assert not [p for p in left if p.name.startswith(".")]
+    if left:  # the output was checked before the signal was taken: both files, whole
+        assert [p.suffix for p in left] == [".json", ".txt"] and len(read_trace(left[0]).steps) == 3000
+
+
+HARD_EXIT = """
+import os, signal, sys, time
+from pathlib import Path
+from common import interrupts
+interrupts.install()
+temporary = Path(sys.argv[1])
+temporary.write_text("half a trace")
+interrupts.removed_on_hard_exit(temporary)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+except KeyboardInterrupt:
+    pass  # the first signal, at a safe point; the second, below, must end the process at once
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+except KeyboardInterrupt:
+    time.sleep(60)  # the watchdog thread ends the process meanwhile
+"""
+
+
+def test_a_second_signal_removes_the_open_temporaries_and_ends_at_once(tmp_path):
+    temporary = tmp_path / ".t.json.x.tmp"
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_EXIT, str(temporary)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 143 and done.stderr == "interrupted\n"
+    assert not temporary.exists()
+
+
 def test_a_killed_run_leaves_no_final_file_and_the_next_run_removes_its_stale_temporaries(tmp_path):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
     wait_for_setup_line(proc)
