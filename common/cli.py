@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -143,7 +144,9 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
             if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
                 fail("out of GPU memory at these sizes; try smaller shapes")
             if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's CPU allocator
-                fail(f"out of CPU memory at these sizes ({str(exc).splitlines()[0].strip()}); try smaller shapes")
+                tried = re.search(r"allocate (\d+) bytes", str(exc))
+                size = f" (one allocation of {int(tried[1]) / 1e9:,.3g} GB failed)" if tried else ""
+                fail(f"out of CPU memory at these sizes{size}; try smaller shapes")
             raise
         finally:
             while _CLEANUPS:

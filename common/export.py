@@ -26,6 +26,8 @@ from common.physics import Work
 from common.runtime import Run
 
 TABLE_ROWS_PRINTED = 15
+TABLE_WIDTH = 120  # the printed table's width, where its figure columns leave room (the .txt file keeps full names)
+MIN_NAME = 20  # the narrowest name column the printed table gets
 STALE_TEMP_S = 300  # a temporary this old belongs to a run that was killed
 
 
@@ -34,19 +36,27 @@ def sort_key(on_gpu: bool) -> str:
     return "cuda_time_total" if on_gpu else "cpu_time_total"
 
 
-def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1) -> str:
-    """`averages.table(...)` (from `prof.key_averages()`), sorted for the device.
+def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1, width: int | None = None) -> str:
+    """`averages.table(...)` (from `prof.key_averages()`), sorted for the device; given `width`, with the
+    name column shortened (torch ends a cut name with "...") so the table fits it where it can: on the CPU,
+    120 columns leave 34 characters for names; a GPU table's ten figure columns alone are 140 wide.
 
     Torch releases disagree on the GPU key (`cuda_time_total` vs `device_time_total`);
     try both rather than crash on either.
     """
     keys = [sort_key(on_gpu)] + (["device_time_total", "self_cuda_time_total"] if on_gpu else [])
-    for key in keys:
+    table = ""
+    for key in [*keys, None]:
         try:
-            return averages.table(sort_by=key, row_limit=row_limit)
+            table = averages.table(sort_by=key, row_limit=row_limit)
         except (AttributeError, KeyError, ValueError):
             continue
-    return averages.table(row_limit=row_limit)
+        over = max(map(len, table.splitlines()), default=0) - width if width else 0
+        if over > 0:
+            name = len(table.splitlines()[1]) - len(table.splitlines()[1].lstrip("-").lstrip())
+            table = averages.table(sort_by=key, row_limit=row_limit, max_name_column_width=max(MIN_NAME, name - over))
+        return table
+    return table
 
 
 def remove_stale_temporaries(folder: Path, older_than_s: float = STALE_TEMP_S) -> None:
@@ -115,7 +125,7 @@ class TraceFiles:
             raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
         remove_stale_temporaries(folder)
         averages = prof.key_averages()
-        self.table = key_averages_table(averages, self.run.on_gpu, row_limit=TABLE_ROWS_PRINTED)
+        self.table = key_averages_table(averages, self.run.on_gpu, TABLE_ROWS_PRINTED, TABLE_WIDTH)
         temporaries: list[Path] = []
         try:
             raw, trace, table, dump = (

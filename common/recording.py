@@ -138,7 +138,7 @@ def finish(
         check_close(output, expected, run.dtype, what or rec.label)
     except SuiteError as exc:
         files.discard()
-        raise SuiteError(f"{exc} (trace removed)") from None
+        raise SuiteError(f"{exc}: its trace is removed") from None
     rec.keep()
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess)

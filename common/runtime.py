@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import tempfile
 import warnings
@@ -206,8 +207,7 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SuiteError(
-                f"--device {name} asked for CUDA, but this machine has no CUDA GPU "
-                "(torch.cuda.is_available() is False); use --device cpu"
+                f"--device {name}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use --device cpu"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise SuiteError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
@@ -342,9 +342,9 @@ def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
         print(f"CPU threads: {torch.get_num_threads()}")
     have = torch.cuda.mem_get_info(run.device)[0] if run.on_gpu else cpu_available_bytes()
     if need_bytes > 0.9 * have:
-        where = f"free on {run.device_name}" if run.on_gpu else "of memory available"
-        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}) and there are {gigabytes(have)} "
-                         f"{where}; try smaller shapes")  # fmt: skip
+        where = "free on the GPU" if run.on_gpu else "free"
+        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: "
+                         "try smaller shapes")  # fmt: skip
 
 
 def gigabytes(n: float) -> str:
@@ -356,13 +356,14 @@ def quiet_profiler(on_gpu: bool) -> None:
 
     `schedule(warmup=0)` warns "won't be using warmup": the cold-start experiment wants exactly that, and
     Run.describe says so. torch >= 2.11 warns that a cycle's events are cleared after on_trace_ready: the
-    scripts export once, in it. Without a GPU, Kineto logs a misleading "gpuGetDeviceCount failed" and, at
-    its USDT level (5), profiler start/stop lines: above 5 it logs nothing (read when a profiler starts).
-    """
+    scripts export once, in it. Without a GPU, torch.compile's C++ build logs "No CUDA runtime is found",
+    and Kineto a misleading "gpuGetDeviceCount failed" and, at its USDT level (5), profiler start/stop
+    lines: above 5 it logs nothing (read when a profiler starts)."""
     warnings.filterwarnings("ignore", message=PROFILER_NO_WARMUP_WARNING)
     warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING)
     if not on_gpu:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found"
 
 
 def setup(args: argparse.Namespace, script_file: str) -> Run:
