@@ -1,15 +1,23 @@
 """A toolbox the numbered scripts call: one job per module, no re-exports (import from the modules).
 
-cli        the command-line contract: one `error:` line, exit codes, argument types (no torch)
-runtime    the flags every script shares, and the run they resolve to (device, dtype, seed, schedule, tag)
-profiling  the small tools the scripts' torch.profiler loop calls: activities, sync, warm-up
-export     the on_trace_ready writer: <tag>.json (Chrome trace) and <tag>.txt (key_averages table)
-checks     correctness against a higher-precision reference, before a trace is trusted
-trace      the trace reader: profiler steps, kernels, launches, kernel families and short names (no torch)
-guess      a script's written-down guess, checked against its trace
-physics    FLOPs, minimum bytes, device peaks, achieved rates
-report     what a run prints after profiling; bench: timing without the profiler
-summary    `python -m common.summary`: the posts' tables from one or many traces (no torch)
-hub        Hub kernels through `kernels`, offline-aware, with the PyPI and local fallbacks
-mlp, attention   what the two model families share (inputs, references, physics)
+cli          the command-line contract: one `error:` line, exit codes, argument types (no torch)
+interrupts   Ctrl-C, SIGTERM, SIGHUP: a clean exit at a safe point, a second signal ends at once (no torch)
+runtime      the flags every script shares, and the run they resolve to (device, dtype, seed, schedule, tag)
+recording    the guard around a script's profiler block (`recording`) and its tail (`finish`)
+export       writing <tag>.json (Chrome trace), <tag>.txt (key_averages table), the memory snapshot
+memory       GPU memory over the profiled steps (torch.cuda allocator statistics)
+checks       correctness against a higher-precision reference, before a trace is trusted
+private_api  every private torch / huggingface_hub API and message text the suite relies on
+trace_json   streaming a Chrome trace file's events (no torch)
+trace        the trace model: profiler steps, the GPU work and launches in each (no torch)
+naming       kernel families and short kernel names (no torch)
+guess        a script's written-down guess, checked against its trace
+physics      FLOPs, minimum bytes, device peaks, achieved rates
+units        times and sizes in the unit that fits
+report       what a run prints after profiling; bench: timing without the profiler
+tables       printed tables (per step, per kernel)
+summary      `python -m common.summary`: the posts' tables from one or many traces (no torch)
+diff         `python -m common.diff A B`: what changed between two traces (no torch)
+hub          `get_kernel(...)` offline-aware with one-line failures; local kernel directories via `kernels`
+matmul, mlp, attention   the model families: inputs, references, physics, and their kernels' adapters
 """

@@ -18,10 +18,11 @@ import difflib
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
+from common.figures import Row, launch_line, summarize
 from common.naming import short_name
-from common.summary import Row, summarize
-from common.tables import DASH, num, table
+from common.tables import DASH, num, printable, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
+from common.units import human_time
 
 CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
 
@@ -110,7 +111,7 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
     if ta.kernels is not None and tb.kernels is not None and ta.kernels != tb.kernels:
         parts.append(f"{num(ta.kernels)} kernels per step → {num(tb.kernels)}")
     if ta.gpu_us and tb.gpu_us is not None:
-        pct = _signed(100 * (tb.gpu_us - ta.gpu_us) / ta.gpu_us, 2)
+        pct = _signed(100 * (tb.gpu_us / ta.gpu_us - 1), 2)
         parts.append(f"GPU busy {num(ta.gpu_us, 4)} → {num(tb.gpu_us, 4)} µs per step ({pct}%)")
     elif ta.cpu_us and tb.cpu_us is not None:
         parts.append(f"CPU region {num(ta.cpu_us, 4)} → {num(tb.cpu_us, 4)} µs per step")
@@ -140,6 +141,23 @@ def comparability(a: Trace, b: Trace) -> list[str]:
     return notes
 
 
+def phase_diff(a: Trace, b: Trace, markdown: bool = False) -> str:
+    """A row per phase of A or B: CPU time, GPU busy time and launches (kernel + graph) per step, A then B."""
+    cells = []
+    for name in dict.fromkeys([*a.phases, *b.phases]):
+
+        def median(trace: Trace, value, name=name) -> float | None:
+            return trace.per_step(lambda s: value(s.phase(name))) if name in trace.phases else None
+
+        row = [name]
+        for value, shown in ((lambda p: p.cpu_us, human_time), (lambda p: p.gpu_busy_us, human_time),
+                             (lambda p: p.launches, num)):  # fmt: skip
+            row += [shown(median(a, value)), shown(median(b, value))]
+        cells.append(row)
+    headers = ["phase", "A CPU", "B CPU", "A GPU busy", "B GPU busy", "A launches", "B launches"]
+    return table(headers, cells, {"phase"}, markdown)
+
+
 def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     """The whole diff, as text or Markdown."""
     heading = (lambda s: f"### {s}") if markdown else (lambda s: s)  # noqa: E731
@@ -149,6 +167,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
     notes = comparability(a, b)
     out += [f"note: {n}; compared anyway" for n in notes]
+    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())
@@ -158,15 +177,20 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     for label, x, y, digits in (
         ("GPU busy µs", ta.gpu_us, tb.gpu_us, 4), ("CPU region µs", ta.cpu_us, tb.cpu_us, 4),
         ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
+        *([("graph launches", ta.graph_launches, tb.graph_launches, 3)] if ta.graph_launches or tb.graph_launches
+          else []),
         ("memcpy", ta.calls["memcpy"], tb.calls["memcpy"], 3), ("memset", ta.calls["memset"], tb.calls["memset"], 3),
         ("TFLOP/s", ta.tflops, tb.tflops, 3), ("peak MB", ta.peak_mb, tb.peak_mb, 4),
     ):  # fmt: skip
         if x is None and y is None:
             continue
         delta = _signed(y - x, digits) if x is not None and y is not None else DASH
-        pct = _signed(100 * (y - x) / x, 2) + "%" if x and y is not None else DASH
+        pct = _signed(100 * (y / x - 1), 2) + "%" if x and y is not None else DASH
         rows.append([label, num(x, digits), num(y, digits), delta, pct])
     out += ["", heading("Totals per step (medians)"), *gap, table(["", "A", "B", "Δ", "Δ%"], rows, {""}, markdown)]
+    out += [f"{side}: per step, {line}" for side, row in (("A", ta), ("B", tb)) if (line := launch_line(row))]
+    if a.phases or b.phases:
+        out += ["", heading("Phases per step (medians)"), *gap, phase_diff(a, b, markdown)]
 
     change = (tb.gpu_us - ta.gpu_us) if ta.gpu_us is not None and tb.gpu_us is not None else 0.0
     spread = sum(abs((v.us if v else 0.0) - (u.us if u else 0.0)) for u, v in pairs) or 1.0
@@ -232,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         a, b = read_trace(args.a), read_trace(args.b)
     except ValueError as exc:
         raise SuiteError(str(exc)) from None
-    print(render(a, b, args.markdown))
+    print(printable(render(a, b, args.markdown)))
     return 0
 
 

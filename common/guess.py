@@ -139,7 +139,7 @@ def format_verdicts(
     if trace.has_gpu:
         lines.append(f"GPU work of step #{step.number}, in launch order ({LAUNCH_LEGEND}):")
         cells = [
-            [str(i), f"{op.us:.1f}", op.family, *launch_cells(op), short_name(op.name, 70)]
+            [str(i), f"{op.us:.1f}", op.family, *launch_cells(op, trace.sm), short_name(op.name, 70)]
             for i, op in enumerate(step.gpu, 1)
         ]
         headers = ["#", "µs", "family", *LAUNCH_HEADERS, "kernel"]

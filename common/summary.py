@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.figures import CALLS, Row, launch_line, summarize, with_ratios
 from common.naming import short_name
-from common.physics import Work, achieved, find_peak
+from common.occupancy import SmLimits
 from common.tables import (
     DASH,
     LAUNCH_HEADERS,
@@ -40,39 +41,16 @@ from common.tables import (
     TEXT_WIDTH,
     launch_cells,
     num,
+    phase_table,
+    printable,
     room_for,
     step_table,
     table,
 )
-from common.trace import GpuOp, Trace, read_trace
+from common.trace import GpuOp, Step, Trace, read_trace
+from common.units import human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
-CALLS = {  # --wide column -> runtime/driver call name prefix
-    "cudaLaunchKernel": "cudaLaunchKernel",
-    "cuLaunchKernelEx": "cuLaunchKernelEx",
-    "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
-}
-
-
-@dataclass
-class Row:
-    """One trace's figures per profiled step (medians); None where the trace cannot give one."""
-
-    name: str
-    steps: int
-    kernels: float | None
-    gpu_us: float | None
-    cpu_us: float | None
-    launches: float | None  # kernel launches (runtime and driver)
-    calls: dict[str, float | None]  # CALLS column -> count, then memcpy and memset
-    peak_mb: float | None = None  # GPU memory a step holds at its peak above its inputs (None: not measured)
-    on: str | None = None  # "GPU" or "CPU": which time the rates below divide by
-    tflops: float | None = None
-    gbps: float | None = None
-    pct_flops: float | None = None
-    pct_bytes: float | None = None
-    gpu_ratio: float | None = None  # this trace's GPU time / the baseline's
-    cpu_ratio: float | None = None
 
 
 def find_traces(paths: list[str]) -> list[Path]:
@@ -97,46 +75,6 @@ def find_traces(paths: list[str]) -> list[Path]:
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))
-
-
-def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
-    """One table row for `trace`: per-step medians, and the rates its `suite` FLOPs/bytes give."""
-    gpu = trace.has_gpu
-
-    def median(value):
-        return trace.per_step(value) if gpu else None
-
-    calls = {col: median(lambda s, p=prefix: s.calls(p)) for col, prefix in CALLS.items()}
-    calls["memcpy"] = median(lambda s: len(s.memcpy))
-    calls["memset"] = median(lambda s: len(s.memset))
-    row = Row(
-        trace.name,
-        len(trace.steps),
-        kernels=median(lambda s: len(s.kernels)),
-        gpu_us=median(lambda s: s.gpu_busy_us),
-        cpu_us=trace.per_step(lambda s: s.region_us),
-        launches=median(lambda s: s.launches),
-        calls=calls,
-    )
-    memory = trace.meta.get("memory")
-    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), (int, float)):
-        row.peak_mb = memory["peak_bytes"] / 1e6
-    us, on = trace.step_time_us()
-    flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
-    if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
-        peak = find_peak(trace.device_name, peak_tflops, peak_gbps) if gpu else None
-        got = achieved(Work(flops, nbytes), us * 1e-6, peak, str(trace.meta.get("dtype", "bf16")))
-        row.on, row.tflops, row.gbps = on, got.tflops, got.gbps
-        row.pct_flops, row.pct_bytes = got.pct_flops, got.pct_bytes
-    return row
-
-
-def with_ratios(rows: list[Row], baseline: Row) -> list[Row]:
-    """`rows` with GPU and CPU time ratios against `baseline` (None where either time is missing)."""
-    for row in rows:
-        row.gpu_ratio = row.gpu_us / baseline.gpu_us if row.gpu_us is not None and baseline.gpu_us else None
-        row.cpu_ratio = row.cpu_us / baseline.cpu_us if row.cpu_us is not None and baseline.cpu_us else None
-    return rows
 
 
 def slowest(traces: list[Trace]) -> Trace:
@@ -267,8 +205,11 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
     return [KernelStat(u.op, u.us, u.calls, 100.0 * u.us / busy) for u in uses[:n]]
 
 
-def kernel_cells(stats: list[KernelStat], name_width: int = 48) -> tuple[list[str], list[list[str]]]:
-    """A top-kernels table as (headers, cells): time, calls and share, then the launch figures and the name."""
+def kernel_cells(
+    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """A top-kernels table as (headers, cells): time, calls and share, then the launch figures (theoretical
+    occupancy on a GPU of limits `sm`) and the name."""
     headers = ["µs/step", "calls", "% GPU", "family", *LAUNCH_HEADERS, "kernel"]
     cells = [
         [
@@ -276,12 +217,57 @@ def kernel_cells(stats: list[KernelStat], name_width: int = 48) -> tuple[list[st
             f"{k.calls_per_step:g}",
             f"{k.share:.1f}",
             k.op.family,
-            *launch_cells(k.op),
+            *launch_cells(k.op, sm),
             short_name(k.op.name, name_width),
         ]  # fmt: skip
         for k in stats
     ]
     return headers, cells
+
+
+def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
+    """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
+    graph launches, its rank."""
+    lines = []
+    for trace, row in zip(traces, rows, strict=True):
+        lines += [f"note: {row.name}: {note}" for note in trace.notes]
+        launches = launch_line(row)
+        if launches:
+            lines.append(f"note: {row.name}: per step, {launches}")
+        if trace.distributed:
+            info = trace.distributed
+            world = info.get("world_size", "?")
+            lines.append(f"note: {row.name}: rank {info.get('rank', '?')} of {world} ({info.get('backend', '?')})")
+    return lines
+
+
+def _communication_us(step: Step) -> float:
+    return sum(op.us for op in step.kernels if op.family == "communication")
+
+
+def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
+    """For traces of two or more ranks: a row per rank (GPU busy split into compute and communication, CPU
+    time), then the spread, slowest ÷ fastest rank; [] for fewer ranks."""
+    ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
+    if len({t.rank for t in ranked}) < 2:
+        return []
+    cells, gpu, cpu = [], [], []
+    for trace in ranked:
+        busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
+        comm = trace.per_step(_communication_us) if trace.has_gpu else None
+        region = trace.per_step(lambda s: s.region_us)
+        gpu.append(busy)
+        cpu.append(region)
+        compute = None if busy is None or comm is None else busy - comm
+        cells.append([str(trace.rank), trace.name, *map(human_time, (busy, compute, comm, region))])
+    headers = ["rank", "trace", "GPU busy", "compute", "communication", "CPU"]
+
+    def spread(values: list[float | None]) -> str:
+        known = [v for v in values if v is not None]
+        return f"{max(known) / min(known):.3g}×" if known and min(known) > 0 else DASH
+
+    line = f"spread, slowest ÷ fastest rank: GPU {spread(gpu)}, CPU {spread(cpu)}"
+    return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
 def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
@@ -313,6 +299,14 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     skipped = [t for t in traces if t.skipped]
     if skipped:
         out += ["", *(f"note: {t.path}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+    said = [*trace_notes(traces, rows)]
+    if said:
+        out += ["", *said]
+    ranks = rank_table(traces, args.markdown)
+    if ranks:
+        out += ["", heading("Ranks (per step, medians)"), *gap, *ranks]
+    for trace in (t for t in traces if t.phases):
+        out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
     for trace in traces:
         if args.per_step or len(trace.steps) > 3:
             out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
@@ -320,9 +314,13 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     for trace in (t for t in traces if t.has_gpu):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
         stats = top_kernels(trace, args.top)
-        out.append(table(*kernel_cells(stats), LEFT, args.markdown) if stats else "no GPU work in the steps")
+        headers, cells = kernel_cells(stats, sm=trace.sm)
+        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
+            room = room_for(headers, cells, len(headers) - 1)
+            cells = [[*c[:-1], c[-1] if len(c[-1]) <= room else c[-1][: room - 1] + "…"] for c in cells]
+        out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
     if any(t.has_gpu for t in traces):
-        out += ["", LAUNCH_LEGEND]
+        out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         out += ["", f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"]
@@ -418,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             if names[row.name] > 1:  # the same script/tag twice (copies, .json and .json.gz): tell them apart
                 row.name = f"{row.name} ({trace.path})"
         with_ratios(rows, rows[traces.index(baseline)])
-        print(render(traces, rows, baseline, args))
+        print(printable(render(traces, rows, baseline, args)))
         if args.plot:
             plot(rows, args.plot)
             print(f"\nplot: {args.plot.resolve()}")

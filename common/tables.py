@@ -6,7 +6,11 @@ as DASH, never as zero.
 
 from __future__ import annotations
 
+import math
+
+from common.occupancy import SmLimits
 from common.trace import GpuOp, Trace
+from common.units import human_time
 
 DASH = "—"
 TEXT_WIDTH = 120  # plain-text tables fit a terminal this wide
@@ -17,7 +21,16 @@ def num(value: float | None, digits: int = 3) -> str:
     """`value` with `digits` significant digits (whole numbers from 10**digits up), or the dash if missing."""
     if value is None:
         return DASH
+    if not math.isfinite(value):
+        return DASH if math.isnan(value) else "∞" if value > 0 else "−∞"
+    if abs(value) >= 1e15:  # no 16-digit column: a figure this large is shown with its exponent
+        return f"{value:.{digits}g}"
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
+
+
+def printable(text: str) -> str:
+    """`text` with what UTF-8 cannot write (a lone surrogate from a trace's names) as a backslash escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def text_table(headers: list[str], cells: list[list[str]], left: set[str]) -> str:
@@ -57,17 +70,29 @@ def _dims(dims: tuple[int, ...] | None) -> str:
     return "×".join(map(str, dims))
 
 
-def launch_cells(op: GpuOp) -> list[str]:
-    """grid, block, registers per thread, shared memory per block, estimated achieved occupancy: the figures
-    Perfetto's kernel panel shows; DASH where the trace has none (memcpy, memset)."""
+def launch_cells(op: GpuOp, sm: SmLimits | None = None) -> list[str]:
+    """grid, block, registers per thread, shared memory per block, the profiler's estimated achieved occupancy
+    (the figures Perfetto's kernel panel shows), and the theoretical occupancy on a GPU of limits `sm`; DASH
+    where there is none (memcpy, memset), and for the 0% the profiler writes where it could not estimate."""
     smem = DASH if op.shared_bytes is None else f"{op.shared_bytes / 1024:.3g} KB"
-    occupancy = DASH if op.occupancy_pct is None else f"{op.occupancy_pct:.0f}%"
+    occupancy = DASH if not op.occupancy_pct else f"{op.occupancy_pct:.0f}%"
+    theoretical = op.theoretical_occupancy(sm)
     regs = DASH if op.registers is None else str(op.registers)
-    return [_dims(op.grid), _dims(op.block), regs, smem, occupancy]
+    return [
+        _dims(op.grid),
+        _dims(op.block),
+        regs,
+        smem,
+        occupancy,
+        DASH if theoretical is None else f"{theoretical:.3g}%",
+    ]
 
 
-LAUNCH_HEADERS = ["grid", "block", "regs", "smem", "occ"]
-LAUNCH_LEGEND = "regs = registers per thread, smem = shared memory per block, occ = estimated achieved occupancy"
+LAUNCH_HEADERS = ["grid", "block", "regs", "smem", "occ", "theo"]
+LAUNCH_LEGEND = (
+    "regs = registers per thread, smem = shared memory per block, occ = the profiler's estimated achieved "
+    "occupancy (— where it has none), theo = theoretical occupancy from the launch and the device's limits"
+)
 
 
 def _calls(counts: dict[str, int], limit: int = 3) -> str:
@@ -106,3 +131,25 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
     return out
+
+
+def phase_table(trace: Trace, markdown: bool = False) -> str:
+    """One row per phase of `trace` (the labels inside its step label), medians over the steps: CPU time of the
+    phase's span, GPU busy time of the work launched inside it, kernels, launches (kernel + graph launches)."""
+    headers = ["phase", "CPU", "GPU busy", "kernels", "launches", "graph launches"]
+    gpu = trace.has_gpu
+    cells = []
+    for name in trace.phases:
+
+        def median(value, name=name):
+            return trace.per_step(lambda s: value(s.phase(name)))
+
+        cells.append([
+            name,
+            human_time(median(lambda p: p.cpu_us)),
+            human_time(median(lambda p: p.gpu_busy_us)) if gpu else DASH,
+            num(median(lambda p: p.kernels)) if gpu else DASH,
+            num(median(lambda p: p.launches)) if gpu else DASH,
+            num(median(lambda p: p.graph_launches)) if gpu else DASH,
+        ])  # fmt: skip
+    return table(headers, cells, {"phase"}, markdown)

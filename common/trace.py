@@ -1,9 +1,15 @@
 """Read exported Chrome traces: the profiler steps, what happened inside each, and what each kernel is.
 
 Pure Python over the JSON torch.profiler writes (`.json` or `.json.gz`), no torch. GPU work
-(`kernel`, `gpu_memcpy`, `gpu_memset`) belongs to the step whose CPU thread launched it, through the
-`correlation` id it shares with its `cuda_runtime`/`cuda_driver` launch. Events are assigned to steps
-by binary search over the step start times, so reading costs time linear in the number of events.
+(`kernel`, `gpu_memcpy`, `gpu_memset`) belongs to the step whose CPU side launched it, on any thread and
+any stream, through the `correlation` id it shares with its `cuda_runtime`/`cuda_driver` launch (a kernel
+replayed from a CUDA graph carries its cudaGraphLaunch's id). Work launched outside the profiled steps is
+counted in no step, and the trace's notes say how much was left out; only a trace without any
+correlation id has its GPU work placed by time, and its notes say so. A trace without ProfilerStep#N
+events (a bare `with profile()`) is one step over the whole trace. Within a step, the record_function
+labels directly inside the step's label are its phases (forward, backward, optimizer). Events are
+assigned to steps by binary search over the step start times, so reading costs time linear in the
+number of events.
 """
 
 from __future__ import annotations
@@ -21,11 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.naming import kernel_family
+from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
 from common.trace_json import stream_json
+from common.units import human_time
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,18})$")  # a longer number is not a step the profiler wrote
+LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
+# The kernel launch APIs PyTorch traces show (name prefixes): CUDA runtime and driver, cooperative, HIP.
+KERNEL_LAUNCHES = (
+    "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchCooperativeKernel",
+    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
+    "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
+)  # fmt: skip
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
+COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
 
 
 @dataclass(frozen=True)
@@ -49,16 +66,27 @@ class GpuOp:
         """The kernel family, or 'memcpy'/'memset'."""
         return kernel_family(self.name) if self.category == "kernel" else self.category.removeprefix("gpu_")
 
+    def theoretical_occupancy(self, sm: SmLimits | None) -> float | None:
+        """% of the SM's warps this launch keeps resident on a GPU of limits `sm` (common.occupancy); None
+        for memcpy/memset, a launch without its figures, or a device without known limits."""
+        if self.block is None or self.registers is None or self.shared_bytes is None:
+            return None
+        return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
+
 
 def _dims(value: object) -> tuple[int, ...] | None:
-    if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+    if isinstance(value, list) and value and all(_finite(v) for v in value):
         return tuple(int(v) for v in value)
     return None
 
 
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _number(args: dict, key: str) -> float | None:
     value = args.get(key)
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return float(value) if _finite(value) else None
 
 
 def gpu_op(event: dict) -> GpuOp:
@@ -77,7 +105,22 @@ def gpu_op(event: dict) -> GpuOp:
     )
 
 
-LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")  # name prefixes
+@dataclass
+class Phase:
+    """One record_function label directly inside a step's label (forward, backward, optimizer) in one step:
+    the CPU span of the label, and the GPU work launched inside that span from any CPU thread."""
+
+    name: str
+    cpu_us: float = 0.0  # the span(s) of the label in this step
+    gpu_busy_us: float = 0.0  # kernel, memcpy and memset time of what the phase launched
+    kernels: int = 0
+    kernel_launches: int = 0
+    graph_launches: int = 0
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches plus CUDA graph launches."""
+        return self.kernel_launches + self.graph_launches
 
 
 @dataclass
@@ -91,6 +134,7 @@ class Step:
     cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
     gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
+    phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -118,8 +162,18 @@ class Step:
 
     @property
     def launches(self) -> int:
-        """Kernel launches through the runtime or the driver (cudaLaunchKernel, cuLaunchKernelEx, ...)."""
-        return sum(self.calls(p) for p in LAUNCH_CALLS)
+        """Kernel launches through the runtime or the driver, CUDA or HIP (cudaLaunchKernel, cuLaunchKernelEx,
+        hipLaunchKernel, ...); CUDA graph launches are counted apart, in graph_launches."""
+        return sum(n for name, n in self.runtime.items() if name.startswith(KERNEL_LAUNCHES))
+
+    @property
+    def graph_launches(self) -> int:
+        """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
+        return sum(n for name, n in self.runtime.items() if name.startswith(GRAPH_LAUNCHES))
+
+    def phase(self, name: str) -> Phase:
+        """The figures of phase `name` in this step (all zero if this step has no such label)."""
+        return self.phases.get(name) or Phase(name)
 
 
 @dataclass
@@ -141,7 +195,18 @@ class Trace:
     has_gpu: bool
     device_name: str | None
     meta: dict  # the suite's `suite` metadata (script, tag, label, dtype, flops, bytes); {} if absent
-    skipped: int = 0  # events dropped for a missing, non-numeric, negative or non-finite ts/dur
+    skipped: int = 0  # events dropped for a missing, non-numeric, negative, non-finite or absurd ts/dur
+    notes: list[str] = field(default_factory=list)  # how the steps were found, what was left out or guessed
+    whole_trace: bool = False  # no ProfilerStep#N events: the one step is the whole trace
+    distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
+    sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
+    phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
+
+    @property
+    def rank(self) -> int | None:
+        """The rank of a distributed run's trace (distributedInfo), else None."""
+        rank = self.distributed.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
     @property
     def name(self) -> str:
@@ -195,13 +260,18 @@ class Trace:
 
 
 def _usable(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return _finite(value) and 0 <= value < LONGEST_US
 
 
-def _correlation(event: dict) -> object:
-    """The id that ties a GPU event to the runtime/driver call that launched it."""
+def _usable_ts(value: object) -> bool:
+    return _finite(value) and value >= 0
+
+
+def _correlation(event: dict) -> int | str | None:
+    """The id that ties a GPU event to the runtime/driver call that launched it (None unless a number or text)."""
     args = event.get("args")
-    return args.get("correlation") if isinstance(args, dict) else None
+    corr = args.get("correlation") if isinstance(args, dict) else None
+    return corr if isinstance(corr, (int, str)) and not isinstance(corr, bool) else None
 
 
 class _StepFinder:
@@ -222,11 +292,23 @@ class _StepFinder:
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
 
 
+class _PhaseFinder:
+    """Which phase a CPU-side timestamp falls in, by binary search over the (non-overlapping) phase spans."""
+
+    def __init__(self, spans: list[tuple[float, float, Phase]]) -> None:
+        self.spans = sorted(spans, key=lambda span: span[0])
+        self.starts = [start for start, _, _ in self.spans]
+
+    def __call__(self, ts: float) -> Phase | None:
+        i = bisect.bisect_right(self.starts, ts) - 1
+        return self.spans[i][2] if i >= 0 and ts <= self.spans[i][1] else None
+
+
 class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        self.cpu: list[tuple[str, str, float, float, object]] = []  # (category, name, ts, dur, correlation)
+        self.cpu: list[tuple[str, str, float, float, object, object]] = []  # (category, name, ts, dur, corr, tid)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
@@ -235,55 +317,116 @@ class _Collector:
         if not (isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)):
             return
         cat = e.get("cat")
-        if cat not in KEPT:
+        if not isinstance(cat, str) or cat not in KEPT:
             return
         ts, dur = e.get("ts"), e.get("dur")
-        if not (_usable(ts) and _usable(dur)):
+        if not (_usable_ts(ts) and _usable(dur)):
             self.skipped += 1
             return
         name = self.names.setdefault(e["name"], e["name"])
         if cat in GPU_WORK:
             self.gpu.append((float(ts), _correlation(e), gpu_op({**e, "name": name})))
         else:
-            self.cpu.append((cat, name, float(ts), float(dur), _correlation(e)))
+            tid = e.get("tid") if isinstance(e.get("tid"), (int, str)) else None
+            self.cpu.append((cat, name, float(ts), float(dur), _correlation(e), tid))
 
-    def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
-        """Split the collected events into profiler steps; raise ValueError if there are none."""
+    def steps(self, path: Path | str) -> tuple[list[Step], bool]:
+        """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
         steps = sorted(
             (
                 Step(int(m.group(1)), ts, dur)
-                for cat, name, ts, dur, _ in self.cpu
+                for cat, name, ts, dur, _, _ in self.cpu
                 if cat == "user_annotation" and (m := STEP_NAME.match(name))
             ),
             key=lambda s: s.start_us,
         )
-        if not steps:
+        if steps:
+            return steps, False
+        spans = [(ts, ts + dur) for _, _, ts, dur, _, _ in self.cpu] or [(ts, ts + op.us) for ts, _, op in self.gpu]
+        if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
-            raise ValueError(
-                f"{path}: no ProfilerStep#N events{why} (was it exported by a scheduled torch.profiler run?)"
-            )
+            raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
+        start = min(s for s, _ in spans)
+        return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def guess_label(self, step_at: _StepFinder) -> str | None:
+        """The record_function label: the most common user annotation inside the steps, the longest in all
+        of those tied (train_step, not the forward inside it)."""
+        counts: Counter = Counter()
+        total: Counter = Counter()
+        for cat, name, ts, dur, _, _ in self.cpu:
+            if cat == "user_annotation" and not STEP_NAME.match(name) and step_at(ts):
+                counts[name] += 1
+                total[name] += dur
+        return max(counts, key=lambda n: (counts[n], total[n]), default=None)
+
+    def phase_spans(self, label: str, step_at: _StepFinder) -> list[tuple[float, float, Phase]]:
+        """The record_function labels directly inside each span of `label` on its thread: (start, end, phase),
+        one Phase per step and name, its CPU time summed over its spans."""
+        outer = sorted((ts, ts + dur, tid) for cat, name, ts, dur, _, tid in self.cpu
+                       if cat == "user_annotation" and name == label)  # fmt: skip
+        if not outer:
+            return []
+        starts = [start for start, _, _ in outer]
+        inside: dict[int, list[tuple[float, float, str]]] = {}
+        for cat, name, ts, dur, _, tid in self.cpu:
+            if cat != "user_annotation" or name == label or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
+                continue
+            i = bisect.bisect_right(starts, ts) - 1
+            if i >= 0 and ts + dur <= outer[i][1] and tid == outer[i][2]:
+                inside.setdefault(i, []).append((ts, -dur, name))
+        spans: list[tuple[float, float, Phase]] = []
+        for children in inside.values():
+            last_end = -math.inf
+            for ts, neg_dur, name in sorted(children):
+                step = step_at(ts)
+                if ts < last_end or step is None:
+                    continue  # nested in the phase before it, or outside the steps
+                last_end = ts - neg_dur
+                phase = step.phases.setdefault(name, Phase(name))
+                phase.cpu_us += -neg_dur
+                spans.append((ts, last_end, phase))
+        return spans
+
+    def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
+        """Split the collected events into profiler steps (one step over the whole trace if it has none)."""
+        steps, whole = self.steps(path)
+        notes = []
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
         step_at = _StepFinder(steps)
         if not label:
             label = meta.get("label") if isinstance(meta.get("label"), str) else None
-        if not label:  # the record_function label: the most common user annotation inside the steps
-            names = Counter(
-                name
-                for cat, name, ts, _, _ in self.cpu
-                if cat == "user_annotation" and not STEP_NAME.match(name) and step_at(ts)
-            )
-            label = names.most_common(1)[0][0] if names else None
+        if not label:
+            label = self.guess_label(step_at)
+        if whole:
+            cpu = f"CPU time is record_function {label!r}" if label else "CPU time is the span of the whole trace"
+            notes.append(f"no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step; {cpu}")
+            if not label:
+                steps[0].region_us = steps[0].dur_us
+        spans = self.phase_spans(label, step_at) if label else []
+        phase_at = _PhaseFinder(spans)
 
         launch_step: dict[object, Step] = {}
+        launch_phase: dict[object, Phase] = {}
+        launched_outside: dict[object, float] = {}
         has_gpu = bool(self.gpu)
-        for cat, name, ts, dur, corr in self.cpu:
+        for cat, name, ts, dur, corr, _ in self.cpu:
             step = step_at(ts)
             if cat in LAUNCH_CATEGORIES:
                 has_gpu = True
-                if step is not None:
-                    step.runtime[name] += 1
+                if step is None:
                     if corr is not None:
-                        launch_step[corr] = step
+                        launched_outside[corr] = ts
+                    continue
+                step.runtime[name] += 1
+                phase = phase_at(ts) if spans else None
+                if phase is not None:
+                    phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
+                    phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
+                if corr is not None:
+                    launch_step[corr] = step
+                    if phase is not None:
+                        launch_phase[corr] = phase
             elif step is None:
                 continue
             elif cat == "cpu_op":
@@ -292,15 +435,37 @@ class _Collector:
                 step.region_us = (step.region_us or 0.0) + dur
 
         self.gpu.sort(key=lambda item: item[0])
+        by_time = not any(corr is not None for _, corr, _ in self.gpu)
+        if by_time and self.gpu:
+            notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
+        left_out: list[tuple[object, GpuOp]] = []
         for ts, corr, op in self.gpu:
-            step = launch_step.get(corr) if corr is not None else None
-            step = step or step_at(ts)
-            if step is not None:
-                step.gpu.append(op)
+            step = step_at(ts) if by_time else launch_step.get(corr)
+            if step is None:
+                if step_at(ts) is not None:  # ran inside a step, launched outside every step
+                    left_out.append((corr, op))
+                continue
+            step.gpu.append(op)
+            phase = launch_phase.get(corr)
+            if phase is not None:
+                phase.gpu_busy_us += op.us
+                phase.kernels += op.category == "kernel"
+        if left_out:
+            first = steps[0].start_us
+            before = all(launched_outside.get(corr, -math.inf) < first for corr, _ in left_out)
+            where = "before the first profiled step" if before else "outside the profiled steps"
+            us = human_time(sum(op.us for _, op in left_out))
+            notes.append(
+                f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between steps?): "
+                "not counted"
+            )
         props = header.get("deviceProperties") or []
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
-        return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped)
+        distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+        phases = list(dict.fromkeys(name for step in steps for name in step.phases))
+        return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
+                     sm_limits(first), phases)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -317,7 +482,7 @@ def _no_gc() -> Iterator[None]:
 
 
 def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
-    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has none."""
+    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has no events."""
     collector = _Collector()
     with _no_gc():
         for event in data["traceEvents"]:

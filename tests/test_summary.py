@@ -14,8 +14,9 @@ import torch
 from helpers import ROOT, command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from common.figures import summarize
 from common.naming import short_name
-from common.summary import main, summarize, top_kernels
+from common.summary import main, top_kernels
 from common.trace import parse
 
 
@@ -129,17 +130,18 @@ def test_markdown_output_is_pipe_tables(traces, capsys):
     assert "| trace | kernels | GPU µs | CPU µs | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
     assert "| 04_x/b_slow | 1.5 | 78 | 60 | 1.5 | 0.5 | — |" in out
     assert (
-        "| --- | ---: |" in out and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
+        "| --- | ---: |" in out
+        and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
     )
 
 
 def bad_input(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "empty").mkdir()
     (tmp_path / "notrace.json").write_text("{not json")
-    (tmp_path / "nosteps.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}))
+    (tmp_path / "noevents.json").write_text(json.dumps({"traceEvents": [ev("cpu_op", "aten::add", 0, -1)]}))
     return {
         "not a readable Chrome trace": tmp_path / "notrace.json",
-        "no ProfilerStep": tmp_path / "nosteps.json",
+        "no profiler events": tmp_path / "noevents.json",
     }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
+from helpers import requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.trace import parse, read_trace
@@ -101,9 +101,9 @@ def test_a_file_that_is_not_a_trace_raises_a_value_error_naming_it(tmp_path, con
         load_json(path)
 
 
-def test_a_trace_without_profiler_steps_raises_a_value_error_naming_it():
-    with pytest.raises(ValueError, match="nosteps.json: no ProfilerStep"):
-        parse({"traceEvents": [ev("cpu_op", "aten::add", 0, 1)]}, "nosteps.json")
+def test_a_trace_without_any_usable_event_raises_a_value_error_naming_it():
+    with pytest.raises(ValueError, match="noevents.json: no profiler events"):
+        parse({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}, "noevents.json")
 
 
 def profile_tiny_matmul(tmp_path: Path, device: str) -> tuple[torch.profiler.profile, Path]:
