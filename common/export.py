@@ -20,6 +20,7 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
+from common.files import normal_mode
 from common.interrupts import forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
@@ -93,7 +94,7 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
             head = src.read(1)
         if head != b"{" or not whole:
             disk = os.statvfs(trace.parent)
-            full = disk.f_bavail * disk.f_frsize < 1 << 20
+            full = disk.f_bavail * disk.f_frsize < 1 << 20 or disk.f_favail == 0  # no bytes, or no inodes
             raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full
                           else "the profiler wrote an incomplete trace", str(trace))  # fmt: skip
         dst.write(b'{"suite": ' + json.dumps(meta).encode() + b",")
@@ -139,8 +140,11 @@ class TraceFiles:
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
-                os.replace(dump, self.pickle)
+            for written in (trace, table, *([dump] if snapshot is not None else [])):
+                os.chmod(written, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
             removed_on_hard_exit(self.json, self.txt, self.pickle)  # until the output is checked (recording)
+            if snapshot is not None:
+                os.replace(dump, self.pickle)
             os.replace(table, self.txt)
             try:
                 os.replace(trace, self.json)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -284,6 +285,23 @@ def resolve_dtype(name: str | None, device: torch.device) -> tuple[str, str | No
     return name, None
 
 
+def check_nameable(folder: Path) -> Path:
+    """Refuse, in one line, a folder name the profiler cannot write to: one with a control character (a
+    newline makes Kineto write elsewhere), or one this locale cannot encode (under LANG=C, a non-ASCII name
+    reaches torch as undecodable bytes and export_chrome_trace fails with a TypeError)."""
+    text = str(folder)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise SuiteError(f"cannot write traces to {text!r}: the name has a newline or another control character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise SuiteError(f"cannot write traces to {shown!r}: this locale ({sys.getfilesystemencoding()}) cannot "
+                         "pass its name to torch; use an ASCII folder name, or a UTF-8 locale (LANG=C.UTF-8)"
+                         ) from None  # fmt: skip
+    return folder
+
+
 def check_writable(folder: Path) -> Path:
     """Prove that `folder` can be created and written, without creating it (a refused run leaves nothing)."""
     probe = folder
@@ -301,21 +319,31 @@ def check_writable(folder: Path) -> Path:
     return folder
 
 
+# A container's memory limit and use: cgroup v2, then v1 (where "no limit" reads as a number near 2**63).
+CGROUP_MEMORY = [
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+]
+NO_CGROUP_LIMIT = 1 << 60
+
+
 def cpu_available_bytes() -> int:
-    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit."""
+    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit,
+    v2 or v1."""
     have = None
     try:
         with open("/proc/meminfo") as fh:
             have = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
         have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
+    for limit_file, used_file in CGROUP_MEMORY:
+        try:
+            limit = Path(limit_file).read_text().strip()
+            used = int(Path(used_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and int(limit) < NO_CGROUP_LIMIT:
             have = min(have or int(limit), int(limit) - used)
-    except (OSError, ValueError):
-        pass
     return have if have is not None else 1 << 62
 
 
@@ -387,7 +415,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         warm=args.warmup,
         compiled=args.compile,
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
-        traces_dir=check_writable(base / script),
+        traces_dir=check_writable(check_nameable(base / script)),
         strict=args.strict,
         bench=args.bench,
         per_step=args.per_step,
