@@ -20,7 +20,7 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
-from common.files import normal_mode
+from common.files import normal_mode, shown_path
 from common.interrupts import forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
@@ -207,14 +207,6 @@ def hub_token_found() -> bool:
 
 
 SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13
-
-
-def shown_path(path: Path) -> Path:
-    """`path` relative to the working directory where it lies below it, else as it is."""
-    try:
-        return path.resolve().relative_to(Path.cwd())
-    except ValueError:
-        return path
 
 
 def share_command(traces_root: Path) -> str:

@@ -8,6 +8,14 @@ import tempfile
 from pathlib import Path
 
 
+def shown_path(path: Path) -> Path:
+    """`path` as a reader would type it here: relative to the working directory where it lies below it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def normal_mode() -> int:
     """The mode `open(path, "w")` gives a new file: 0o666 less the umask (reading it means setting it back)."""
     mask = os.umask(0o022)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
-from common.files import write_whole
+from common.files import shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
@@ -278,8 +278,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
-        "Per step = median over the profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
-        "CPU µs = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "Per step = median over the profiled steps. GPU busy = kernel+memcpy+memset busy time (not wall); "
+        "CPU = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
@@ -300,7 +300,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     ]
     skipped = [t for t in traces if t.skipped]
     if skipped:
-        out += ["", *(f"note: {t.path}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+        out += ["", *(f"note: {shown_path(t.path)}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
     said = [*trace_notes(traces, rows)]
     if said:
         out += ["", *said]
