@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import FIXTURES, command, run, tiny_gpu_trace
+from helpers import CPU_DTYPE, FIXTURES, command, run, tiny_gpu_trace
 
 from common.diff import KernelUse, main, match_kernels
 from common.trace import GpuOp
@@ -83,7 +83,7 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     small = ["--batch", "1", "--heads", "2", "--seq", "32", "--head_dim", "8"]
     assert run("04_a_naive_attention", tmp_path, *small) == 0
     assert run("04_b_inplace_ops_attention", tmp_path, *small) == 0
-    tag = "1_2_32_8_bf16_cold_eager.json"
+    tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager.json"
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
     assert code == 0 and "aten::clone" in out.splitlines()[3] and "CPU region" in out
