@@ -19,7 +19,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +37,7 @@ TARGET_S = 30.0  # what the cheaper command aims for
 PROGRESS_AFTER_S = 10.0  # no progress line before this: a short run's output stays the same every time
 PROGRESS_EVERY_S = 10.0
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
-GEMM_MIN_S = 0.02  # ... until one product takes this long
+GEMM_MIN_S = 0.1  # ... until one product takes this long
 COPY_BYTES = 16 << 20
 BENCH_UNTIMED_CALLS = 3  # common.bench calls the step this often before timing it
 
@@ -53,13 +53,18 @@ class Estimate:
     cheaper_seconds: float | None = None
 
 
-def gemm_rate(dtype: torch.dtype) -> float:
-    """FLOP/s of a matmul in `dtype` on the CPU's threads, best of three after an untimed call.
+def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
+    """FLOP/s of an n x n matmul in `dtype` on the CPU's threads at n = `size`, from best-of-three timings of
+    smaller products (after an untimed call each).
 
-    The matrix grows from GEMM_N until one product takes GEMM_MIN_S: a 256 x 256 fp32 product takes
-    0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when another process keeps a core
-    busy) would read as a rate ten times too slow; an emulated bf16 one takes 46 ms, long enough at once.
+    The matrix doubles from GEMM_N until one product takes GEMM_MIN_S, or reaches GEMM_MAX_N or `size`: a
+    256 x 256 fp32 product takes 0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when
+    another process keeps a core busy) would read as a rate ten times too slow. Past the largest size timed,
+    a rate that fell from the size before is taken to keep falling at that pace (never to rise): an emulated
+    bf16 product gets slower per FLOP as it grows (2.7 GFLOP/s at 256 x 256, 0.35 at 2048 x 2048, with
+    oneDNN held to AVX2), a native one does not.
     """
+    rates: list[tuple[int, float]] = []
     n = GEMM_N
     while True:
         x, w = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
@@ -69,9 +74,13 @@ def gemm_rate(dtype: torch.dtype) -> float:
             start = time.perf_counter()
             torch.matmul(x, w)
             best = min(best, time.perf_counter() - start)
-        if best >= GEMM_MIN_S or n >= GEMM_MAX_N:
-            return 2 * n**3 / best
+        rates.append((n, 2 * n**3 / best))
+        if best >= GEMM_MIN_S or 2 * n > min(GEMM_MAX_N, size):
+            break
         n *= 2
+    (n1, r1), (n2, r2) = rates[-2] if len(rates) > 1 else rates[-1], rates[-1]
+    falls = math.log(r1 / r2) / math.log(n2 / n1) if n2 > n1 and r2 < r1 else 0.0
+    return r2 * (n2 / max(size, n2)) ** falls
 
 
 def copy_rate() -> float:
@@ -86,10 +95,11 @@ def copy_rate() -> float:
     return 2 * COPY_BYTES / best
 
 
-def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, copy: float) -> float:
-    """`calls` steps in `dtype`, the reference once in its higher precision, and --bench's minimum run."""
-    step = work.flops / gemm_rate(dtype) + work.bytes / copy
-    reference = work.flops / gemm_rate(run.reference_dtype if dtype == run.dtype else torch.float64)
+def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, rate: Callable[[torch.dtype], float]) -> float:
+    """`calls` steps in `dtype`, the reference once in its higher precision, and --bench's minimum run, at
+    the matmul rates `rate(dtype)` and the copy rate `rate(torch.uint8)`."""
+    step = work.flops / rate(dtype) + work.bytes / rate(torch.uint8)
+    reference = work.flops / rate(run.reference_dtype if dtype == run.dtype else torch.float64)
     return calls * step + reference + (MIN_RUN_TIME_S if run.bench else 0.0)
 
 
@@ -127,20 +137,27 @@ def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
     small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None
-    copy = copy_rate()
-    seconds = run_seconds(run, work, calls, run.dtype, copy)
+    size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
+    measured: dict[torch.dtype, float] = {}
+
+    def rate(dtype: torch.dtype) -> float:  # each rate measured once
+        if dtype not in measured:
+            measured[dtype] = copy_rate() if dtype == torch.uint8 else gemm_rate(dtype, size)
+        return measured[dtype]
+
+    seconds = run_seconds(run, work, calls, run.dtype, rate)
     if seconds <= LONG_S:
-        return Estimate(seconds, calls, gemm_rate(run.dtype))
+        return Estimate(seconds, calls, rate(run.dtype))
     argv, cheaper = run.argv, seconds
     if run.dtype != torch.float32:
-        fp32 = run_seconds(run, work, calls, torch.float32, copy)
+        fp32 = run_seconds(run, work, calls, torch.float32, rate)
         if fp32 < 0.8 * seconds:
             argv, cheaper = with_flag(argv, "--dtype", "fp32"), fp32
     if cheaper > LONG_S:
         argv, cheaper = shrink(run, argv, cheaper)
     if argv == run.argv:
-        return Estimate(seconds, calls, gemm_rate(run.dtype))
-    return Estimate(seconds, calls, gemm_rate(run.dtype), argv, cheaper)
+        return Estimate(seconds, calls, rate(run.dtype))
+    return Estimate(seconds, calls, rate(run.dtype), argv, cheaper)
 
 
 def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
@@ -149,10 +166,10 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     if guess is None or guess.seconds < SAY_ABOVE_S:
         return []
     compiling = " (plus compiling)" if run.compiled else ""
+    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s measured"
     lines = [
         f"estimate: about {human_time(guess.seconds * 1e6)}{compiling} on this CPU: {guess.calls} calls of "
-        f"{work.flops / 1e9:.3g} GFLOP at {guess.flops_per_s / 1e9:.3g} GFLOP/s ({run.dtype_name} matmul, measured) "
-        "and the reference"
+        f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
     ]
     if guess.seconds > LONG_S and guess.cheaper:
         command = " ".join(["uv run", f"{run.script}.py", *guess.cheaper])

@@ -89,7 +89,7 @@ def test_a_small_run_measures_nothing_and_prints_no_estimate_or_progress(tmp_pat
 
 
 def rates(monkeypatch, flops_per_s: dict[torch.dtype, float], bytes_per_s: float = 10e9) -> None:
-    monkeypatch.setattr(common.estimate, "gemm_rate", lambda dtype: flops_per_s[dtype])
+    monkeypatch.setattr(common.estimate, "gemm_rate", lambda dtype, size=0: flops_per_s[dtype])
     monkeypatch.setattr(common.estimate, "copy_rate", lambda: bytes_per_s)
 
 
@@ -103,7 +103,11 @@ def test_a_long_run_says_so_with_a_cheaper_command_in_fp32(tmp_path, monkeypatch
     guess = estimate(r, work, warmup_calls=5)
     assert guess.calls == 10 and guess.seconds > 10 * work.flops / 0.7e9  # ten calls in bf16, then the reference
     head, cheaper = estimate_lines(r, work, guess)
-    assert head.startswith("estimate: about 1,960 s (plus compiling) on this CPU: 10 calls of 137 GFLOP at 0.7 GFLOP/s")
+    assert head == (
+        "estimate: about 1,960 s (plus compiling) on this CPU: 10 calls of 137 GFLOP and a reference, bf16 at 0.7 "
+        "GFLOP/s measured"
+    )
+    assert len(head) <= 120
     assert cheaper.startswith("  that is long; about ")
     assert cheaper.endswith("uv run 01_matmul_add.py --size 4096 --warmup --compile --dtype fp32")
 
@@ -149,3 +153,34 @@ def test_no_progress_line_before_the_threshold():
     with redirect_stdout(out), progress("steps", None, after_s=3600.0):
         pass
     assert out.getvalue() == ""
+
+
+class FakeClock:
+    """torch.matmul and time.perf_counter for gemm_rate: an n x n product takes 2n³ / rate(n) seconds."""
+
+    def __init__(self, rate) -> None:
+        self.now, self.rate = 0.0, rate
+
+    def matmul(self, x, w):
+        self.now += 2 * x.shape[0] ** 3 / self.rate(x.shape[0])
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_rate_that_falls_with_size_is_extrapolated_to_the_run_s_size(monkeypatch):
+    clock = FakeClock(lambda n: 1e9 * 256 / n)  # the emulated path: slower per FLOP as it grows
+    monkeypatch.setattr(common.estimate.torch, "matmul", clock.matmul)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", clock.perf_counter)
+    assert common.estimate.gemm_rate(torch.float32, 4096) == pytest.approx(1e9 * 256 / 4096)
+
+
+def test_a_rate_that_rises_with_size_is_not_extrapolated_upward(monkeypatch):
+    clock = FakeClock(lambda n: 1e8 * n)  # a native GEMM gets faster as it grows: take the largest timed
+    monkeypatch.setattr(common.estimate.torch, "matmul", clock.matmul)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", clock.perf_counter)
+    assert common.estimate.gemm_rate(torch.float32, 100_000) == pytest.approx(1e8 * common.estimate.GEMM_MAX_N)
+
+
+def test_the_copy_rate_is_measured():
+    assert common.estimate.copy_rate() > 0
