@@ -166,9 +166,9 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     if guess is None or guess.seconds < SAY_ABOVE_S:
         return []
     compiling = " (plus compiling)" if run.compiled else ""
-    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s measured"
+    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s on this CPU"
     lines = [
-        f"estimate: about {human_time(guess.seconds * 1e6)}{compiling} on this CPU: {guess.calls} calls of "
+        f"estimate: about {human_time(guess.seconds * 1e6)}{compiling}: {guess.calls} calls of "
         f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
     ]
     if guess.seconds > LONG_S and guess.cheaper:

@@ -104,8 +104,8 @@ def test_a_long_run_says_so_with_a_cheaper_command_in_fp32(tmp_path, monkeypatch
     assert guess.calls == 10 and guess.seconds > 10 * work.flops / 0.7e9  # ten calls in bf16, then the reference
     head, cheaper = estimate_lines(r, work, guess)
     assert head == (
-        "estimate: about 1,960 s (plus compiling) on this CPU: 10 calls of 137 GFLOP and a reference, bf16 at 0.7 "
-        "GFLOP/s measured"
+        "estimate: about 1,960 s (plus compiling): 10 calls of 137 GFLOP and a reference, "
+        "bf16 at 0.7 GFLOP/s on this CPU"
     )
     assert len(head) <= 120
     assert cheaper.startswith("  that is long; about ")
