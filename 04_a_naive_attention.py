@@ -58,7 +58,7 @@ def guess(compiled: bool) -> list[Expect]:
             expect_op("aten::bmm", 2, "the two GEMMs stay library calls (extern bmm)"),
             expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
             expect_kernels("triton", 1, "scale + mask + softmax fused by Inductor", at_least=True),
-            expect_memcpy(0, "no clone in a compiled graph: in place or not no longer matters"),
+            expect_memcpy(0, "no clone in a compiled graph: in place or not"),
         ]
     return [
         expect_op("aten::matmul", 2, "q @ k.T and attn @ v"),
@@ -70,7 +70,7 @@ def guess(compiled: bool) -> list[Expect]:
         expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
         expect_kernels("pointwise", 2, "the scale mul and the masking"),
         expect_kernels("softmax", 1, "one softmax kernel"),
-        expect_memcpy(1, "the post's surprise: the clone inside masked_fill copies scores device to device"),
+        expect_memcpy(1, "the post's surprise: masked_fill's clone copies scores"),
     ]
 
 

@@ -51,7 +51,7 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
     """What one profiled step should show, written down before looking."""
     fused = backend != "math"
     if compiled:
-        sdpa = expect_op("aten::scaled_dot_product_attention", 0, "Inductor calls what SDPA would dispatch to")
+        sdpa = expect_op("aten::scaled_dot_product_attention", 0, "Inductor calls SDPA's choice directly")
         if fused and on_gpu:
             return [
                 sdpa,
@@ -61,43 +61,35 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
             ]
         return [
             sdpa,
-            expect_op("aten::bmm", 2, "decomposed into math (on the CPU flash too): two extern bmm GEMMs"),
+            expect_op("aten::bmm", 2, "decomposed (CPU flash too): two extern bmm GEMMs"),
             expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
             expect_kernels("triton", 1, "the rest fused by Inductor", at_least=True),
         ]
-    sdpa = expect_op("aten::scaled_dot_product_attention", 1, "the one line that replaces the naive module")
+    sdpa = expect_op("aten::scaled_dot_product_attention", 1, "replaces the naive code")
     if not fused:
         return [
             sdpa,
             expect_op("aten::_scaled_dot_product_attention_math", 1, "the reference: attention op by op"),
-            expect_op("aten::tril", 1, "is_causal: the mask is rebuilt every call (ones -> tril -> where)"),
-            expect_op("aten::_safe_softmax", 1, "NaN-safe softmax instead of a bare aten::softmax"),
+            expect_op("aten::tril", 1, "is_causal: the mask rebuilt every call"),
+            expect_op("aten::_safe_softmax", 1, "a NaN-safe softmax, not aten::softmax"),
             expect_op("aten::matmul", 2, "q @ k.T and attn @ v"),
-            *(
-                [expect_op("aten::_to_copy", 4, "q, k, v upcast to fp32, the output cast back", at_least=True)]
-                if upcast
-                else []
-            ),
-            expect_kernels(
-                "gemm", 2, "fp32 GEMMs" + (", off the tensor cores (sgemm on the post's A100)" if upcast else "")
-            ),
-            expect_kernels("any", 10, "many small kernels besides (20 in all on the post's A100)", at_least=True),
+            *([expect_op("aten::_to_copy", 4, "q, k, v to fp32, the output back", at_least=True)] if upcast else []),
+            expect_kernels("gemm", 2, "fp32 GEMMs" + (": sgemm on the post's A100" if upcast else "")),
+            expect_kernels("any", 10, "20 in all on the post's A100", at_least=True),
         ]
     lines = [
         sdpa,
-        expect_op(FUSED_OP[backend] + ("" if on_gpu else "_for_cpu"), 1, "dispatched straight to the fused backend"),
+        expect_op(FUSED_OP[backend] + ("" if on_gpu else "_for_cpu"), 1, "straight to the fused backend"),
         expect_op("aten::_scaled_dot_product_attention_math", 0, "no op-by-op decomposition"),
-        expect_kernels("attention", 1, "one fused kernel: the seq x seq scores never leave the chip"),
+        expect_kernels("attention", 1, "scores never leave the chip"),
         expect_memcpy(0, "nothing copied"),
     ]
     if backend == "cudnn":
         return lines + [
-            expect_op("aten::transpose", 0, "cuDNN reads [batch, heads, seq, head_dim] as it is"),
-            expect_launches("cuLaunchKernelEx", 1, "launched through the driver, not cudaLaunchKernel", at_least=True),
+            expect_op("aten::transpose", 0, "cuDNN reads [B, H, S, D] as is"),
+            expect_launches("cuLaunchKernelEx", 1, "via the driver API", at_least=True),
         ]
-    return lines + [
-        expect_op("aten::transpose", 1, "views to the kernel's [batch, seq, heads, head_dim]", at_least=True)
-    ]
+    return lines + [expect_op("aten::transpose", 1, "to the kernel's [B, S, H, D]", at_least=True)]
 
 
 @cli

@@ -2,9 +2,12 @@
 
 cli          the command-line contract: one `error:` line, exit codes, argument types (no torch)
 interrupts   Ctrl-C, SIGTERM, SIGHUP: a clean exit at a safe point, a second signal ends at once (no torch)
-runtime      the flags every script shares, and the run they resolve to (device, dtype, seed, schedule, tag)
+runtime      the flags every script shares, and the run they resolve to (device, dtype, seed, schedule, tag);
+             the CPU's fast dtype (bf16 only where it is native)
 recording    the guard around a script's profiler block (`recording`) and its tail (`finish`)
+estimate     a CPU run's time from its work and measured rates, said before it starts; progress lines
 export       writing <tag>.json (Chrome trace), <tag>.txt (key_averages table), the memory snapshot
+files        files written whole, with the mode a plain write gives; paths as a reader types them (no torch)
 memory       GPU memory over the profiled steps (torch.cuda allocator statistics)
 checks       correctness against a higher-precision reference, before a trace is trusted
 private_api  every private torch / huggingface_hub API and message text the suite relies on

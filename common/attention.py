@@ -88,8 +88,7 @@ def attention_memory(
     b, h, s, d = batch, heads, seq, head_dim
     ref = reference_dtype(dtype).itemsize
     need = 4 * b * h * s * d * (dtype.itemsize + ref) + b * h * s * s * (score_bytes + 2 * ref) + 2 * s * s
-    scores = "the [batch, heads, seq, seq] scores, " if score_bytes else ""
-    return need, f"q, k, v, the output, {scores}and the higher-precision reference's scores"
+    return need, "q, k, v, output, scores, reference" if score_bytes else "q, k, v, output, reference"
 
 
 def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:
@@ -108,7 +107,7 @@ def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torc
             error = str(exc).splitlines()[0]
     where = f"{run.device_name}, {run.dtype_name}, head_dim {q.shape[-1]}"
     if not run.on_gpu and backend in ("efficient", "cudnn"):
-        reason = "PyTorch has no such kernel for the CPU (only math and flash); use one of those or a CUDA GPU"
+        reason = "CUDA only; on the CPU, only math and flash run"
     else:
         reason = dispatcher_reason(backend, [str(w.message) for w in caught]) or error
     raise SuiteError(f"--backend {backend} cannot run here ({where}): {reason}")
@@ -135,7 +134,7 @@ def require_flash(run: Run, head_dim: int) -> None:
     """Refuse, in one line, what FlashAttention cannot run: no CUDA GPU, fp32, an unsupported head_dim."""
     if not run.on_gpu:
         raise SuiteError(
-            "FlashAttention needs a CUDA GPU and this run is on the CPU; 04_a, 04_b and 04_c run on the CPU"
+            "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
         )
     if run.dtype == torch.float32:
         raise SuiteError("FlashAttention computes in bf16 or fp16, not fp32: drop --dtype fp32")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -48,6 +49,14 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("description", summary)
         kwargs.setdefault("epilog", details.strip() or None)
         super().__init__(allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+    def parse_known_args(
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, keeping the flags as given in `.argv` (for the cheaper command a long run suggests)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        parsed.argv = list(sys.argv[1:] if args is None else args)
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see --help)", file=sys.stderr)
@@ -135,7 +144,9 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
             if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):
                 fail("out of GPU memory at these sizes; try smaller shapes")
             if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):  # torch's CPU allocator
-                fail(f"out of CPU memory at these sizes ({str(exc).splitlines()[0].strip()}); try smaller shapes")
+                tried = re.search(r"allocate (\d+) bytes", str(exc))
+                size = f" (one allocation of {int(tried[1]) / 1e9:,.3g} GB failed)" if tried else ""
+                fail(f"out of CPU memory at these sizes{size}; try smaller shapes")
             raise
         finally:
             while _CLEANUPS:

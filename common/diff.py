@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import textwrap
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
 from common.figures import Row, launch_line, summarize
 from common.naming import short_name
-from common.tables import DASH, num, printable, table
+from common.tables import DASH, TEXT_WIDTH, num, printable, room_for, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
@@ -69,14 +70,22 @@ def match_kernels(
     return pairs
 
 
+OF_DELTA = "(of |Δ|: each row's share of the gross change, the sum of every row's |Δ|; Δ's sign says which way)"
+
+
 def _signed(value: float, digits: int = 3) -> str:
     text = num(abs(value), digits)
     return ("−" if value < 0 else "+") + text if value else "0"
 
 
+def _signed_time(us: float) -> str:
+    """A change of time with its sign: '+1.2 ms', '−3.40 µs', '0'."""
+    return ("−" if us < 0 else "+") + human_time(abs(us)) if us else "0"
+
+
 def _listed(uses: list[KernelUse], limit: int = 2) -> str:
     """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest."""
-    shown = ", ".join(f"{short_name(u.op.name, 70)} ({num(u.us, 4)} µs)" for u in uses[:limit])
+    shown = ", ".join(f"{short_name(u.op.name, 70)} ({human_time(u.us)})" for u in uses[:limit])
     return shown + (f" and {len(uses) - limit} more" if len(uses) > limit else "")
 
 
@@ -97,7 +106,7 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
         u, v = max(swapped, key=lambda p: abs(p[1].us - p[0].us))
         if abs(v.us - u.us) >= max([w.us for w in removed + added], default=0.0):
             parts.append(
-                f"{short_name(u.op.name, 50)} → {short_name(v.op.name, 70)} ({num(u.us, 4)} → {num(v.us, 4)} µs)"
+                f"{short_name(u.op.name, 50)} → {short_name(v.op.name, 70)} ({human_time(u.us)} → {human_time(v.us)})"
             )
     if removed:
         parts.append(f"gone: {_listed(removed)}")
@@ -107,14 +116,14 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
         changed = sorted(((u, v) for u, v in pairs if u and v), key=lambda p: -abs(p[1].us - p[0].us))
         if changed:
             u, v = changed[0]
-            parts.append(f"the same GPU work; {short_name(u.op.name, 40)} {_signed(v.us - u.us)} µs per step")
+            parts.append(f"the same GPU work; {short_name(u.op.name, 40)} {_signed_time(v.us - u.us)} per step")
     if ta.kernels is not None and tb.kernels is not None and ta.kernels != tb.kernels:
         parts.append(f"{num(ta.kernels)} kernels per step → {num(tb.kernels)}")
     if ta.gpu_us and tb.gpu_us is not None:
         pct = _signed(100 * (tb.gpu_us / ta.gpu_us - 1), 2)
-        parts.append(f"GPU busy {num(ta.gpu_us, 4)} → {num(tb.gpu_us, 4)} µs per step ({pct}%)")
+        parts.append(f"GPU busy {human_time(ta.gpu_us)} → {human_time(tb.gpu_us)} per step ({pct}%)")
     elif ta.cpu_us and tb.cpu_us is not None:
-        parts.append(f"CPU region {num(ta.cpu_us, 4)} → {num(tb.cpu_us, 4)} µs per step")
+        parts.append(f"CPU region {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
     gone = [n for n in ops_a if ops_a[n] and not ops_b.get(n)]
     new = [n for n in ops_b if ops_b[n] and not ops_a.get(n)]
     if gone:
@@ -162,7 +171,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     """The whole diff, as text or Markdown."""
     heading = (lambda s: f"### {s}") if markdown else (lambda s: s)  # noqa: E731
     gap = [""] if markdown else []
-    out = [heading(f"diff: A = {a.name} → B = {b.name}")]
+    title = f"diff: A = {a.name} → B = {b.name}"
+    out = [heading(title)] if markdown or len(title) <= TEXT_WIDTH else [f"diff: A = {a.name}", f"    → B = {b.name}"]
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
     notes = comparability(a, b)
@@ -171,11 +181,12 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())
-    out += ["", headline(pairs, ta, tb, ops_a, ops_b)]
+    line = headline(pairs, ta, tb, ops_a, ops_b)
+    out += ["", *([line] if markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
 
     rows = []
     for label, x, y, digits in (
-        ("GPU busy µs", ta.gpu_us, tb.gpu_us, 4), ("CPU region µs", ta.cpu_us, tb.cpu_us, 4),
+        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU region", ta.cpu_us, tb.cpu_us, 0),
         ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
         *([("graph launches", ta.graph_launches, tb.graph_launches, 3)] if ta.graph_launches or tb.graph_launches
           else []),
@@ -184,16 +195,16 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     ):  # fmt: skip
         if x is None and y is None:
             continue
-        delta = _signed(y - x, digits) if x is not None and y is not None else DASH
+        shown, signed = (human_time, _signed_time) if digits == 0 else (lambda v, d=digits: num(v, d), _signed)
+        delta = signed(y - x) if x is not None and y is not None else DASH
         pct = _signed(100 * (y / x - 1), 2) + "%" if x and y is not None else DASH
-        rows.append([label, num(x, digits), num(y, digits), delta, pct])
+        rows.append([label, shown(x), shown(y), delta, pct])
     out += ["", heading("Totals per step (medians)"), *gap, table(["", "A", "B", "Δ", "Δ%"], rows, {""}, markdown)]
     out += [f"{side}: per step, {line}" for side, row in (("A", ta), ("B", tb)) if (line := launch_line(row))]
     if a.phases or b.phases:
         out += ["", heading("Phases per step (medians)"), *gap, phase_diff(a, b, markdown)]
 
-    change = (tb.gpu_us - ta.gpu_us) if ta.gpu_us is not None and tb.gpu_us is not None else 0.0
-    spread = sum(abs((v.us if v else 0.0) - (u.us if u else 0.0)) for u, v in pairs) or 1.0
+    gross = sum(abs((v.us if v else 0.0) - (u.us if u else 0.0)) for u, v in pairs) or 1.0
 
     def delta_us(pair) -> float:
         u, v = pair
@@ -205,18 +216,21 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
             continue  # unchanged
         what = "removed" if v is None else "added" if u is None else "changed"
         d = delta_us((u, v))
-        share = 100 * d / change if change and abs(change) >= 0.01 * spread else 100 * abs(d) / spread
         name = _short((v or u).op) if u is None or v is None or _short(u.op) == _short(v.op) else (
             f"{_short(u.op)} → {_short(v.op)}")  # fmt: skip
         kernel_rows.append([
             what, (u or v).op.family, num(u.calls) if u else "0", num(v.calls) if v else "0",
-            f"{u.us:.1f}" if u else "0", f"{v.us:.1f}" if v else "0", _signed(d), f"{share:.0f}%",
-            short_name(name, 90) if u is None or v is None else name[:110],
+            human_time(u.us) if u else "0", human_time(v.us) if v else "0", _signed_time(d),
+            f"{100 * abs(d) / gross:.0f}%", short_name(name, 90) if u is None or v is None else name,
         ])  # fmt: skip
     if kernel_rows:
-        headers = ["", "family", "A calls", "B calls", "A µs", "B µs", "Δ µs", "of Δ", "kernel"]
+        headers = ["", "family", "A calls", "B calls", "A", "B", "Δ", "of |Δ|", "kernel"]
+        if not markdown:  # the kernel names take what is left of TEXT_WIDTH
+            room = room_for(headers, kernel_rows, len(headers) - 1)
+            kernel_rows = [[*r[:-1], r[-1] if len(r[-1]) <= room else r[-1][: room - 1] + "…"] for r in kernel_rows]
         out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
         out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
+        out.append(OF_DELTA)
     elif a.has_gpu or b.has_gpu:
         out += ["", "GPU work: the same kernels, within 5% of their time."]
 

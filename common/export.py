@@ -20,12 +20,15 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
+from common.files import normal_mode, shown_path
 from common.interrupts import forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.runtime import Run
 
 TABLE_ROWS_PRINTED = 15
+TABLE_WIDTH = 120  # the printed table's width, where its figure columns leave room (the .txt file keeps full names)
+MIN_NAME = 20  # the narrowest name column the printed table gets
 STALE_TEMP_S = 300  # a temporary this old belongs to a run that was killed
 
 
@@ -34,19 +37,27 @@ def sort_key(on_gpu: bool) -> str:
     return "cuda_time_total" if on_gpu else "cpu_time_total"
 
 
-def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1) -> str:
-    """`averages.table(...)` (from `prof.key_averages()`), sorted for the device.
+def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1, width: int | None = None) -> str:
+    """`averages.table(...)` (from `prof.key_averages()`), sorted for the device; given `width`, with the
+    name column shortened (torch ends a cut name with "...") so the table fits it where it can: on the CPU,
+    120 columns leave 34 characters for names; a GPU table's ten figure columns alone are 140 wide.
 
     Torch releases disagree on the GPU key (`cuda_time_total` vs `device_time_total`);
     try both rather than crash on either.
     """
     keys = [sort_key(on_gpu)] + (["device_time_total", "self_cuda_time_total"] if on_gpu else [])
-    for key in keys:
+    table = ""
+    for key in [*keys, None]:
         try:
-            return averages.table(sort_by=key, row_limit=row_limit)
+            table = averages.table(sort_by=key, row_limit=row_limit)
         except (AttributeError, KeyError, ValueError):
             continue
-    return averages.table(row_limit=row_limit)
+        over = max(map(len, table.splitlines()), default=0) - width if width else 0
+        if over > 0:
+            name = len(table.splitlines()[1]) - len(table.splitlines()[1].lstrip("-").lstrip())
+            table = averages.table(sort_by=key, row_limit=row_limit, max_name_column_width=max(MIN_NAME, name - over))
+        return table
+    return table
 
 
 def remove_stale_temporaries(folder: Path, older_than_s: float = STALE_TEMP_S) -> None:
@@ -83,7 +94,7 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
             head = src.read(1)
         if head != b"{" or not whole:
             disk = os.statvfs(trace.parent)
-            full = disk.f_bavail * disk.f_frsize < 1 << 20
+            full = disk.f_bavail * disk.f_frsize < 1 << 20 or disk.f_favail == 0  # no bytes, or no inodes
             raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full
                           else "the profiler wrote an incomplete trace", str(trace))  # fmt: skip
         dst.write(b'{"suite": ' + json.dumps(meta).encode() + b",")
@@ -115,7 +126,7 @@ class TraceFiles:
             raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
         remove_stale_temporaries(folder)
         averages = prof.key_averages()
-        self.table = key_averages_table(averages, self.run.on_gpu, row_limit=TABLE_ROWS_PRINTED)
+        self.table = key_averages_table(averages, self.run.on_gpu, TABLE_ROWS_PRINTED, TABLE_WIDTH)
         temporaries: list[Path] = []
         try:
             raw, trace, table, dump = (
@@ -129,6 +140,10 @@ class TraceFiles:
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
+            for written in (trace, table, *([dump] if snapshot is not None else [])):
+                os.chmod(written, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
+            removed_on_hard_exit(self.json, self.txt, self.pickle)  # until the output is checked (recording)
+            if snapshot is not None:
                 os.replace(dump, self.pickle)
             os.replace(table, self.txt)
             try:
@@ -161,9 +176,35 @@ class TraceFiles:
         }
 
     def discard(self) -> None:
-        """Remove the written files (used when the output turns out wrong)."""
+        """Remove the written files (when the output turns out wrong, or the run ends before it is checked)."""
         for path in (self.json, self.txt, self.pickle):
             path.unlink(missing_ok=True)
+        forget(self.json, self.txt, self.pickle)
+
+
+LOGIN_COMMAND = "uvx --from huggingface_hub hf auth login"
+
+
+def hub_token_path() -> Path:
+    """Where huggingface_hub keeps the login token: $HF_TOKEN_PATH, else $HF_HOME/token, else
+    ~/.cache/huggingface/token (under $XDG_CACHE_HOME when set), as `huggingface_hub.constants` reads it."""
+    if os.environ.get("HF_TOKEN_PATH"):
+        return Path(os.path.expanduser(os.environ["HF_TOKEN_PATH"]))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
+    return Path(os.path.expanduser(home)) / "token"
+
+
+def hub_token_found() -> bool:
+    """Whether trace-util will find a Hub token, looked up as huggingface_hub does but offline and without
+    importing it: a CI token exchange (HF_OIDC_RESOURCE), HF_TOKEN (or the older HUGGING_FACE_HUB_TOKEN),
+    then the token file that `hf auth login` writes."""
+    if any(os.environ.get(name, "").strip() for name in ("HF_OIDC_RESOURCE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")):
+        return True
+    try:
+        return bool(hub_token_path().read_text().strip())
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13
@@ -173,8 +214,13 @@ def share_command(traces_root: Path) -> str:
     """The trace-util command that uploads `traces_root` to a Hub bucket and prints Perfetto links.
 
     Pinned to 0.1.0: a bare `uvx trace-util` resolves 0.2.0 on Python 3.12+, which rejects this form."""
-    try:
-        shown = traces_root.resolve().relative_to(Path.cwd())
-    except ValueError:
-        shown = traces_root
-    return f"uvx --from {SHARE_TOOL} trace-util {shown} -b traces"
+    return f"uvx --from {SHARE_TOOL} trace-util {shown_path(traces_root)} -b traces"
+
+
+def share_lines(traces_root: Path) -> list[str]:
+    """How to open or share the traces: Perfetto, then trace-util, after the login where there is no token."""
+    lines = ["open the trace at https://ui.perfetto.dev (drag the .json in)"]
+    if not hub_token_found():
+        lines.append(f"to share, log in to the Hub once: {LOGIN_COMMAND}")
+    lines.append(f"share {shown_path(traces_root)}/ as Perfetto links: {share_command(traces_root)}")
+    return lines

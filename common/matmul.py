@@ -17,7 +17,7 @@ def matmul_add_work(batch: int, n: int, dtype: torch.dtype) -> Work:
 def matmul_add_memory(batch: int, n: int, dtype: torch.dtype) -> tuple[int, str]:
     """Bytes at the peak, and for what: x, w, b, y, and the four again in the reference's precision plus one."""
     need = batch * n * n * (4 * dtype.itemsize + 5 * reference_dtype(dtype).itemsize)
-    return need, "x, w, b, y and their higher-precision reference"
+    return need, "x, w, b, y, reference"
 
 
 def linear_work(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> Work:
@@ -31,4 +31,4 @@ def linear_memory(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> 
     the reference's product before its bias add."""
     m, k, n = batch, in_dim, out_dim
     e, r = dtype.itemsize, reference_dtype(dtype).itemsize
-    return (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, the weight, y and their reference"
+    return (m * k + k * n + n + m * n) * (e + r) + m * n * r, "x, weight, y, reference"

@@ -43,7 +43,7 @@ def mlp_memory(batch: int, seq: int, dim: int, hidden: int, dtype: torch.dtype) 
     m, d, h = batch * seq, dim, hidden
     e, ref = dtype.itemsize, reference_dtype(dtype).itemsize
     need = 3 * d * h * (e + ref) + (2 * m * d + 3 * m * h) * (e + ref)
-    return need, "the weights, x, the hidden activations, y, and the higher-precision reference"
+    return need, "weights, x, activations, y, reference"
 
 
 def mlp_work(batch: int, seq: int, dim: int, hidden: int, element_size: int) -> Work:

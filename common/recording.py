@@ -19,14 +19,17 @@ import torch
 
 from common.bench import bench as time_step
 from common.checks import check_close
-from common.cli import SuiteError
+from common.cli import SuiteError, on_exit
+from common.estimate import Progress, estimate, estimate_lines, progress
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
+from common.interrupts import forget
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.report import exit_code, print_bench, print_files, print_report
 from common.runtime import Run
 from common.trace import read_trace
+from common.units import human_time
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
 
@@ -38,6 +41,18 @@ class Recording:
         self.run, self.label = run, label
         self.files = TraceFiles(run, tag, label, work, meta)
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
+        self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
+        self.checked = False  # the output matched the reference: the files are kept from here on
+
+    def keep(self) -> None:
+        """The output is checked: its files stay, whatever happens next (an interrupt while printing)."""
+        self.checked = True
+        forget(self.files.json, self.files.txt, self.files.pickle)
+
+    def discard_unchecked(self) -> None:
+        """When the run ends (common.cli) before its output was checked, remove what it wrote."""
+        if not self.checked:
+            self.files.discard()
 
     def warm_up(self, step: Callable[[], object]) -> None:
         """Call `step` WARMUP_CALLS times before profiling (--warmup) and print what the first call cost.
@@ -45,6 +60,8 @@ class Recording:
         The first call pays for compilation (--compile), cuBLAS set-up and the allocator; the trace of a
         warm run shows none of that, and neither do the memory figures (the watch restarts after).
         """
+        if self.progress:
+            self.progress.what = "warm-up"
         start = time.perf_counter()
         step()
         self._sync()
@@ -55,8 +72,10 @@ class Recording:
         self._sync()
         rest = (time.perf_counter() - start) / (WARMUP_CALLS - 1)
         what = "compile + first call" if self.run.compiled else "first call"
-        print(f"warm-up: {what} {first * 1e3:.1f} ms wall, then {WARMUP_CALLS - 1} more at "
-              f"{rest * 1e3:.3f} ms wall each (not profiled)")  # fmt: skip
+        print(f"warm-up: {what} {human_time(first * 1e6)} wall, then {WARMUP_CALLS - 1} more at "
+              f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
+        if self.progress:
+            self.progress.what = "profiled steps, then the reference"
         self.watch.start()
 
     def _sync(self) -> None:
@@ -77,17 +96,24 @@ class Recording:
 
 @contextlib.contextmanager
 def recording(run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
-    """The guard around a script's profiler block: the GPU memory watch over the steps, and no file left
-    under a final name if anything in the block fails or is interrupted. `meta`: more entries for the
-    trace's `suite` metadata (a rank, say)."""
+    """The guard around a script's profiler block: the run's estimate before it starts (common.estimate;
+    printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
+    memory watch over the steps, and no file left under a final name if anything in the block fails or is
+    interrupted. `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
     rec = Recording(run, tag, label, work, meta)
+    on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
+    guess = estimate(run, work, WARMUP_CALLS if run.warm else 0)
+    for line in estimate_lines(run, work, guess):
+        print(line)
     rec.watch.start()
     try:
-        yield rec
+        with progress("profiled steps, then the reference", guess.seconds if guess else None) as rec.progress:
+            yield rec
     except BaseException:
         rec.files.discard()
         raise
     finally:
+        rec.progress = None
         rec.watch.close()
 
 
@@ -112,11 +138,14 @@ def finish(
         check_close(output, expected, run.dtype, what or rec.label)
     except SuiteError as exc:
         files.discard()
-        raise SuiteError(f"{exc} (trace removed)") from None
+        raise SuiteError(f"{exc}: its trace is removed") from None
+    rec.keep()
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
     if run.bench and bench is not None:
-        print_bench(time_step(bench, run.on_gpu), trace)
+        with progress("--bench: the step timed without the profiler"):
+            timed = time_step(bench, run.on_gpu)
+        print_bench(timed, trace)
     print_files(files, run)
     return exit_code(verdicts, run.strict)

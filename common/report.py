@@ -6,13 +6,14 @@ Every function here prints and returns nothing, except `exit_code`, which prints
 from __future__ import annotations
 
 from common.bench import Bench
-from common.export import TraceFiles, share_command
+from common.export import TraceFiles, share_lines
 from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
 from common.tables import phase_table, step_table
 from common.trace import Trace
+from common.units import human_time
 
 
 def step_seconds(trace: Trace) -> tuple[float, str] | None:
@@ -32,7 +33,7 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
         flops += f" ({got.pct_flops:.1f}% of {peak.name} peak {peak.tflops(run.dtype_name):g})"
     gbps = f"{got.gbps:.3g} GB/s" + (f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else "")
     lines = [
-        f"step time: {seconds * 1e6:.1f} µs {what}, median of the profiled steps",
+        f"step time: {human_time(seconds * 1e6)} {what}, median of the profiled steps",
         f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step -> {flops}, {gbps}",
     ]
     if run.on_gpu and peak is None:
@@ -70,18 +71,16 @@ def print_report(
 
 def print_bench(b: Bench, trace: Trace) -> None:
     """The unprofiled timing (--bench), set beside the profiler's figure for the same step."""
-    parts = []
+    lines = ["bench (no profiler):"]
     if b.gpu_s is not None:
-        parts.append(
-            f"{b.gpu_s * 1e6:.1f} µs per step on the GPU stream (CUDA events, median of a {b.gpu_calls}-call burst)"
-        )
-    parts.append(f"{b.wall_s * 1e6:.1f} µs wall per step sustained (median over {b.wall_calls} calls)")
-    line = "bench (no profiler): " + ", ".join(parts)
+        burst = f"CUDA events, median of a {b.gpu_calls}-call burst"
+        lines.append(f"  {human_time(b.gpu_s * 1e6)} per step on the GPU stream ({burst})")
+    lines.append(f"  {human_time(b.wall_s * 1e6)} wall per step sustained (median over {b.wall_calls} calls)")
     timed = step_seconds(trace)
     if timed:
         ref = b.gpu_s if b.gpu_s is not None else b.wall_s
-        line += f"; the profiler's {timed[1]} is {timed[0] * 1e6:.1f} µs ({timed[0] / ref:.2f}x)"
-    print(line)
+        lines.append(f"  the profiler's {timed[1]}: {human_time(timed[0] * 1e6)} ({timed[0] / ref:.2f}x)")
+    print("\n".join(lines))
 
 
 def print_files(files: TraceFiles, run: Run) -> None:
@@ -92,7 +91,7 @@ def print_files(files: TraceFiles, run: Run) -> None:
         print(f"memory snapshot: {files.pickle} (drag it into https://pytorch.org/memory_viz)")
     elif run.memory:
         print("memory snapshot: GPU-only (torch.cuda.memory); the trace holds the profiler's CPU memory events")
-    print(f"open the trace at https://ui.perfetto.dev, or share traces/ with: {share_command(run.traces_dir.parent)}")
+    print("\n".join(share_lines(run.traces_dir.parent)))
 
 
 def exit_code(verdicts: list[Verdict], strict: bool) -> int:

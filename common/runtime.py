@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -58,6 +60,8 @@ class Run:
     threads: int | None = None  # --threads: CPU threads (None: torch's default, one for a tiny step)
     peak_tflops: float | None = None
     peak_gbps: float | None = None
+    argv: tuple[str, ...] = ()  # the script's flags as given, for the cheaper command a long run suggests
+    sizes: tuple[tuple[str, int], ...] = ()  # --size and --batch where the script has them: what a cheaper run shrinks
 
     @property
     def on_gpu(self) -> bool:
@@ -87,7 +91,7 @@ class Run:
         return "_".join(words)
 
     def describe(self) -> str:
-        """One line: device, dtype, warm/cold, eager/compiled, schedule."""
+        """Device, dtype, warm/cold, eager/compiled, schedule; a second line for a schedule without warm-up."""
         s = self.schedule
         where = f"{self.device_name} ({self.device})"
         line = (
@@ -96,7 +100,7 @@ class Run:
             f"schedule=wait {s.wait}, warmup {s.warmup}, active {s.active}"
         )
         if s.warmup == 0:
-            line += " (no profiler warm-up step: the first recorded step also pays for starting the tracer)"
+            line += "\n  (no profiler warm-up step: the first recorded step also pays for starting the tracer)"
         return line
 
 
@@ -111,7 +115,12 @@ def make_parser(doc: str | None) -> OneLineParser:
     run.add_argument(
         "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
     )
-    run.add_argument("--dtype", choices=DTYPES, default="bf16", help="tensor dtype (default: bf16)")
+    run.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=None,
+        help="tensor dtype (default: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32)",
+    )
     run.add_argument(
         "--threads",
         type=positive_int,
@@ -199,14 +208,98 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise SuiteError(
-                f"--device {name} asked for CUDA, but this machine has no CUDA GPU "
-                "(torch.cuda.is_available() is False); use --device cpu"
+                f"--device {name}: this machine has no CUDA GPU (torch.cuda.is_available() is False); use --device cpu"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise SuiteError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+# /proc/cpuinfo flags of the CPU features that run a 16-bit dtype natively (x86, then Arm), and their names.
+NATIVE_16BIT = {
+    "bf16": (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"), ("bf16", "Arm BF16")),
+    "fp16": (("amx_fp16", "AMX-FP16"), ("avx512_fp16", "AVX512-FP16"), ("fphp", "Arm FP16")),
+}
+WITHOUT_NATIVE = {"bf16": "AVX512-BF16 or AMX", "fp16": "AVX512-FP16 or AMX-FP16"}
+# Measured with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2), one thread: 64 x 64 126 µs vs 6 µs, 256 x 256
+# 46 ms vs 0.3 ms; the issue's AVX2 machine: 205 µs vs 11 µs at 64 x 64.
+EMULATED_COST = "a matmul takes 20x (64 x 64) to 150x (256 x 256) as long as in fp32"
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (`flags` on x86, `Features` on Arm); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def isa_cap() -> str:
+    """ONEDNN_MAX_CPU_ISA (or its old name DNNL_MAX_CPU_ISA): the level oneDNN is held to, '' when unset."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+
+
+def native_16bit(dtype_name: str) -> str | None:
+    """The CPU feature that runs `dtype_name` (bf16 or fp16) natively, or None where torch's CPU GEMMs
+    (oneDNN) emulate it, many times slower than fp32.
+
+    torch itself reports only a vector level (`torch.backends.cpu.get_cpu_capability()`: "AVX2", "AVX512"),
+    and AVX512 without its BF16 extension still emulates bf16, so the flags decide. ONEDNN_MAX_CPU_ISA,
+    which holds oneDNN below a level (e.g. AVX2), counts too.
+    """
+    cap = isa_cap().upper() or "ALL"
+    allowed = cap in ("ALL", "DEFAULT") or "AVX10" in cap or dtype_name.upper() in cap
+    if not allowed and not (dtype_name == "bf16" and "AMX" in cap):
+        return None
+    flags = cpu_flags()
+    return next((name for flag, name in NATIVE_16BIT.get(dtype_name, ()) if flag in flags), None)
+
+
+def resolve_dtype(name: str | None, device: torch.device) -> tuple[str, str | None]:
+    """The dtype a run uses, and a notice when the reader should know why: bf16 on a GPU and on a CPU
+    that runs it natively, fp32 on any other CPU (where bf16 is the slow, emulated path); an explicit
+    16-bit --dtype on such a CPU runs as asked, with its cost said."""
+    if device.type == "cuda":
+        return name or "bf16", None
+    capability = torch.backends.cpu.get_cpu_capability()
+    seen = f"ONEDNN_MAX_CPU_ISA={isa_cap()}" if isa_cap() else f"torch reports {capability}"
+    if name is None:
+        if native_16bit("bf16"):
+            return "bf16", None
+        return "fp32", (
+            f"notice: dtype fp32, the fast one on this CPU: it has no {WITHOUT_NATIVE['bf16']} ({seen}),\n"
+            f"  so bf16 is emulated: {EMULATED_COST}; --dtype bf16 still runs it"
+        )
+    if name in NATIVE_16BIT and not native_16bit(name):
+        return name, (
+            f"notice: --dtype {name} is emulated on this CPU (no {WITHOUT_NATIVE[name]}; {seen}):\n"
+            f"  {EMULATED_COST}; --dtype fp32 is the fast one here"
+        )
+    return name, None
+
+
+def check_nameable(folder: Path) -> Path:
+    """Refuse, in one line, a folder name the profiler cannot write to: one with a control character (a
+    newline makes Kineto write elsewhere), or one this locale cannot encode (under LANG=C, a non-ASCII name
+    reaches torch as undecodable bytes and export_chrome_trace fails with a TypeError)."""
+    text = str(folder)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise SuiteError(f"cannot write traces to {text!r}: the name has a newline or another control character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise SuiteError(f"cannot write traces to {shown!r}: this locale ({sys.getfilesystemencoding()}) cannot "
+                         "pass its name to torch; use an ASCII folder name, or a UTF-8 locale (LANG=C.UTF-8)"
+                         ) from None  # fmt: skip
+    return folder
 
 
 def check_writable(folder: Path) -> Path:
@@ -226,21 +319,31 @@ def check_writable(folder: Path) -> Path:
     return folder
 
 
+# A container's memory limit and use: cgroup v2, then v1 (where "no limit" reads as a number near 2**63).
+CGROUP_MEMORY = [
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+]
+NO_CGROUP_LIMIT = 1 << 60
+
+
 def cpu_available_bytes() -> int:
-    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit."""
+    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit,
+    v2 or v1."""
     have = None
     try:
         with open("/proc/meminfo") as fh:
             have = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
         have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
+    for limit_file, used_file in CGROUP_MEMORY:
+        try:
+            limit = Path(limit_file).read_text().strip()
+            used = int(Path(used_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and int(limit) < NO_CGROUP_LIMIT:
             have = min(have or int(limit), int(limit) - used)
-    except (OSError, ValueError):
-        pass
     return have if have is not None else 1 << 62
 
 
@@ -262,14 +365,14 @@ def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
             torch.set_num_threads(run.threads)
         elif flops < TINY_STEP_FLOPS and torch.get_num_threads() > 1:
             torch.set_num_threads(1)
-            print(f"notice: a tiny step ({flops / 1e6:.2g} MFLOP) runs on 1 CPU thread, immune to OpenMP "
-                  "spin-wait stalls when other processes are busy; --threads N overrides")  # fmt: skip
+            print(f"notice: a tiny step ({flops / 1e6:.2g} MFLOP) runs on 1 CPU thread, so OpenMP spin-waits "
+                  "cannot stall it; --threads N overrides")  # fmt: skip
         print(f"CPU threads: {torch.get_num_threads()}")
     have = torch.cuda.mem_get_info(run.device)[0] if run.on_gpu else cpu_available_bytes()
     if need_bytes > 0.9 * have:
-        where = f"free on {run.device_name}" if run.on_gpu else "of memory available"
-        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}) and there are {gigabytes(have)} "
-                         f"{where}; try smaller shapes")  # fmt: skip
+        where = "free on the GPU" if run.on_gpu else "free"
+        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: "
+                         "try smaller shapes")  # fmt: skip
 
 
 def gigabytes(n: float) -> str:
@@ -281,13 +384,14 @@ def quiet_profiler(on_gpu: bool) -> None:
 
     `schedule(warmup=0)` warns "won't be using warmup": the cold-start experiment wants exactly that, and
     Run.describe says so. torch >= 2.11 warns that a cycle's events are cleared after on_trace_ready: the
-    scripts export once, in it. Without a GPU, Kineto logs a misleading "gpuGetDeviceCount failed" and, at
-    its USDT level (5), profiler start/stop lines: above 5 it logs nothing (read when a profiler starts).
-    """
+    scripts export once, in it. Without a GPU, torch.compile's C++ build logs "No CUDA runtime is found",
+    and Kineto a misleading "gpuGetDeviceCount failed" and, at its USDT level (5), profiler start/stop
+    lines: above 5 it logs nothing (read when a profiler starts)."""
     warnings.filterwarnings("ignore", message=PROFILER_NO_WARMUP_WARNING)
     warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING)
     if not on_gpu:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found"
 
 
 def setup(args: argparse.Namespace, script_file: str) -> Run:
@@ -302,15 +406,16 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
     if args.traces_dir is not None and not args.traces_dir.strip():
         raise SuiteError("--traces-dir is empty; give a folder, or leave the flag out for traces/")
     base = Path(os.path.expanduser(args.traces_dir)) if args.traces_dir is not None else REPO_ROOT / "traces"
+    dtype_name, dtype_notice = resolve_dtype(args.dtype, device)
     run = Run(
         script=script,
         device=device,
-        dtype=DTYPES[args.dtype],
-        dtype_name=args.dtype,
+        dtype=DTYPES[dtype_name],
+        dtype_name=dtype_name,
         warm=args.warmup,
         compiled=args.compile,
         schedule=Schedule(args.wait, args.warmup_steps, args.active),
-        traces_dir=check_writable(base / script),
+        traces_dir=check_writable(check_nameable(base / script)),
         strict=args.strict,
         bench=args.bench,
         per_step=args.per_step,
@@ -318,7 +423,11 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         threads=args.threads,
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
+        argv=tuple(getattr(args, "argv", ())),
+        sizes=tuple((k, v) for k in ("size", "batch") if isinstance(v := getattr(args, k, None), int)),
     )
     quiet_profiler(run.on_gpu)
     print(f"[{script}] {run.describe()}")
+    if dtype_notice:
+        print(dtype_notice)
     return run

@@ -23,6 +23,7 @@ with. "—" marks a figure the trace cannot give, never a zero.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import textwrap
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
+from common.files import shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
@@ -143,15 +145,15 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
     default text table fits TEXT_WIDTH: long trace names lose words of their script name, then their middle."""
     if wide:
-        headers = ["trace", "steps", "kernels", "GPU µs", "CPU µs", "launches", *CALLS, "memcpy", "memset",
+        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
         cells = [
             [
                 r.name,
                 str(r.steps),
                 num(r.kernels),
-                num(r.gpu_us, 4),
-                num(r.cpu_us, 4),
+                human_time(r.gpu_us),
+                human_time(r.cpu_us),
                 num(r.launches),
                 *(num(v) for v in r.calls.values()),
                 num(r.peak_mb, 4),
@@ -166,13 +168,13 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             for r in rows
         ]
         return headers, cells
-    headers = ["trace", "kernels", "GPU µs", "CPU µs", "launches", "memcpy", "peak MB", "TFLOP/s", "%peak", "×base"]
+    headers = ["trace", "kernels", "GPU busy", "CPU", "launches", "memcpy", "peak MB", "TFLOP/s", "%peak", "×base"]
     cells = [
         [
             r.name,
             num(r.kernels),
-            num(r.gpu_us, 4),
-            num(r.cpu_us, 4),
+            human_time(r.gpu_us),
+            human_time(r.cpu_us),
             num(r.launches),
             num(r.calls["memcpy"]),
             num(r.peak_mb, 4),
@@ -283,8 +285,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
-        "Per step = median over the profiled steps. GPU µs = kernel+memcpy+memset busy time (not wall); "
-        "CPU µs = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "Per step = median over the profiled steps. GPU busy = kernel+memcpy+memset busy time (not wall); "
+        "CPU = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
@@ -305,7 +307,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     ]
     skipped = [t for t in traces if t.skipped]
     if skipped:
-        out += ["", *(f"note: {t.path}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+        out += ["", *(f"note: {shown_path(t.path)}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
     said = [*trace_notes(traces, rows)]
     if not args.markdown:  # a long trace name must not push a note past the terminal's width
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
@@ -332,7 +334,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
-        out += ["", f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"]
+        line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
+        out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
 
 
@@ -358,8 +361,10 @@ def plot(rows: list[Row], path: Path) -> None:
     ax.set_xlabel("µs per step (median over profiled steps)")
     ax.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # above the bars
     fig.tight_layout()
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # keep the legend above the axes in the picture
+    picture = io.BytesIO()
+    fig.savefig(picture, format="png", dpi=120, bbox_inches="tight")  # keep the legend above the axes
     plt.close(fig)
+    write_whole(path, picture.getvalue())
 
 
 def check_plot_path(path: Path) -> Path:
@@ -370,6 +375,8 @@ def check_plot_path(path: Path) -> Path:
         raise SuiteError("--plot needs matplotlib: run `uv run --extra plot python -m common.summary ...`") from None
     if path.is_dir():
         raise SuiteError(f"--plot {path}: is a folder; give a file name such as {path / 'summary.png'}")
+    if path.exists() and not path.is_file():
+        raise SuiteError(f"--plot {path}: not a regular file (a device or a pipe); give a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise SuiteError(f"--plot {path}: cannot write into {folder}")

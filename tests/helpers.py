@@ -11,9 +11,12 @@ from types import ModuleType
 import pytest
 import torch
 
+from common.runtime import resolve_dtype
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
 SCRIPTS = sorted(p.stem for p in ROOT.glob("0*.py"))
+CPU_DTYPE = resolve_dtype(None, torch.device("cpu"))[0]  # a CPU run's default here: bf16 where native, else fp32
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_kernels = pytest.mark.skipif(importlib.util.find_spec("kernels") is None, reason="needs the kernels package")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import load_script, requires_cuda, run, usage_error, written
+from helpers import CPU_DTYPE, load_script, requires_cuda, run, usage_error, written
 
 from common.attention import SDPA_BACKENDS, causal_mask, reference_attention
 from common.checks import check_close
@@ -28,20 +28,20 @@ def step_ops(path: Path) -> list[Counter]:
 
 def test_naive_masked_fill_is_a_clone_then_an_in_place_fill(tmp_path):
     assert run(NAIVE, tmp_path, *SMALL) == 0
-    for ops in step_ops(tmp_path / NAIVE / "1_2_16_8_bf16_cold_eager.json"):
+    for ops in step_ops(tmp_path / NAIVE / f"1_2_16_8_{CPU_DTYPE}_cold_eager.json"):
         assert ops["aten::masked_fill"] == ops["aten::clone"] == ops["aten::masked_fill_"] == 1
         assert ops["aten::matmul"] == 2 and ops["aten::mul"] == 1 and ops["aten::softmax"] == 1
 
 
 def test_inplace_masks_scores_without_a_clone(tmp_path):
     assert run(INPLACE, tmp_path, *SMALL) == 0
-    for ops in step_ops(tmp_path / INPLACE / "1_2_16_8_bf16_cold_eager.json"):
+    for ops in step_ops(tmp_path / INPLACE / f"1_2_16_8_{CPU_DTYPE}_cold_eager.json"):
         assert ops["aten::masked_fill_"] == 1
         assert ops["aten::masked_fill"] == 0 and ops["aten::clone"] == 0
 
 
 def test_sdpa_math_decomposes_rebuilds_the_mask_and_uses_safe_softmax(tmp_path):
-    assert run(SDPA, tmp_path, *SMALL, "--backend", "math") == 0
+    assert run(SDPA, tmp_path, *SMALL, "--backend", "math", "--dtype", "bf16") == 0  # bf16: the upcast below
     for ops in step_ops(tmp_path / SDPA / "1_2_16_8_math_bf16_cold_eager.json"):
         assert ops["aten::scaled_dot_product_attention"] == ops["aten::_scaled_dot_product_attention_math"] == 1
         assert ops["aten::ones"] == ops["aten::tril"] == ops["aten::_safe_softmax"] == 1
@@ -50,7 +50,7 @@ def test_sdpa_math_decomposes_rebuilds_the_mask_and_uses_safe_softmax(tmp_path):
 
 def test_sdpa_flash_on_the_cpu_is_one_fused_op(tmp_path):
     assert run(SDPA, tmp_path, *SMALL, "--backend", "flash") == 0
-    for ops in step_ops(tmp_path / SDPA / "1_2_16_8_flash_bf16_cold_eager.json"):
+    for ops in step_ops(tmp_path / SDPA / f"1_2_16_8_flash_{CPU_DTYPE}_cold_eager.json"):
         assert ops["aten::scaled_dot_product_attention"] == 1
         assert ops["aten::_scaled_dot_product_flash_attention_for_cpu"] == 1
         assert ops["aten::_scaled_dot_product_attention_math"] == 0 and ops["aten::matmul"] == 0
@@ -58,7 +58,7 @@ def test_sdpa_flash_on_the_cpu_is_one_fused_op(tmp_path):
 
 def test_sdpa_default_backend_is_math(tmp_path):
     assert run(SDPA, tmp_path, *SMALL) == 0
-    assert (tmp_path / SDPA / "1_2_16_8_math_bf16_cold_eager.json").exists()
+    assert (tmp_path / SDPA / f"1_2_16_8_math_{CPU_DTYPE}_cold_eager.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_strict_passes_when_the_cpu_guess_holds(tmp_path, capsys, name, flags):
 
 def test_compiled_naive_attention_leaves_two_gemm_calls_and_no_masking_ops(tmp_path):
     assert run(NAIVE, tmp_path, *SMALL, "--compile") == 0
-    for ops in step_ops(tmp_path / NAIVE / "1_2_16_8_bf16_cold_compiled.json"):
+    for ops in step_ops(tmp_path / NAIVE / f"1_2_16_8_{CPU_DTYPE}_cold_compiled.json"):
         assert ops["aten::bmm"] == 2
         assert ops["aten::masked_fill"] == ops["aten::masked_fill_"] == ops["aten::softmax"] == 0
 
@@ -104,7 +104,7 @@ def test_all_variants_compute_the_same_attention():
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])
 def test_gpu_only_backend_on_the_cpu_is_one_line_exit_2_and_no_file(tmp_path, capsys, backend):
     err = usage_error(lambda: run(SDPA, tmp_path, *SMALL, "--backend", backend, "--device", "cpu"), capsys)
-    assert err.startswith(f"error: --backend {backend} cannot run here (cpu, bf16, head_dim 8)")
+    assert err.startswith(f"error: --backend {backend} cannot run here (cpu, {CPU_DTYPE}, head_dim 8)")
     assert "only math and flash" in err
     assert written(tmp_path) == []
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, run
+from helpers import CPU_DTYPE, ROOT, run
 
 from common.bench import MIN_CALLS, bench
 
@@ -26,7 +26,7 @@ def test_a_tiny_cpu_step_runs_on_one_thread_and_says_so(tmp_path, capsys):
     assert run("01_matmul_add", tmp_path, "--size", "16") == 0
     out = capsys.readouterr().out
     assert "notice: a tiny step" in out and "CPU threads: 1" in out
-    meta = json.loads((tmp_path / "01_matmul_add" / "16_bf16_cold_eager.json").read_text())["suite"]
+    meta = json.loads((tmp_path / "01_matmul_add" / f"16_{CPU_DTYPE}_cold_eager.json").read_text())["suite"]
     assert meta["threads"] == 1 and meta["memory"] is None  # GPU memory is not measured on the CPU
 
 

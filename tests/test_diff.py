@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import FIXTURES, command, run, tiny_gpu_trace
+from helpers import CPU_DTYPE, FIXTURES, command, run, tiny_gpu_trace
 
 from common.diff import KernelUse, main, match_kernels
 from common.trace import GpuOp
@@ -20,15 +20,20 @@ def diff(capsys, *argv: object) -> tuple[int, str, str]:
     return command(main, capsys, *argv)
 
 
+def headline_of(out: str) -> str:
+    """The diff's one-sentence headline (wrapped at 120 columns), as one line."""
+    return " ".join(out.split("\n\n")[1].split())
+
+
 def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):
     code, out, _ = diff(capsys, fixture("04_a_naive_attention", ATTN), fixture("04_b_inplace_ops_attention", ATTN))
     assert code == 0
-    headline = out.splitlines()[3]
-    assert headline.startswith("Gone: Memcpy DtoD (127.7 µs); GPU busy 1064 → 936.1 µs per step (−12%)")
+    headline = headline_of(out)
+    assert headline.startswith("Gone: Memcpy DtoD (128 µs); GPU busy 1.06 ms → 936 µs per step (−12%)")
     assert "aten::clone" in headline and "gone from the CPU side" in headline
     assert "note: different scripts (04_a_naive_attention vs 04_b_inplace_ops_attention)" in out
     removed = [line.split() for line in out.splitlines() if line.startswith("removed")]
-    assert ["removed", "memcpy", "1", "0", "127.7", "0", "−128", "100%", "Memcpy", "DtoD"] in removed
+    assert ["removed", "memcpy", "1", "0", "128", "µs", "0", "−128", "µs", "99%", "Memcpy", "DtoD"] in removed
     assert ["removed", "aten::clone", "1", "0"] in removed
 
 
@@ -36,7 +41,8 @@ def test_math_to_flash_is_twenty_kernels_to_one(capsys):
     sdpa = "04_c_sdpa_attention"
     code, out, _ = diff(capsys, fixture(sdpa, "8_16_1024_64_math_bf16_cold_eager"),
                         fixture(sdpa, "8_16_1024_64_flash_bf16_cold_eager"))  # fmt: skip
-    assert code == 0 and "20 kernels per step → 1" in out and "new: pytorch_flash::flash_fwd_kernel" in out
+    headline = headline_of(out)
+    assert code == 0 and "20 kernels per step → 1" in headline and "new: pytorch_flash::flash_fwd_kernel" in headline
     assert "note:" not in out  # one script, one shape: comparable
     kernels = next(line.split() for line in out.splitlines() if line.startswith("kernels "))
     assert kernels == ["kernels", "20", "1", "−19", "−95%"]
@@ -46,9 +52,19 @@ def test_compiling_the_mlp_fuses_gelu_and_mul_into_one_triton_kernel(capsys):
     mlp = "03_simple_mlp"
     code, out, _ = diff(capsys, fixture(mlp, "64_128_768_3072_bf16_cold_eager"),
                         fixture(mlp, "64_128_768_3072_bf16_cold_compiled"))  # fmt: skip
-    headline = out.splitlines()[2]
+    headline = headline_of(out)
     assert code == 0 and "GeluCUDAKernelImpl" in headline and "MulFunctor" in headline
     assert "new: triton_poi_fused__unsafe_view_gelu_mul_0" in headline and "5 kernels per step → 4" in headline
+
+
+def test_each_kernel_row_is_a_share_of_the_gross_change_never_over_100_percent(capsys):
+    mlp = "03_simple_mlp"
+    code, out, _ = diff(capsys, fixture(mlp, "64_128_768_3072_bf16_cold_eager"),
+                        fixture(mlp, "64_128_768_3072_bf16_cold_compiled"))  # fmt: skip
+    table = out.split("GPU work added, removed or changed")[1].split("\n\n")[0]
+    shares = [int(w[:-1]) for line in table.splitlines()[3:] for w in line.split() if w.endswith("%")]
+    assert shares and all(0 <= s <= 100 for s in shares) and sum(shares) <= 101
+    assert "(of |Δ|: each row's share of the gross change" in table
 
 
 def test_the_same_gemm_on_another_gpu_is_paired_not_added_and_removed():
@@ -67,7 +83,7 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     small = ["--batch", "1", "--heads", "2", "--seq", "32", "--head_dim", "8"]
     assert run("04_a_naive_attention", tmp_path, *small) == 0
     assert run("04_b_inplace_ops_attention", tmp_path, *small) == 0
-    tag = "1_2_32_8_bf16_cold_eager.json"
+    tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager.json"
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
     assert code == 0 and "aten::clone" in out.splitlines()[3] and "CPU region" in out

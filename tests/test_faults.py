@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
+from helpers import CPU_DTYPE, ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
 
 import common.trace
 from common.export import STALE_TEMP_S
@@ -31,29 +31,35 @@ def start(*flags: str, traces: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def wait_for_setup_line(proc: subprocess.Popen) -> None:
-    """Block until the run has printed its setup line, i.e. it is about to profile."""
+def wait_for_line(proc: subprocess.Popen, start: str) -> None:
+    """Block until the run prints a line beginning with `start`."""
     for line in proc.stdout:
-        if line.startswith("[01_matmul_add]"):
+        if line.startswith(start):
             return
-    raise AssertionError("the run ended before its setup line")
+    raise AssertionError(f"the run ended before a line starting {start!r}")
+
+
+def wait_until_about_to_profile(proc: subprocess.Popen) -> None:
+    """Block until the run has said its CPU threads: the inputs are made next, then the profiled loop."""
+    wait_for_line(proc, "CPU threads:")
 
 
 def test_concurrent_runs_into_one_folder_each_write_a_whole_trace(tmp_path):
-    runs = [start("--size", "8", "--active", "300", traces=tmp_path) for _ in range(3)]
+    runs = [start("--size", "8", "--active", "100", traces=tmp_path) for _ in range(3)]
     results = [proc.communicate(timeout=300) for proc in runs]
     assert [proc.returncode for proc in runs] == [0, 0, 0], results
     files = written(tmp_path)
-    assert [p.name for p in files] == ["8_bf16_cold_eager_w1u1a300.json", "8_bf16_cold_eager_w1u1a300.txt"]
+    tag = f"8_{CPU_DTYPE}_cold_eager_w1u1a100"
+    assert [p.name for p in files] == [f"{tag}.json", f"{tag}.txt"]
     trace = read_trace(files[0])  # whole, valid JSON from exactly one of the runs
-    assert len(trace.steps) == 300 and trace.meta["tag"] == "8_bf16_cold_eager_w1u1a300"
+    assert len(trace.steps) == 100 and trace.meta["tag"] == tag
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_the_active_steps_prints_interrupted_and_leaves_no_trace(tmp_path, signum):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
-    wait_for_setup_line(proc)
-    time.sleep(3)  # well inside the million active steps
+    wait_until_about_to_profile(proc)
+    time.sleep(1)  # inside the million active steps
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
@@ -63,8 +69,8 @@ def test_a_signal_during_the_active_steps_prints_interrupted_and_leaves_no_trace
 
 def test_a_second_ctrl_c_ends_the_run_even_inside_one_long_native_call(tmp_path):
     proc = start("--size", "3000", "--dtype", "fp32", "--active", "1000000", traces=tmp_path)  # ~1 s matmuls
-    wait_for_setup_line(proc)
-    time.sleep(3)
+    wait_until_about_to_profile(proc)
+    time.sleep(1)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)  # at once: the first has not reached a safe point yet
     _, err = proc.communicate(timeout=120)
@@ -72,16 +78,70 @@ def test_a_second_ctrl_c_ends_the_run_even_inside_one_long_native_call(tmp_path)
     assert written(tmp_path) == []
 
 
+def test_ctrl_c_during_the_warm_up_prints_interrupted_and_leaves_nothing(tmp_path):
+    proc = start("--size", "5000", "--dtype", "fp32", "--warmup", traces=tmp_path)  # 5 calls of 250 GFLOP
+    wait_until_about_to_profile(proc)
+    time.sleep(2)  # the inputs are made, the warm-up calls have begun
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert "warm-up:" not in out and written(tmp_path) == []
+
+
+def test_sigterm_while_the_trace_is_saved_leaves_no_temporary_and_no_partial_trace(tmp_path):
+    proc = start("--size", "8", "--active", "1000", traces=tmp_path)
+    folder = tmp_path / "01_matmul_add"
+    while proc.poll() is None and not list(folder.glob(".*.tmp")):  # the save has begun
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)  # taken at the first safe point: after the save, outside torch.profiler
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted"
+    left = written(tmp_path)
+    assert not [p for p in left if p.name.startswith(".")]
+    if left:  # the output was checked before the signal was taken: both files, whole
+        assert [p.suffix for p in left] == [".json", ".txt"] and len(read_trace(left[0]).steps) == 1000
+
+
+HARD_EXIT = """
+import os, signal, sys, time
+from pathlib import Path
+from common import interrupts
+interrupts.install()
+temporary = Path(sys.argv[1])
+temporary.write_text("half a trace")
+interrupts.removed_on_hard_exit(temporary)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+except KeyboardInterrupt:
+    pass  # the first signal, at a safe point; the second, below, must end the process at once
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+except KeyboardInterrupt:
+    time.sleep(60)  # the watchdog thread ends the process meanwhile
+"""
+
+
+def test_a_second_signal_removes_the_open_temporaries_and_ends_at_once(tmp_path):
+    temporary = tmp_path / ".t.json.x.tmp"
+    done = subprocess.run(
+        [sys.executable, "-c", HARD_EXIT, str(temporary)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 143 and done.stderr == "interrupted\n"
+    assert not temporary.exists()
+
+
 def test_a_killed_run_leaves_no_final_file_and_the_next_run_removes_its_stale_temporaries(tmp_path):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
-    wait_for_setup_line(proc)
-    time.sleep(2)
+    wait_until_about_to_profile(proc)
+    time.sleep(1)
     proc.kill()
     proc.communicate(timeout=60)
     assert not [p for p in written(tmp_path) if not p.name.startswith(".")]
     folder = tmp_path / "01_matmul_add"
     folder.mkdir(exist_ok=True)
-    stale, fresh = folder / ".8_bf16_cold_eager.json.x1.tmp", folder / ".8_bf16_cold_eager.json.x2.tmp"
+    stale, fresh = folder / f".8_{CPU_DTYPE}_cold_eager.json.x1.tmp", folder / f".8_{CPU_DTYPE}_cold_eager.json.x2.tmp"
     for path in (stale, fresh):
         path.write_text('{"traceEvents": [')  # what a kill during export leaves
     old = time.time() - STALE_TEMP_S - 60
@@ -146,9 +206,9 @@ def test_a_dangling_link_as_traces_dir_is_one_clear_line(tmp_path, capsys):
 
 
 def test_a_folder_at_the_traces_path_is_refused_before_profiling(tmp_path, capsys):
-    (tmp_path / "01_matmul_add" / "8_bf16_cold_eager.json").mkdir(parents=True)
+    (tmp_path / "01_matmul_add" / f"8_{CPU_DTYPE}_cold_eager.json").mkdir(parents=True)
     err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "8"), capsys)
-    assert "a folder is in the way" in err and "8_bf16_cold_eager.json" in err and ".tmp" not in err
+    assert "a folder is in the way" in err and f"8_{CPU_DTYPE}_cold_eager.json" in err and ".tmp" not in err
 
 
 def many_steps(n: int) -> dict:

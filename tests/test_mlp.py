@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import load_script, requires_cuda, run, trace_names, usage_error
+from helpers import CPU_DTYPE, load_script, requires_cuda, run, trace_names, usage_error
 from torch import nn
 
 from common.mlp import geglu_reference, liger_geglu
@@ -18,7 +18,7 @@ TINY_TAG = "2_8_32_64"
 
 def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(tmp_path, capsys):
     assert run("03_simple_mlp", tmp_path, *TINY) == 0
-    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_eager.json"
+    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_{CPU_DTYPE}_cold_eager.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4", "mlp_fwd"} <= names
     assert {"aten::linear", "aten::gelu", "aten::mul", "aten::mm"} <= names
@@ -31,7 +31,7 @@ def test_simple_mlp_eager_trace_shows_three_linears_gelu_and_mul(tmp_path, capsy
 
 def test_simple_mlp_compiled_trace_shows_bare_mm_and_no_linear(tmp_path, capsys):
     assert run("03_simple_mlp", tmp_path, *TINY, "--compile") == 0
-    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_bf16_cold_compiled.json"
+    trace = tmp_path / "03_simple_mlp" / f"{TINY_TAG}_{CPU_DTYPE}_cold_compiled.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#4", "mlp_fwd", "aten::mm"} <= names
     assert not {"aten::linear", "aten::gelu"} & names

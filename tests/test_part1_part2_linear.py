@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import pytest
-from helpers import load_script, run, trace_names, usage_error, written
+from helpers import CPU_DTYPE, load_script, run, trace_names, usage_error, written
 
 
 def test_matmul_add_default_names_the_trace_as_the_post(tmp_path):
     assert run("01_matmul_add", tmp_path) == 0
     folder = tmp_path / "01_matmul_add"
-    assert sorted(p.name for p in folder.iterdir()) == ["64_bf16_cold_eager.json", "64_bf16_cold_eager.txt"]
+    tag = f"64_{CPU_DTYPE}_cold_eager"
+    assert sorted(p.name for p in folder.iterdir()) == [f"{tag}.json", f"{tag}.txt"]
 
 
 def test_matmul_add_trace_holds_active_steps_label_and_ops(tmp_path):
     assert run("01_matmul_add", tmp_path, "--size", "16") == 0
-    trace = tmp_path / "01_matmul_add" / "16_bf16_cold_eager.json"
+    trace = tmp_path / "01_matmul_add" / f"16_{CPU_DTYPE}_cold_eager.json"
     names = trace_names(trace)
     assert {"ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"} <= names
     assert not {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#5"} & names
@@ -26,7 +27,7 @@ def test_matmul_add_trace_holds_active_steps_label_and_ops(tmp_path):
 
 def test_batch_axis_dispatches_bmm(tmp_path):
     assert run("01_matmul_add", tmp_path, "--size", "16", "--batch", "3") == 0
-    names = trace_names(tmp_path / "01_matmul_add" / "3x16_bf16_cold_eager.json")
+    names = trace_names(tmp_path / "01_matmul_add" / f"3x16_{CPU_DTYPE}_cold_eager.json")
     assert "aten::bmm" in names and "aten::mm" not in names
 
 
@@ -40,7 +41,7 @@ def test_warm_and_compiled_runs_are_tagged_and_show_addmm(tmp_path, capsys):
 
 def test_schedule_flags_change_the_profiled_steps_and_the_tag(tmp_path):
     assert run("01_matmul_add", tmp_path, "--size", "8", "--wait", "0", "--warmup-steps", "0", "--active", "5") == 0
-    names = trace_names(tmp_path / "01_matmul_add" / "8_bf16_cold_eager_w0u0a5.json")
+    names = trace_names(tmp_path / "01_matmul_add" / f"8_{CPU_DTYPE}_cold_eager_w0u0a5.json")
     assert {f"ProfilerStep#{i}" for i in range(5)} <= names
     assert "ProfilerStep#5" not in names
 
@@ -50,13 +51,13 @@ def test_run_prints_table_paths_guess_and_share_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Self CPU time total" in out
     assert "guess vs trace" in out and "all 4 checked guesses match the trace" in out
-    assert f"trace: {tmp_path / '01_matmul_add' / '8_bf16_cold_eager.json'}" in out
+    assert f"trace: {tmp_path / '01_matmul_add' / f'8_{CPU_DTYPE}_cold_eager.json'}" in out
     assert "uvx --from trace-util==0.1.0 trace-util" in out
 
 
 def test_linear_eager_shows_linear_t_addmm_and_no_add(tmp_path):
     assert run("02_linear", tmp_path, "--batch", "32", "--in_dim", "8", "--out_dim", "16") == 0
-    trace = tmp_path / "02_linear" / "32_8_16_bf16_cold_eager.json"
+    trace = tmp_path / "02_linear" / f"32_8_16_{CPU_DTYPE}_cold_eager.json"
     names = trace_names(trace)
     assert {"linear_fwd", "aten::linear", "aten::t", "aten::addmm", "ProfilerStep#4"} <= names
     assert "aten::add" not in names
@@ -65,7 +66,7 @@ def test_linear_eager_shows_linear_t_addmm_and_no_add(tmp_path):
 
 def test_linear_compiled_drops_the_view_bookkeeping(tmp_path):
     assert run("02_linear", tmp_path, "--batch", "32", "--in_dim", "8", "--out_dim", "16", "--compile") == 0
-    names = trace_names(tmp_path / "02_linear" / "32_8_16_bf16_cold_compiled.json")
+    names = trace_names(tmp_path / "02_linear" / f"32_8_16_{CPU_DTYPE}_cold_compiled.json")
     assert "aten::addmm" in names and "aten::linear" not in names
 
 
@@ -76,7 +77,7 @@ def test_strict_passes_when_the_cpu_guess_holds(tmp_path):
 def test_bench_prints_the_unprofiled_time_next_to_the_profiler_figure(tmp_path, capsys):
     assert run("01_matmul_add", tmp_path, "--size", "8", "--bench") == 0
     out = capsys.readouterr().out
-    assert "bench (no profiler):" in out and "µs wall per step" in out
+    assert "bench (no profiler):" in out and "s wall per step sustained" in out and "the profiler's CPU" in out
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from helpers import FIXTURES, SCRIPTS, load_script, requires_cuda, run, usage_error
+from helpers import CPU_DTYPE, FIXTURES, SCRIPTS, load_script, requires_cuda, run, usage_error
 
 from common.guess import check_guess
 from common.runtime import make_parser
@@ -48,7 +48,7 @@ def test_memory_on_the_cpu_says_the_snapshot_is_gpu_only_and_records_memory_even
     assert "memory snapshot: GPU-only" in out and "memory: GPU-only" in out
     folder = tmp_path / "04_a_naive_attention"
     assert not list(folder.glob("*.pickle"))
-    events = json.loads((folder / "1_2_32_8_bf16_cold_eager.json").read_text())["traceEvents"]
+    events = json.loads((folder / f"1_2_32_8_{CPU_DTYPE}_cold_eager.json").read_text())["traceEvents"]
     assert any(e.get("name") == "[memory]" for e in events)  # profile_memory=True: the CPU allocator's events
 
 

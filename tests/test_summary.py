@@ -98,9 +98,9 @@ def test_text_table_has_one_row_per_trace_and_dashes_for_gpu_figures_on_cpu(trac
     assert code == 0 and err == ""
     assert "baseline 04_x/b_slow (the slowest; --baseline picks another)" in out
     cpu = row_of(out, "01_x/8_bf16_cold_eager")
-    assert cpu[1:4] == ["—", "—", "70"] and cpu[-1] == "1.17"  # a CPU row: its CPU time against the baseline's
+    assert cpu[1:5] == ["—", "—", "70.0", "µs"] and cpu[-1] == "1.17"  # a CPU row: its CPU time against the baseline's
     fast = row_of(out, "04_x/a_fast")
-    assert fast[1:6] == ["1.5", "39", "60", "1.5", "0.5"] and fast[-1] == "0.500"
+    assert fast[1:8] == ["1.5", "39.0", "µs", "60.0", "µs", "1.5", "0.5"] and fast[-1] == "0.500"
     assert "Top 5 GPU work of 04_x/a_fast" in out and "ampere_sgemm_64x64_nn<…>" in out
     assert "No GPU lane (CPU runs), so no kernels to list: 01_x/8_bf16_cold_eager" in out
 
@@ -127,8 +127,8 @@ def test_an_ambiguous_or_unknown_baseline_is_one_error_line(traces, capsys):
 def test_markdown_output_is_pipe_tables(traces, capsys):
     code, out, _ = summary(capsys, traces / "04_x", "--markdown", "--top", "1")
     assert code == 0 and "### Per-step summary of 2 trace(s)" in out
-    assert "| trace | kernels | GPU µs | CPU µs | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
-    assert "| 04_x/b_slow | 1.5 | 78 | 60 | 1.5 | 0.5 | — |" in out
+    assert "| trace | kernels | GPU busy | CPU | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
+    assert "| 04_x/b_slow | 1.5 | 78.0 µs | 60.0 µs | 1.5 | 0.5 | — |" in out
     assert (
         "| --- | ---: |" in out
         and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
@@ -198,7 +198,8 @@ def test_round_trip_of_a_real_cpu_trace_as_json_and_json_gz(tmp_path, capsys):
     rows = [line for line in out.splitlines() if line.startswith("| real/add")]
     assert len(rows) == 2  # add.json and add.json.gz, both named real/add
     cells = [r.split(" | ") for r in rows]
-    assert cells[0][1:3] == ["—", "—"] and cells[0][3] == cells[1][3] and float(cells[0][3]) > 0
+    assert cells[0][1:3] == ["—", "—"] and cells[0][3] == cells[1][3] and cells[0][3].endswith("s")
+    assert float(cells[0][3].split()[0].replace(",", "")) > 0
 
 
 def test_a_kernel_in_an_anonymous_namespace_keeps_a_readable_name():

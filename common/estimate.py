@@ -1,0 +1,223 @@
+"""How long a run will take, said before its first step, and a progress line while a long run goes on.
+
+On the CPU the estimate comes from the work the script already computes (`Work.flops` and `Work.bytes`
+per step) and rates measured here in a fraction of a second: a matmul in the run's dtype and in its
+reference's (256 x 256 or larger, see gemm_rate), and a 16 MB copy. Nothing is measured for a run whose
+whole work is under MEASURE_ABOVE_FLOPS and MEASURE_ABOVE_BYTES (it cannot take long): short runs print
+the same lines every time, and a cold run's first step stays cold. A run estimated above SAY_ABOVE_S
+prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype is emulated, a smaller
+--batch or --size). On a GPU there is no estimate: the posts' shapes take milliseconds there, and
+torch.compile's time cannot be told in advance anywhere.
+
+The progress line is elapsed time against the estimate, printed by a thread every PROGRESS_EVERY_S once
+PROGRESS_AFTER_S have passed, so nothing of the suite runs inside the script's profiler loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from common.bench import MIN_CALLS, MIN_RUN_TIME_S
+from common.physics import Work
+from common.runtime import Run
+from common.units import human_time
+
+MEASURE_ABOVE_FLOPS = 2e9  # a run with less work than this in all (2 GFLOP, 2 GB) cannot take long: not measured
+MEASURE_ABOVE_BYTES = 2e9
+SAY_ABOVE_S = 10.0  # an estimate above this is printed, and progress lines follow
+LONG_S = 60.0  # above this the estimate says so, with a cheaper command
+TARGET_S = 30.0  # what the cheaper command aims for
+PROGRESS_AFTER_S = 10.0  # no progress line before this: a short run's output stays the same every time
+PROGRESS_EVERY_S = 10.0
+GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
+GEMM_MIN_S = 0.1  # ... until one product takes this long
+COPY_BYTES = 16 << 20
+BENCH_UNTIMED_CALLS = 3  # common.bench calls the step this often before timing it
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a CPU run will take, from measured rates: its calls of the step, the reference, --bench."""
+
+    seconds: float
+    calls: int  # calls of the step in the run's dtype (warm-up, profiled loop, --bench)
+    flops_per_s: float  # the matmul rate measured in the run's dtype
+    cheaper: tuple[str, ...] = ()  # flags of a cheaper run, when this one is long
+    cheaper_seconds: float | None = None
+
+
+def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
+    """FLOP/s of an n x n matmul in `dtype` on the CPU's threads at n = `size`, from best-of-three timings of
+    smaller products (after an untimed call each).
+
+    The matrix doubles from GEMM_N until one product takes GEMM_MIN_S, or reaches GEMM_MAX_N or `size`: a
+    256 x 256 fp32 product takes 0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when
+    another process keeps a core busy) would read as a rate ten times too slow. Past the largest size timed,
+    a rate that fell from the size before is taken to keep falling at that pace (never to rise): an emulated
+    bf16 product gets slower per FLOP as it grows (2.7 GFLOP/s at 256 x 256, 0.35 at 2048 x 2048, with
+    oneDNN held to AVX2), a native one does not.
+    """
+    rates: list[tuple[int, float]] = []
+    n = GEMM_N
+    while True:
+        x, w = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+        torch.matmul(x, w)
+        best = math.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            torch.matmul(x, w)
+            best = min(best, time.perf_counter() - start)
+        rates.append((n, 2 * n**3 / best))
+        if best >= GEMM_MIN_S or 2 * n > min(GEMM_MAX_N, size):
+            break
+        n *= 2
+    (n1, r1), (n2, r2) = rates[-2] if len(rates) > 1 else rates[-1], rates[-1]
+    falls = math.log(r1 / r2) / math.log(n2 / n1) if n2 > n1 and r2 < r1 else 0.0
+    return r2 * (n2 / max(size, n2)) ** falls
+
+
+def copy_rate() -> float:
+    """Bytes/s moved (read plus written) by a COPY_BYTES copy on the CPU, best of three."""
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * COPY_BYTES / best
+
+
+def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, rate: Callable[[torch.dtype], float]) -> float:
+    """`calls` steps in `dtype`, the reference once in its higher precision, and --bench's minimum run, at
+    the matmul rates `rate(dtype)` and the copy rate `rate(torch.uint8)`."""
+    step = work.flops / rate(dtype) + work.bytes / rate(torch.uint8)
+    reference = work.flops / rate(run.reference_dtype if dtype == run.dtype else torch.float64)
+    return calls * step + reference + (MIN_RUN_TIME_S if run.bench else 0.0)
+
+
+def with_flag(argv: tuple[str, ...], flag: str, value: object) -> tuple[str, ...]:
+    """`argv` with `flag` set to `value` (an earlier `flag X` or `flag=X` removed)."""
+    out: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == flag:
+            skip = True
+        elif not word.startswith(flag + "="):
+            out.append(word)
+    return (*out, flag, str(value))
+
+
+def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, ...], float]:
+    """A smaller --batch (work grows with it in every script) or else --size (01's N: work grows as N³)
+    that brings `seconds` to about TARGET_S; `argv` unchanged where neither can shrink."""
+    sizes = dict(run.sizes)
+    factor = seconds / TARGET_S
+    if sizes.get("batch", 1) > 1:
+        batch = max(1, int(sizes["batch"] / factor))
+        return with_flag(argv, "--batch", batch), seconds * batch / sizes["batch"]
+    if sizes.get("size", 0) > 64:
+        size = max(64, int(sizes["size"] / factor ** (1 / 3)) // 64 * 64)
+        return with_flag(argv, "--size", size), seconds * (size / sizes["size"]) ** 3
+    return argv, seconds
+
+
+def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
+    """How long this run will take on the CPU, or None on a GPU and for a run too small to take long."""
+    calls = run.schedule.steps + warmup_calls + (BENCH_UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
+    small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
+    if run.on_gpu or small:
+        return None
+    size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
+    measured: dict[torch.dtype, float] = {}
+
+    def rate(dtype: torch.dtype) -> float:  # each rate measured once
+        if dtype not in measured:
+            measured[dtype] = copy_rate() if dtype == torch.uint8 else gemm_rate(dtype, size)
+        return measured[dtype]
+
+    seconds = run_seconds(run, work, calls, run.dtype, rate)
+    if seconds <= LONG_S:
+        return Estimate(seconds, calls, rate(run.dtype))
+    argv, cheaper = run.argv, seconds
+    if run.dtype != torch.float32:
+        fp32 = run_seconds(run, work, calls, torch.float32, rate)
+        if fp32 < 0.8 * seconds:
+            argv, cheaper = with_flag(argv, "--dtype", "fp32"), fp32
+    if cheaper > LONG_S:
+        argv, cheaper = shrink(run, argv, cheaper)
+    if argv == run.argv:
+        return Estimate(seconds, calls, rate(run.dtype))
+    return Estimate(seconds, calls, rate(run.dtype), argv, cheaper)
+
+
+def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
+    """What the run says before its first step: nothing for a short run, the estimate for a longer one, and
+    a cheaper command for a long one."""
+    if guess is None or guess.seconds < SAY_ABOVE_S:
+        return []
+    compiling = " (plus compiling)" if run.compiled else ""
+    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s on this CPU"
+    lines = [
+        f"estimate: about {human_time(guess.seconds * 1e6)}{compiling}: {guess.calls} calls of "
+        f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
+    ]
+    if guess.seconds > LONG_S and guess.cheaper:
+        command = " ".join(["uv run", f"{run.script}.py", *guess.cheaper])
+        lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
+    elif guess.seconds > LONG_S:
+        lines.append("  that is long; smaller shapes run faster")
+    return lines
+
+
+class Progress:
+    """A thread that prints, every `every_s` once `after_s` have passed, how long the run has been going."""
+
+    def __init__(self, what: str, estimate_s: float | None, after_s: float, every_s: float) -> None:
+        self.what, self.estimate_s, self.after_s, self.every_s = what, estimate_s, after_s, every_s
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
+
+    def line(self) -> str:
+        elapsed = human_time((time.monotonic() - self.started) * 1e6)
+        of = f" of about {human_time(self.estimate_s * 1e6)} estimated" if self.estimate_s else ""
+        return f"... {elapsed}{of}: {self.what}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _tick(self) -> None:
+        if self._stop.wait(self.after_s):
+            return
+        while True:
+            print(self.line(), flush=True)
+            if self._stop.wait(self.every_s):
+                return
+
+
+@contextlib.contextmanager
+def progress(
+    what: str, estimate_s: float | None = None, after_s: float = PROGRESS_AFTER_S, every_s: float = PROGRESS_EVERY_S
+) -> Iterator[Progress]:
+    """Print progress lines while the block runs (see Progress); none after it ends. `what` may be changed
+    through the object yielded, as the run moves on (warm-up, profiled steps)."""
+    ticker = Progress(what, estimate_s, after_s, every_s)
+    ticker.start()
+    try:
+        yield ticker
+    finally:
+        ticker.stop()

@@ -1,0 +1,186 @@
+"""Honest about time on a CPU: the fast dtype by default, an estimate before a long run, progress during it."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run
+
+import common.estimate
+import common.runtime
+from common.estimate import estimate, estimate_lines, progress, with_flag
+from common.physics import Work
+from common.runtime import Run, Schedule, resolve_dtype
+
+CPU = torch.device("cpu")
+
+
+def cpu_run(tmp_path: Path, dtype_name: str = "bf16", **kw) -> Run:
+    base = dict(
+        script="01_matmul_add",
+        device=CPU,
+        dtype=common.runtime.DTYPES[dtype_name],
+        dtype_name=dtype_name,
+        warm=True,
+        compiled=True,
+        schedule=Schedule(),
+        traces_dir=tmp_path,
+        argv=("--size", "4096", "--warmup", "--compile", "--dtype", dtype_name),
+        sizes=(("size", 4096),),
+    )
+    return Run(**{**base, **kw})
+
+
+@pytest.fixture
+def avx2_only(monkeypatch):
+    """A CPU like the issue's: AVX2 and FMA, no AVX512-BF16 or AMX."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setattr(common.runtime, "cpu_flags", lambda: {"avx", "avx2", "fma"})
+
+
+def test_a_cpu_without_native_bf16_runs_fp32_by_default_and_says_why(tmp_path, capsys, avx2_only):
+    assert run("01_matmul_add", tmp_path, "--size", "8") == 0
+    out = capsys.readouterr().out
+    assert "dtype=fp32" in out and "notice: dtype fp32, the fast one on this CPU: it has no AVX512-BF16 or AMX" in out
+    assert json.loads((tmp_path / "01_matmul_add" / "8_fp32_cold_eager.json").read_text())["suite"]["dtype"] == "fp32"
+
+
+def test_bf16_stays_the_default_on_a_cpu_with_native_bf16(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    for flag in ("avx512_bf16", "amx_bf16", "bf16"):  # x86 AVX512-BF16, x86 AMX, Arm
+        monkeypatch.setattr(common.runtime, "cpu_flags", lambda flag=flag: {"avx2", flag})
+        assert resolve_dtype(None, CPU) == ("bf16", None)
+
+
+def test_bf16_stays_the_default_on_a_gpu(avx2_only):
+    assert resolve_dtype(None, torch.device("cuda", 0)) == ("bf16", None)
+
+
+def test_onednn_held_below_bf16_counts_as_no_native_bf16(monkeypatch):
+    monkeypatch.setattr(common.runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    name, notice = resolve_dtype(None, CPU)
+    assert name == "fp32" and "ONEDNN_MAX_CPU_ISA=AVX2" in notice
+
+
+def test_an_explicit_bf16_on_such_a_cpu_runs_as_asked_and_states_the_cost(tmp_path, capsys, avx2_only):
+    assert run("01_matmul_add", tmp_path, "--size", "8", "--dtype", "bf16") == 0
+    out = capsys.readouterr().out
+    assert "notice: --dtype bf16 is emulated on this CPU" in out and "150x" in out and "--dtype fp32" in out
+    assert (tmp_path / "01_matmul_add" / "8_bf16_cold_eager.json").exists()
+
+
+def test_a_small_run_measures_nothing_and_prints_no_estimate_or_progress(tmp_path, capsys, monkeypatch):
+    def no_measuring(*args):
+        raise AssertionError("a small run measured a rate")
+
+    monkeypatch.setattr(common.estimate, "gemm_rate", no_measuring)
+    assert run("01_matmul_add", tmp_path, "--size", "64") == 0
+    out = capsys.readouterr().out
+    assert "estimate:" not in out and "\n... " not in out
+
+
+def rates(monkeypatch, flops_per_s: dict[torch.dtype, float], bytes_per_s: float = 10e9) -> None:
+    monkeypatch.setattr(common.estimate, "gemm_rate", lambda dtype, size=0: flops_per_s[dtype])
+    monkeypatch.setattr(common.estimate, "copy_rate", lambda: bytes_per_s)
+
+
+EMULATED = {torch.bfloat16: 0.7e9, torch.float32: 100e9, torch.float64: 50e9}  # the slow bf16 path, measured
+
+
+def test_a_long_run_says_so_with_a_cheaper_command_in_fp32(tmp_path, monkeypatch):
+    rates(monkeypatch, EMULATED)
+    r = cpu_run(tmp_path)
+    work = Work(2 * 4096**3, 4 * 4096**2 * 2)
+    guess = estimate(r, work, warmup_calls=5)
+    assert guess.calls == 10 and guess.seconds > 10 * work.flops / 0.7e9  # ten calls in bf16, then the reference
+    head, cheaper = estimate_lines(r, work, guess)
+    assert head == (
+        "estimate: about 1,960 s (plus compiling): 10 calls of 137 GFLOP and a reference, "
+        "bf16 at 0.7 GFLOP/s on this CPU"
+    )
+    assert len(head) <= 120
+    assert cheaper.startswith("  that is long; about ")
+    assert cheaper.endswith("uv run 01_matmul_add.py --size 4096 --warmup --compile --dtype fp32")
+
+
+def test_a_long_fp32_run_gets_a_smaller_size(tmp_path, monkeypatch):
+    rates(monkeypatch, {torch.float32: 1e9, torch.float64: 1e9})
+    r = cpu_run(tmp_path, "fp32", argv=("--size", "4096"))
+    guess = estimate(r, Work(2 * 4096**3, 0), warmup_calls=0)
+    assert guess.cheaper[:1] == ("--size",) and int(guess.cheaper[1]) < 4096 and guess.cheaper_seconds < 60
+
+
+def test_a_smaller_batch_is_what_a_long_batched_run_gets(tmp_path, monkeypatch):
+    rates(monkeypatch, {torch.float32: 1e9, torch.float64: 1e9})
+    r = cpu_run(tmp_path, "fp32", argv=("--batch", "64"), sizes=(("batch", 64),), script="03_simple_mlp")
+    guess = estimate(r, Work(116e9, 0), warmup_calls=0)
+    assert guess.cheaper[0] == "--batch" and 1 <= int(guess.cheaper[1]) < 64
+
+
+def test_a_flag_is_replaced_not_repeated():
+    assert with_flag(("--dtype", "bf16", "--size=8"), "--dtype", "fp32") == ("--size=8", "--dtype", "fp32")
+    assert with_flag(("--size=8",), "--size", 4) == ("--size", "4")
+
+
+def test_no_estimate_on_a_gpu(tmp_path):
+    assert estimate(cpu_run(tmp_path, device=torch.device("cuda", 0)), Work(1e15, 1e12), 5) is None
+
+
+def test_progress_lines_come_while_the_block_runs_and_stop_with_it():
+    out = io.StringIO()
+    printed = threading.Event()
+    with redirect_stdout(out), progress("profiled steps", 120.0, after_s=0.0, every_s=0.01):
+        while "\n" not in out.getvalue():
+            printed.wait(0.01)
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"\.\.\. \d[\d.]* (µs|ms|s) of about 120 s estimated: profiled steps", lines[0]), lines[0]
+    count = len(out.getvalue())
+    printed.wait(0.05)
+    assert len(out.getvalue()) == count  # the thread is gone
+
+
+def test_no_progress_line_before_the_threshold():
+    out = io.StringIO()
+    with redirect_stdout(out), progress("steps", None, after_s=3600.0):
+        pass
+    assert out.getvalue() == ""
+
+
+class FakeClock:
+    """torch.matmul and time.perf_counter for gemm_rate: an n x n product takes 2n³ / rate(n) seconds."""
+
+    def __init__(self, rate) -> None:
+        self.now, self.rate = 0.0, rate
+
+    def matmul(self, x, w):
+        self.now += 2 * x.shape[0] ** 3 / self.rate(x.shape[0])
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_rate_that_falls_with_size_is_extrapolated_to_the_run_s_size(monkeypatch):
+    clock = FakeClock(lambda n: 1e9 * 256 / n)  # the emulated path: slower per FLOP as it grows
+    monkeypatch.setattr(common.estimate.torch, "matmul", clock.matmul)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", clock.perf_counter)
+    assert common.estimate.gemm_rate(torch.float32, 4096) == pytest.approx(1e9 * 256 / 4096)
+
+
+def test_a_rate_that_rises_with_size_is_not_extrapolated_upward(monkeypatch):
+    clock = FakeClock(lambda n: 1e8 * n)  # a native GEMM gets faster as it grows: take the largest timed
+    monkeypatch.setattr(common.estimate.torch, "matmul", clock.matmul)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", clock.perf_counter)
+    assert common.estimate.gemm_rate(torch.float32, 100_000) == pytest.approx(1e8 * common.estimate.GEMM_MAX_N)
+
+
+def test_the_copy_rate_is_measured():
+    assert common.estimate.copy_rate() > 0

@@ -1,0 +1,155 @@
+"""Every command README.md prints works as printed: read from the README, run, exit 0 (or refused in one line
+where the README says so), nothing wider than 120 columns.
+
+The script commands run in this process through `main(argv)`, with the smaller shapes the README's table
+gives for a CPU appended, into a `traces/` folder of a scratch directory; the summary and diff commands then
+run in that directory, where `tests/` leads to the committed fixtures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT, load_script
+
+from common.diff import main as diff_main
+from common.summary import main as summary_main
+
+README = (ROOT / "README.md").read_text()
+WIDTH = 120
+
+
+def commands() -> list[str]:
+    """The `uv run` and `uvx` lines of the README's code blocks, comments removed, in order, each once."""
+    found = []
+    for block in re.findall(r"^```\n(.*?)^```", README, re.S | re.M):
+        for line in block.splitlines():
+            if line.startswith(("uv run ", "uvx ")):
+                found.append(re.sub(r"\s+#.*$", "", line).strip())
+    return list(dict.fromkeys(found))
+
+
+def cpu_flags() -> dict[str, list[str] | None]:
+    """The README's table of what the test appends on a CPU: script -> flags, or None where it is refused."""
+    table = README[README.index("| script | on a CPU, the README test appends |") :].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        script, what = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[script.strip("`")] = None if what.startswith("refused") else shlex.split(what.strip("`"))
+    return rows
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+def call(main, argv: list[str], stdout_to: Path | None = None) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    if stdout_to is not None:
+        stdout_to.write_text(out.getvalue())
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def words(command: str) -> tuple[str, list[str], Path | None]:
+    """What a command runs (a script stem, `common.summary` or `common.diff`), its argv, and a `> file`."""
+    argv = shlex.split(command)[2:]
+    target = None
+    if ">" in argv:
+        target, argv = Path(argv[argv.index(">") + 1]), argv[: argv.index(">")]
+    if argv[:2] == ["--extra", "plot"]:
+        argv = argv[2:]
+    if argv[:2] == ["python", "-m"]:
+        return argv[2], argv[3:], target
+    return argv[0].removesuffix(".py"), argv[1:], target
+
+
+ALL = commands()
+SCRIPT_COMMANDS = [c for c in ALL if re.match(r"uv run 0\w+\.py", c)]
+ON_CPU = cpu_flags()
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> tuple[Path, dict[str, Result]]:
+    """Every script command of the README, run once, in order, into <scratch>/traces."""
+    scratch = tmp_path_factory.mktemp("readme")
+    (scratch / "tests").symlink_to(ROOT / "tests")
+    threads = torch.get_num_threads()
+    results = {}
+    cwd = os.getcwd()
+    os.chdir(scratch)
+    try:
+        for command in SCRIPT_COMMANDS:
+            name, argv, _ = words(command)
+            extra = ON_CPU[f"{name}.py"] if not torch.cuda.is_available() else []
+            results[command] = call(load_script(name).main, [*argv, *(extra or []), "--traces-dir", "traces"])
+            torch.set_num_threads(threads)
+        yield scratch, results
+    finally:
+        os.chdir(cwd)
+
+
+def test_the_readme_prints_its_commands():
+    assert (
+        len(SCRIPT_COMMANDS) >= 20 and any("common.diff" in c for c in ALL) and any("common.summary" in c for c in ALL)
+    )
+    assert set(ON_CPU) == {p.name for p in ROOT.glob("0*.py")}  # the table covers every script
+
+
+def check(command: str, result: Result, refused: bool) -> None:
+    if refused:
+        assert result.code == 2, result.out + result.err
+        assert len(result.err.splitlines()) == 1 and "needs a CUDA GPU" in result.err, result.err
+    else:
+        assert result.code == 0, result.out[-2000:] + result.err
+    if "--markdown" in command:
+        return  # a document for a Markdown viewer, not a terminal
+    for line in (result.out + result.err).splitlines():
+        if "--memory" in command and line.endswith("  "):
+            continue  # torch's table with profile_memory: its eight figure columns alone are 112 wide
+        assert len(line) <= WIDTH, f"{command}: {len(line)} columns: {line}"
+
+
+@pytest.mark.parametrize("command", SCRIPT_COMMANDS)
+def test_script_command(ran, command):
+    name = words(command)[0]
+    check(command, ran[1][command], ON_CPU[f"{name}.py"] is None and not torch.cuda.is_available())
+
+
+@pytest.mark.parametrize("command", [c for c in ALL if "common.summary" in c or "common.diff" in c])
+def test_summary_and_diff_command(ran, command):
+    if "--plot" in command:
+        pytest.importorskip("matplotlib")
+    module, argv, target = words(command)
+    cwd = os.getcwd()
+    os.chdir(ran[0])
+    try:
+        result = call({"common.summary": summary_main, "common.diff": diff_main}[module], argv, target)
+        check(command, result, refused=False)
+        for written in [target] if target else []:
+            assert written.stat().st_size > 0 and written.parent.name == "traces"
+        if "--plot" in argv:
+            plot = Path(argv[argv.index("--plot") + 1])
+            assert plot.parent.name == "traces" and plot.read_bytes()[:4] == b"\x89PNG"
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("command", [c for c in ALL if c.startswith("uvx ") or c == "uv run pytest"])
+def test_network_and_suite_commands_are_left_to_their_own_tests(command):
+    pytest.skip("needs the network and a Hub login (tests/test_share.py)" if "uvx" in command else "the suite itself")
