@@ -12,6 +12,8 @@ writes traces/06_ddp_training_step/<tag>_rank<r>.json and .txt; the trace's dist
 metadata carry the rank and the world size.
 """
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -19,8 +21,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import SuiteError, cli, positive_float
-from common.ddp import all_reduce_gradients, expected_buckets, start_process_group, torchrun_launch, training_work
+from common.block import AMP, SHAPE, block_work, check_shape, default_to_amp, make_batch
+from common.cli import cli, positive_float
+from common.ddp import expected_buckets, start_process_group, torchrun_launch
 from common.guess import Expect, expect_kernels, expect_op
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, make_parser, setup, shape_of
@@ -33,49 +36,80 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
-class DecoderBlock(nn.Module):
-    def __init__(self, dim, heads, hidden):
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, heads):
         super().__init__()
         self.heads = heads
-        self.attn_norm = RMSNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
-        self.mlp_norm = RMSNorm(dim)
+        self.qkv_proj = nn.Linear(dim, 3 * dim, bias=False)
+        self.out_proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv_proj(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [b, heads, s, head_dim]
+        return self.out_proj(y.transpose(1, 2).reshape(b, s, d))
+
+
+class SimpleGeGLUMLP(nn.Module):  # the post's MLP (03_simple_mlp.py)
+    def __init__(self, dim, hidden):
+        super().__init__()
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
-        h = self.mlp_norm(x)
-        return x + self.down_proj(F.gelu(self.gate_proj(h), approximate="tanh") * self.up_proj(h))
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
 
 
-SHAPE = {
-    "batch": (8, "batch size per rank"),
-    "seq": (1024, "sequence length"),
-    "dim": (768, "model width"),
-    "heads": (12, "attention heads"),
-    "hidden": (3072, "GeGLU hidden width"),
-}
+class DecoderBlock(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.attn_norm = RMSNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads)
+        self.mlp_norm = RMSNorm(dim)
+        self.mlp = SimpleGeGLUMLP(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
 
 
-def guess(buckets: int, parameters: int, on_gpu: bool) -> list[Expect]:
+def train_step(model, x, target, optimizer, amp, overlap):
+    # 05_training_step.py's step under DDP. With overlap, DDP all-reduces each gradient bucket during the
+    # backward as soon as it is full; without, no_sync() holds them and one all-reduce of all of them follows.
+    with contextlib.nullcontext() if overlap else model.no_sync():  # no_sync must hold forward and backward
+        with record_function("forward"), torch.autocast(x.device.type, torch.bfloat16, enabled=amp):
+            loss = F.mse_loss(model(x), target)
+        with record_function("backward"):
+            loss.backward()
+    if not overlap:
+        with record_function("allreduce"):
+            grads = [p.grad for p in model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            flat /= dist.get_world_size()
+            for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+                g.copy_(part.view_as(g))
+    with record_function("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
     """What one profiled step should show on every rank, written down before looking."""
     lines = [
-        expect_op("c10d::allreduce_", buckets, f"one all-reduce per gradient bucket: {buckets} from the bucket cap"),
+        expect_op("c10d::allreduce_", all_reduces, "one all-reduce per gradient bucket (one in all without overlap)"),
         expect_op("aten::mm", 15, "the same compute on every rank: 5 forward GEMMs, 10 in the backward"),
     ]
     if on_gpu:
         return lines + [
             expect_op("aten::_foreach_lerp_", 1, "AdamW's foreach step (the default on a GPU): one call for all"),
-            expect_kernels("communication", buckets, "one NCCL all-reduce kernel per bucket, on its own stream"),
+            expect_kernels("communication", all_reduces, "one NCCL all-reduce kernel each, on its own stream"),
         ]
     return lines + [expect_op("aten::lerp_", parameters, "AdamW on the CPU loops: one first-moment update each")]
 
@@ -83,7 +117,7 @@ def guess(buckets: int, parameters: int, on_gpu: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "block shape", SHAPE)
+    add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
     ddp = parser.add_argument_group("data parallel")
     ddp.add_argument(
         "--bucket-cap-mb", type=positive_float, default=25.0, help="DDP's gradient bucket size in MiB (default: 25)"
@@ -93,32 +127,34 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
     )
+    default_to_amp(parser)  # no --dtype: fp32 parameters with bf16 autocast, as 05; --dtype X: all in X
     args = parser.parse_args(argv)
-    launch = torchrun_launch()  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun; one line if it is not there
-    if torch.cuda.is_available() and args.device == "auto":
+    launch = torchrun_launch()  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun; one line if they are not there
+    if args.device == "auto" and torch.cuda.is_available():
         args.device = f"cuda:{launch.local_rank}"  # one GPU per rank
+    amp = args.dtype is None
+    args.dtype = args.dtype or "bf16"
     run = setup(args, __file__)
-    backend = start_process_group(run.on_gpu)
+    check_shape(args.dim, args.heads)
+    backend = start_process_group(run.on_gpu)  # NCCL between GPUs, gloo between CPU processes
     try:
         shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
-        if args.dim % args.heads:
-            raise SuiteError(f"--dim {args.dim} is not a multiple of --heads {args.heads}")
-        torch.manual_seed(0)  # the same weights on every rank (DDP also broadcasts rank 0's)
-        block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device)
+        param_dtype = torch.float32 if amp else run.dtype
+        work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
+        torch.manual_seed(0)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
+        block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
         model = DistributedDataParallel(block, bucket_cap_mb=args.bucket_cap_mb)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        torch.manual_seed(launch.rank)  # each rank its own batch
-        x = torch.randn(args.batch, args.seq, args.dim, device=run.device)
-        buckets = expected_buckets(list(block.parameters()), args.bucket_cap_mb)
-        overlap = "overlap" if not args.no_overlap else "no-overlap"
-        tag = (
-            run.tag(*shape, f"cap{args.bucket_cap_mb:g}", overlap, f"world{launch.world_size}") + f"_rank{launch.rank}"
-        )
-        meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "buckets": buckets}
-        work = training_work(*shape)
-        autocast = torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.dtype != torch.float32)
+        torch.manual_seed(1 + launch.rank)  # each rank its own batch
+        x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)
+        all_reduces = expected_buckets(list(block.parameters()), args.bucket_cap_mb) if not args.no_overlap else 1
+        words = [f"cap{args.bucket_cap_mb:g}", "nooverlap" if args.no_overlap else "overlap", *[AMP] * amp]
+        tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
+        meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 
         with recording(run, tag, "train_step", work, meta) as rec:
+            if args.warmup:  # a few unprofiled steps first, so set-up costs stay out of the trace
+                rec.warm_up(lambda: train_step(model, x, target, optimizer, amp, not args.no_overlap))
             with profile(
                 activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else []),
                 schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
@@ -128,28 +164,15 @@ def main(argv: list[str] | None = None) -> int:
             ) as prof:
                 for _ in range(args.wait + args.warmup_steps + args.active):
                     with record_function("train_step"):
-                        with record_function("forward"), autocast:
-                            loss = model(x).float().pow(2).mean()
-                        with record_function("backward"):
-                            if args.no_overlap:
-                                with model.no_sync():  # no all-reduce during the backward ...
-                                    loss.backward()
-                            else:
-                                loss.backward()
-                        if args.no_overlap:
-                            with record_function("allreduce"):  # ... all of it after
-                                all_reduce_gradients(list(block.parameters()), args.bucket_cap_mb)
-                        with record_function("optimizer"):
-                            optimizer.step()
-                            optimizer.zero_grad(set_to_none=True)
+                        train_step(model, x, target, optimizer, amp, not args.no_overlap)
                     if run.on_gpu:
                         torch.cuda.synchronize()
                     prof.step()
-            gathered = [torch.zeros_like(p) for p in (block.out.weight,) for _ in range(launch.world_size)]
-            dist.all_gather(gathered, block.out.weight.detach())
-        # every rank took the same step from the same averaged gradients: the weights must agree
-        guessed = guess(buckets, len(list(block.parameters())), run.on_gpu)
-        return finish(rec, guessed, gathered[-1], gathered[0], what="the last rank's weights against rank 0's")
+            weights = [torch.zeros_like(block.attn.out_proj.weight) for _ in range(launch.world_size)]
+            dist.all_gather(weights, block.attn.out_proj.weight.detach())
+        # every rank took the same steps from the same averaged gradients: its weights must equal rank 0's
+        guessed = guess(all_reduces, len(list(block.parameters())), run.on_gpu)
+        return finish(rec, guessed, weights[-1], weights[0], what="the last rank's weights against rank 0's")
     finally:
         dist.destroy_process_group()
 

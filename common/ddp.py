@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 
 from common.cli import SuiteError
-from common.physics import Work
 
 FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket is capped at 1 MiB, so the all-reduce can start early
 
@@ -58,34 +57,3 @@ def expected_buckets(parameters: list[torch.nn.Parameter], bucket_cap_mb: float)
         if size >= cap:
             buckets, size, cap = buckets + 1, 0, bucket_cap_mb * (1 << 20)
     return buckets + (size > 0)
-
-
-def all_reduce_gradients(parameters: list[torch.nn.Parameter], bucket_cap_mb: float) -> int:
-    """--no-overlap: average the gradients across ranks after the backward, in buckets of about
-    `bucket_cap_mb` MiB (flattened, one all-reduce each), the way DDP would without overlap. Returns the count."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    cap, buckets, bucket, size = min(FIRST_BUCKET_BYTES, bucket_cap_mb * (1 << 20)), 0, [], 0
-    world = dist.get_world_size()
-    for g in reversed(grads):
-        bucket.append(g)
-        size += g.numel() * g.element_size()
-        if size >= cap or g is grads[0]:
-            flat = torch.cat([t.reshape(-1) for t in bucket])
-            dist.all_reduce(flat)
-            flat /= world
-            offset = 0
-            for t in bucket:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
-            buckets, bucket, size, cap = buckets + 1, [], 0, bucket_cap_mb * (1 << 20)
-    return buckets
-
-
-def training_work(batch: int, seq: int, dim: int, heads: int, hidden: int) -> Work:
-    """One rank's training step of the decoder block: forward plus backward, 3x the forward's GEMM and attention
-    FLOPs (the backward computes the input and the weight gradients); the fewest bytes: the fp32 weights, their
-    gradients and AdamW's two moments, each read or written once."""
-    tokens = batch * seq
-    weights = 4 * dim * dim + 3 * dim * hidden  # qkv (3 d^2) + out (d^2) + gate, up, down
-    flops = 3 * (2 * tokens * weights + 2 * batch * seq * seq * dim)  # causal attention: half of 2 seq^2 GEMMs
-    return Work(flops=flops, bytes=4 * weights * 4)

@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import ROOT, command, ev, load_script, usage_error
 
-from common import summary
+from common import diff, summary
 from common.ddp import expected_buckets
 from common.trace import parse, read_trace
 
@@ -48,7 +48,7 @@ def test_every_rank_does_the_guessed_all_reduces_per_step(two_ranks):
     folder, out = two_ranks
     for path in folder.glob("*.json"):
         trace = read_trace(path)
-        assert {s.cpu_ops["c10d::allreduce_"] for s in trace.steps} == {trace.meta["buckets"]}
+        assert {s.cpu_ops["c10d::allreduce_"] for s in trace.steps} == {trace.meta["all_reduces"]}
     assert out.count("checked guesses match the trace") == 2
 
 
@@ -58,6 +58,30 @@ def test_the_summary_of_the_folder_has_a_row_per_rank_and_the_spread(two_ranks, 
     assert code == 0
     rows = [line for line in out.splitlines() if line.strip().startswith(("0 ", "1 "))]
     assert len(rows) == 2 and "spread, slowest ÷ fastest rank" in out
+
+
+@pytest.fixture(scope="module")
+def no_overlap(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ddp-no-overlap")
+    done = torchrun(folder, "--no-overlap")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder / "06_ddp_training_step"
+
+
+def test_without_overlap_one_all_reduce_follows_the_backward(no_overlap):
+    for path in no_overlap.glob("*.json"):
+        trace = read_trace(path)
+        assert trace.phases == ["forward", "backward", "allreduce", "optimizer"]
+        for step in trace.steps:
+            assert step.cpu_ops["c10d::allreduce_"] == 1 and step.phase("allreduce").cpu_ops["c10d::allreduce_"] == 1
+            assert step.phase("backward").cpu_ops["c10d::allreduce_"] == 0
+
+
+def test_the_diff_of_overlap_against_no_overlap_leads_with_one_headline(two_ranks, no_overlap, capsys):
+    overlap = next(two_ranks[0].glob("*rank0.json"))
+    code, out, _ = command(diff.main, capsys, overlap, next(no_overlap.glob("*rank0.json")))
+    headline = out.split("\n\n")[1]
+    assert code == 0 and headline.strip() and "allreduce" in out
 
 
 def test_not_started_by_torchrun_is_one_line(capsys, monkeypatch):

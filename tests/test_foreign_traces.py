@@ -270,8 +270,8 @@ def test_a_folder_of_rank_traces_has_a_row_per_rank_and_the_spread(tmp_path, cap
     assert code == 0 and "rank 1 of 2 (nccl)" in out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["0"], ["1"])]
     assert rows == [
-        ["0", f"{tmp_path.name}/rank0", "150", "µs", "100", "µs", "50.0", "µs", "400", "µs"],
-        ["1", f"{tmp_path.name}/rank1", "300", "µs", "100", "µs", "200", "µs", "500", "µs"],
+        ["0", f"{tmp_path.name}/rank0", "150", "µs", "100", "µs", "50.0", "µs", "50.0", "µs", "400", "µs", "—"],
+        ["1", f"{tmp_path.name}/rank1", "300", "µs", "100", "µs", "200", "µs", "200", "µs", "500", "µs", "—"],
     ]
     assert "spread, slowest ÷ fastest rank: GPU 2×, CPU 1.25×" in out
 
