@@ -57,13 +57,12 @@ def require_cuda_graphs(cudagraphs: bool, run: Run) -> None:
     """Refuse --cudagraphs off a CUDA GPU, in one line: CUDA graphs are recorded and replayed by the GPU driver."""
     if cudagraphs and not run.on_gpu:
         raise SuiteError(
-            "--cudagraphs needs a CUDA GPU (torch.compile's reduce-overhead mode records CUDA graphs); "
-            "on the CPU run eager or --compile"
+            "--cudagraphs needs a CUDA GPU (reduce-overhead mode records CUDA graphs); here run eager or --compile"
         )
 
 
 def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:
-    """One line for the setup echo: what the step runs, the optimizer, and the precision."""
+    """The setup echo's lines: what the step runs, the loss, the optimizer, and the precision."""
     how = {
         "eager": "the block in eager mode",
         "compile": "torch.compile(block)",
@@ -75,7 +74,7 @@ def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:
         if precision == AMP
         else f"everything in {precision}: parameters, activations, AdamW state"
     )
-    return f"step: {how}; loss: MSE to a fixed random target; {adamw}; {kept}"
+    return f"step: {how}; loss: MSE to a fixed random target\noptimizer: {adamw}\nprecision: {kept}"
 
 
 def make_batch(
@@ -203,9 +202,10 @@ def memory_lines(block: nn.Module, optimizer: torch.optim.Optimizer, saved: dict
     state = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if t.dim())
     moment = params[0].element_size()
     return [
-        f"parameters: {n:,} in {len(params)} tensors ({human_bytes(weights)}, {params[0].dtype}); AdamW state "
-        f"{human_bytes(state)} (two moments per parameter: 2 x {moment} B x {n:,} = {human_bytes(2 * moment * n)}); "
+        f"parameters: {n:,} in {len(params)} tensors ({human_bytes(weights)}, {params[0].dtype}); "
         f"gradients {human_bytes(weights)} during the backward",
+        f"AdamW state: {human_bytes(state)} (two moments per parameter: 2 x {moment} B x {n:,} = "
+        f"{human_bytes(2 * moment * n)})",
         f"saved for the backward (eager, worked out per tensor in common/block.py): {human_bytes(sum(saved.values()))}",
     ]
 
