@@ -8,6 +8,10 @@ handed on, the rest waits for the next block, so memory stays near one block. Wh
 huge value is read in time linear in its size. Input msgspec refuses but the standard library reads (NaN and
 Infinity, a lone surrogate escape, an element or `args` that is not an object) is decoded by `json` for that
 block alone; a lone surrogate is kept in the name, as `json` reads it, and the tables print it escaped.
+
+Without msgspec (no wheel for this platform, or a plain `python3` that lacks it) the standard library's `json`
+reads the whole file instead, with the same events and answers, slower and holding the file's objects; the
+first read says so in one line on stderr.
 """
 
 from __future__ import annotations
@@ -19,43 +23,101 @@ import re
 import sys
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import msgspec
+try:
+    import msgspec
+except ImportError:  # the standard library reads the trace instead (see the module's docstring)
+    msgspec = None
 
 BLOCK_BYTES = 1 << 20  # how much is read at a time
+ARGS_KEYS = (  # the entries of an event's `args` the reader uses, in the order of Args' fields
+    "correlation",  # ties a GPU event to the launch that made it
+    "grid",
+    "block",
+    "registers per thread",
+    "shared memory",
+    "est. achieved occupancy %",
+    "External id",
+    "name",  # a metadata (`ph` "M") event's process or thread name
+)
+
+if msgspec is not None:
+
+    class Args(msgspec.Struct, gc=False):
+        """The entries of an event's `args` the reader uses (ARGS_KEYS); None where absent."""
+
+        correlation: Any = None
+        grid: Any = None
+        block: Any = None
+        registers: Any = msgspec.field(default=None, name="registers per thread")
+        shared_memory: Any = msgspec.field(default=None, name="shared memory")
+        occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+        external_id: Any = msgspec.field(default=None, name="External id")
+        name: Any = None
+
+    class Event(msgspec.Struct, gc=False):
+        """One element of `traceEvents`, with the fields the reader uses. A name that is not a string is None; a
+        `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not negative) finds them."""
+
+        ph: str | None = None
+        cat: str | None = None
+        name: str | None = None
+        ts: float = math.nan
+        dur: float = math.nan
+        pid: Any = None
+        tid: Any = None
+        args: Args | None = None
+
+else:
+
+    @dataclass(slots=True)
+    class Args:  # the same fields as above, without msgspec
+        correlation: Any = None
+        grid: Any = None
+        block: Any = None
+        registers: Any = None
+        shared_memory: Any = None
+        occupancy: Any = None
+        external_id: Any = None
+        name: Any = None
+
+    @dataclass(slots=True)
+    class Event:
+        ph: str | None = None
+        cat: str | None = None
+        name: str | None = None
+        ts: float = math.nan
+        dur: float = math.nan
+        pid: Any = None
+        tid: Any = None
+        args: Args | None = None
 
 
-class Args(msgspec.Struct, gc=False):
-    """The entries of an event's `args` the reader uses; None where absent."""
-
-    correlation: Any = None  # ties a GPU event to the launch that made it
-    grid: Any = None
-    block: Any = None
-    registers: Any = msgspec.field(default=None, name="registers per thread")
-    shared_memory: Any = msgspec.field(default=None, name="shared memory")
-    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-    external_id: Any = msgspec.field(default=None, name="External id")
-    name: Any = None  # a metadata (`ph` "M") event's process or thread name
+class _Said:
+    fallback = False  # the one line about reading without msgspec was printed
 
 
-class Event(msgspec.Struct, gc=False):
-    """One element of `traceEvents`, with the fields the reader uses. A name that is not a string is None; a
-    `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not negative) finds them."""
+def _stdlib_stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | None:
+    """Without msgspec: `json` reads the whole trace, then each event is handed to `on_event`."""
+    if not _Said.fallback:
+        _Said.fallback = True
+        print("notice: msgspec is not installed: traces are read with the standard library's json (slower, "
+              "holds the whole file; `pip install msgspec`)", file=sys.stderr)  # fmt: skip
+    value = json.loads(fh.read())
+    if isinstance(value, list):
+        value = {"traceEvents": value}
+    if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
+        return None
+    for event in as_events(value["traceEvents"]):
+        on_event(event)
+    return {k: v for k, v in value.items() if k != "traceEvents"}
 
-    ph: str | None = None
-    cat: str | None = None
-    name: str | None = None
-    ts: float = math.nan
-    dur: float = math.nan
-    pid: Any = None
-    tid: Any = None
-    args: Args | None = None
 
-
-_EVENTS = msgspec.json.Decoder(list[Event])
-_RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
+_RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
 _CUT = re.compile(rb"\}" + _SPACE + rb"," + _SPACE + rb"\{")  # where one object may end and the next begin
 _EVENTS_KEY = re.compile(rb'"traceEvents"' + _SPACE + rb":" + _SPACE + rb"\[")
@@ -86,7 +148,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("dur")),
             item.get("pid"),
             item.get("tid"),
-            msgspec.convert(item["args"], Args) if isinstance(item.get("args"), dict) else None,
+            Args(*(item["args"].get(key) for key in ARGS_KEYS)) if isinstance(item.get("args"), dict) else None,
         )
         for item in items
         if isinstance(item, dict)
@@ -253,7 +315,7 @@ def stream_json(path: Path | str, on_event: Callable[[Event], None]) -> dict:
     path = Path(path)
     try:
         with _open(path) as fh:
-            header = _stream(fh, on_event)
+            header = (_stream if msgspec is not None else _stdlib_stream)(fh, on_event)
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     except (OSError, EOFError, zlib.error, ValueError) as exc:
@@ -271,8 +333,8 @@ def load_json(path: Path | str) -> dict:
         with _open(path) as fh:
             data = fh.read()
         try:
-            value = msgspec.json.decode(data)
-        except msgspec.DecodeError:
+            value = msgspec.json.decode(data) if msgspec is not None else json.loads(data)
+        except ValueError:  # msgspec.DecodeError is one: NaN, Infinity or a lone surrogate, which json reads
             value = json.loads(data)
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
