@@ -26,13 +26,13 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.block import (
     AMP,
+    AMP_DTYPE_HELP,
     BESIDES_GEMMS,
     SHAPE,
     block_memory,
     block_reference,
     block_work,
     check_shape,
-    default_to_amp,
     describe_step,
     expect_graph_launches,
     expect_kernel_launches,
@@ -237,7 +237,7 @@ def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
+    parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
     add_shape_flags(parser, "decoder block shape", SHAPE)
     parser.add_argument(
         "--cudagraphs",
@@ -250,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
     )
-    default_to_amp(parser)  # no --dtype: fp32 parameters with bf16 autocast; --dtype X: all in X
     args = parser.parse_args(argv)
     precision, amp = args.dtype or AMP, args.dtype is None
     args.dtype, args.compile = args.dtype or "bf16", args.compile or args.cudagraphs  # bf16: what the GEMMs run in

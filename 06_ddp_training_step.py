@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.block import AMP, SHAPE, block_work, check_shape, default_to_amp, make_batch
+from common.block import AMP, AMP_DTYPE_HELP, SHAPE, block_work, check_shape, make_batch
 from common.cli import cli, positive_float
 from common.ddp import expected_buckets, start_process_group, torchrun_launch
 from common.guess import Expect, expect_kernels, expect_op
@@ -116,7 +116,7 @@ def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
+    parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
     add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
     ddp = parser.add_argument_group("data parallel")
     ddp.add_argument(
@@ -127,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
     )
-    default_to_amp(parser)  # no --dtype: fp32 parameters with bf16 autocast, as 05; --dtype X: all in X
     args = parser.parse_args(argv)
     launch = torchrun_launch()  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun; one line if they are not there
     if args.device == "auto" and torch.cuda.is_available():

@@ -8,7 +8,6 @@ turns any guess line of common.guess into one about a single phase.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,12 +38,9 @@ KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel,
 BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
 
 
-def default_to_amp(parser: argparse.ArgumentParser) -> None:
-    """Make the shared --dtype flag optional: left out, parameters and AdamW state stay fp32 and the forward runs
-    under bf16 autocast (AMP), as real training keeps them; given, it names one dtype for everything."""
-    parser.set_defaults(dtype=None)
-    action = next(a for a in parser._actions if a.dest == "dtype")  # argparse keeps no public handle on it
-    action.help = "one dtype for parameters, activations and AdamW state (default: fp32 parameters, bf16 autocast)"
+# --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs
+# under bf16 autocast (AMP), as real training keeps them; given, it names one dtype for everything
+AMP_DTYPE_HELP = "one dtype for parameters, activations and AdamW state (default: fp32 parameters, bf16 autocast)"
 
 
 def check_shape(dim: int, heads: int) -> None:

@@ -104,7 +104,7 @@ class Run:
         return line
 
 
-def make_parser(doc: str | None) -> OneLineParser:
+def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser:
     """A parser for one script: its docstring as help, plus the flags every script shares.
 
     Shared flags: --device, --dtype, --threads, --warmup, --compile, --wait, --warmup-steps, --active,
@@ -119,7 +119,8 @@ def make_parser(doc: str | None) -> OneLineParser:
         "--dtype",
         choices=DTYPES,
         default=None,
-        help="tensor dtype (default: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32)",
+        help=dtype_help
+        or "tensor dtype (default: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32)",
     )
     run.add_argument(
         "--threads",
