@@ -22,7 +22,7 @@ class Bench:
     gpu_calls: int
 
 
-def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
+def bench(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> Bench:
     """Median time per call of `step`: on a GPU, CUDA events around each call of a short burst;
     everywhere, wall clock over a sustained run.
 
@@ -31,13 +31,14 @@ def bench(step: Callable[[], object], on_gpu: bool) -> Bench:
     few profiled steps: the figure to set beside the profiler's GPU busy time. A sustained run can
     be slower: on an H200 heavy GEMMs reach the power cap within about 0.1 s and the SM clock drops
     (1980 -> 1590 MHz measured). The step is called a few times first so compilation is not timed.
+    `grad`: autograd on, as for a training step; off (the default) for a forward pass.
     """
     # torch.utils.benchmark pulls in cpp_extension, which logs "No CUDA runtime is found" without a GPU.
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark
 
     gpu = None
-    with torch.no_grad():
+    with torch.set_grad_enabled(grad):
         for _ in range(3):
             step()
         if on_gpu:

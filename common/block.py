@@ -8,7 +8,6 @@ turns any guess line of common.guess into one about a single phase.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -78,16 +77,6 @@ def make_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random input x and regression target, both [batch, seq, dim] (drawn after the block's weights)."""
     return tuple(torch.randn(batch, seq, dim, device=device, dtype=dtype) for _ in range(2))
-
-
-def with_grad(step: Callable[[], object]) -> Callable[[], object]:
-    """`step` with autograd on, for timers that call it under torch.no_grad() (common.bench)."""
-
-    def call() -> object:
-        with torch.enable_grad():
-            return step()
-
-    return call
 
 
 def block_reference(block: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -43,6 +43,7 @@ class Recording:
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
         self.checked = False  # the output matched the reference: the files are kept from here on
+        self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
     def keep(self) -> None:
         """The output is checked: its files stay, whatever happens next (an interrupt while printing)."""
@@ -145,7 +146,7 @@ def finish(
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
     if run.bench and bench is not None:
         with progress("--bench: the step timed without the profiler"):
-            timed = time_step(bench, run.on_gpu)
+            timed = time_step(bench, run.on_gpu, rec.grad)
         print_bench(timed, trace)
     print_files(files, run)
     return exit_code(verdicts, run.strict)

@@ -59,3 +59,10 @@ def test_bench_never_reports_a_median_of_one_call():
     result = bench(lambda: (calls.append(1), time.sleep(0.2)), on_gpu=False)  # a step too slow for a long run
     assert result.wall_calls >= MIN_CALLS and len(calls) >= MIN_CALLS
     assert result.wall_s >= 0.2  # each call sleeps that long: the median of real calls, not an average of none
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_bench_times_the_step_in_the_grad_mode_it_is_given(grad):
+    modes = set()
+    bench(lambda: modes.add(torch.is_grad_enabled()), on_gpu=False, grad=grad)
+    assert modes == {grad}
