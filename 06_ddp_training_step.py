@@ -120,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
     ddp = parser.add_argument_group("data parallel")
     ddp.add_argument(
-        "--bucket-cap-mb", type=positive_float, default=25.0, help="DDP's gradient bucket size in MiB (default: 25)"
+        "--bucket-cap-mb",
+        type=positive_float,
+        default=None,
+        help="DDP's gradient bucket size in MiB (default: DDP's, 25, with a first bucket of 1 MiB)",
     )
     ddp.add_argument(
         "--no-overlap",
@@ -146,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         torch.manual_seed(1 + launch.rank)  # each rank its own batch
         x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)
-        all_reduces = expected_buckets(list(block.parameters()), args.bucket_cap_mb) if not args.no_overlap else 1
-        words = [f"cap{args.bucket_cap_mb:g}", "nooverlap" if args.no_overlap else "overlap", *[AMP] * amp]
+        all_reduces = expected_buckets(model) if not args.no_overlap else 1  # from DDP's caps and the parameters
+        words = [f"cap{model.bucket_bytes_cap / 2**20:g}", "nooverlap" if args.no_overlap else "overlap", *[AMP] * amp]
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import SuiteError
-
-FIRST_BUCKET_BYTES = 1 << 20  # DDP's first bucket is capped at 1 MiB, so the all-reduce can start early
+from common.private_api import ddp_bucket_caps
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,18 @@ def start_process_group(on_gpu: bool) -> str:
     return backend
 
 
-def expected_buckets(parameters: list[torch.nn.Parameter], bucket_cap_mb: float) -> int:
+def expected_buckets(model: DistributedDataParallel) -> int:
+    """How many gradient buckets `model` all-reduces per step, from its parameters and the caps it was built with."""
+    return bucket_count(list(model.module.parameters()), *ddp_bucket_caps(model))
+
+
+def bucket_count(parameters: list[torch.nn.Parameter], first_cap: int, cap: int) -> int:
     """How many buckets DDP fills from these parameters' gradients: it packs them in reverse order (the order
-    the backward produces them), closing a bucket once it holds `bucket_cap_mb` MiB (the first one at 1 MiB)."""
-    cap, buckets, size = min(FIRST_BUCKET_BYTES, bucket_cap_mb * (1 << 20)), 0, 0
+    the backward produces them), closing a bucket once it holds its cap, `first_cap` for the first one and `cap`
+    for the rest."""
+    limit, buckets, size = first_cap, 0, 0
     for p in reversed([p for p in parameters if p.requires_grad]):
         size += p.numel() * p.element_size()
-        if size >= cap:
-            buckets, size, cap = buckets + 1, 0, bucket_cap_mb * (1 << 20)
+        if size >= limit:
+            buckets, size, limit = buckets + 1, 0, cap
     return buckets + (size > 0)

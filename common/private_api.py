@@ -60,3 +60,14 @@ def hub_offline() -> Iterator[None]:
         yield
     finally:
         constants.HF_HUB_OFFLINE = saved
+
+
+def ddp_bucket_caps(model: torch.nn.parallel.DistributedDataParallel) -> tuple[int, int]:
+    """The byte caps a DistributedDataParallel model fills its gradient buckets to: (first bucket, the others).
+
+    Releases that keep a `_bucket_config` cap the first bucket at 1 MiB only when `bucket_cap_mb` is left at its
+    default; earlier ones always start with a 1 MiB bucket (`torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`)."""
+    config = getattr(model, "_bucket_config", None)
+    if config is not None:
+        return config.first_bucket_bytes_cap, config.bucket_bytes_cap
+    return torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, model.bucket_bytes_cap

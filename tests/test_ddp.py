@@ -10,7 +10,8 @@ import pytest
 from helpers import ROOT, command, ev, load_script, usage_error
 
 from common import diff, summary
-from common.ddp import expected_buckets
+from common.ddp import bucket_count
+from common.private_api import ddp_bucket_caps
 from common.trace import parse, read_trace
 
 TINY = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
@@ -84,6 +85,15 @@ def test_the_diff_of_overlap_against_no_overlap_leads_with_one_headline(two_rank
     assert code == 0 and headline.strip() and "allreduce" in out
 
 
+def test_a_small_bucket_cap_gives_the_guessed_number_of_all_reduces(tmp_path):
+    done = torchrun(tmp_path, "--bucket-cap-mb", "0.01")  # 10 KiB buckets: the first one too, on this torch
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for path in (tmp_path / "06_ddp_training_step").glob("*.json"):
+        trace = read_trace(path)
+        assert trace.meta["all_reduces"] > 1
+        assert {s.cpu_ops["c10d::allreduce_"] for s in trace.steps} == {trace.meta["all_reduces"]}
+
+
 def test_not_started_by_torchrun_is_one_line(capsys, monkeypatch):
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -103,8 +113,22 @@ def test_buckets_are_counted_as_ddp_fills_them():
     import torch
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (300_000, 300_000, 300_000)]  # 1.2 MB each in fp32
-    assert expected_buckets(params, bucket_cap_mb=25) == 2  # the first bucket closes at 1 MiB, the rest fit in 25
-    assert expected_buckets(params, bucket_cap_mb=0.5) == 3
+    mib = 1 << 20
+    assert bucket_count(params, first_cap=mib, cap=25 * mib) == 2  # the first closes at 1 MiB, the rest fit in 25
+    assert bucket_count(params, first_cap=25 * mib, cap=25 * mib) == 1
+    assert bucket_count(params, first_cap=mib // 2, cap=mib // 2) == 3
+
+
+def test_ddp_left_at_its_default_caps_its_first_bucket_at_1_mib_and_the_rest_at_25(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.FileStore(str(tmp_path / "store"), 1))
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        assert ddp_bucket_caps(model) == (1 << 20, 25 << 20)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_exposed_communication_is_the_nccl_time_no_compute_kernel_hides():
