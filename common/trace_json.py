@@ -23,7 +23,7 @@ import re
 import sys
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import make_dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,67 +33,35 @@ except ImportError:  # the standard library reads the trace instead (see the mod
     msgspec = None
 
 BLOCK_BYTES = 1 << 20  # how much is read at a time
-ARGS_KEYS = (  # the entries of an event's `args` the reader uses, in the order of Args' fields
-    "correlation",  # ties a GPU event to the launch that made it
-    "grid",
-    "block",
-    "registers per thread",
-    "shared memory",
-    "est. achieved occupancy %",
-    "External id",
-    "name",  # a metadata (`ph` "M") event's process or thread name
-)
+ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -> key; None where absent
+    "correlation": "correlation",  # ties a GPU event to the launch that made it
+    "grid": "grid",
+    "block": "block",
+    "registers": "registers per thread",
+    "shared_memory": "shared memory",
+    "occupancy": "est. achieved occupancy %",
+    "external_id": "External id",
+    "name": "name",  # a metadata (`ph` "M") event's process or thread name
+}
+# One element of `traceEvents`, with the fields the reader uses (and `args`, an Args or None). A name that is
+# not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
+# negative) finds them.
+EVENT_FIELDS = [
+    ("ph", str | None, None),
+    ("cat", str | None, None),
+    ("name", str | None, None),
+    ("ts", float, math.nan),
+    ("dur", float, math.nan),
+    ("pid", Any, None),
+    ("tid", Any, None),
+]
 
-if msgspec is not None:
-
-    class Args(msgspec.Struct, gc=False):
-        """The entries of an event's `args` the reader uses (ARGS_KEYS); None where absent."""
-
-        correlation: Any = None
-        grid: Any = None
-        block: Any = None
-        registers: Any = msgspec.field(default=None, name="registers per thread")
-        shared_memory: Any = msgspec.field(default=None, name="shared memory")
-        occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-        external_id: Any = msgspec.field(default=None, name="External id")
-        name: Any = None
-
-    class Event(msgspec.Struct, gc=False):
-        """One element of `traceEvents`, with the fields the reader uses. A name that is not a string is None; a
-        `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not negative) finds them."""
-
-        ph: str | None = None
-        cat: str | None = None
-        name: str | None = None
-        ts: float = math.nan
-        dur: float = math.nan
-        pid: Any = None
-        tid: Any = None
-        args: Args | None = None
-
-else:
-
-    @dataclass(slots=True)
-    class Args:  # the same fields as above, without msgspec
-        correlation: Any = None
-        grid: Any = None
-        block: Any = None
-        registers: Any = None
-        shared_memory: Any = None
-        occupancy: Any = None
-        external_id: Any = None
-        name: Any = None
-
-    @dataclass(slots=True)
-    class Event:
-        ph: str | None = None
-        cat: str | None = None
-        name: str | None = None
-        ts: float = math.nan
-        dur: float = math.nan
-        pid: Any = None
-        tid: Any = None
-        args: Args | None = None
+if msgspec is not None:  # typed structs: msgspec skips every other field unread
+    Args = msgspec.defstruct("Args", [(f, Any, None) for f in ARGS_FIELDS], rename=ARGS_FIELDS, gc=False)
+    Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", Args | None, None)], gc=False)
+else:  # the same fields, for the standard library's reading
+    Args = make_dataclass("Args", [(f, Any, None) for f in ARGS_FIELDS], slots=True)
+    Event = make_dataclass("Event", [*EVENT_FIELDS, ("args", Any, None)], slots=True)
 
 
 class _Said:
@@ -148,7 +116,9 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("dur")),
             item.get("pid"),
             item.get("tid"),
-            Args(*(item["args"].get(key) for key in ARGS_KEYS)) if isinstance(item.get("args"), dict) else None,
+            Args(*(item["args"].get(key) for key in ARGS_FIELDS.values()))
+            if isinstance(item.get("args"), dict)
+            else None,
         )
         for item in items
         if isinstance(item, dict)
