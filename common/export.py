@@ -25,9 +25,9 @@ from common.interrupts import forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.runtime import Run
+from common.tables import TEXT_WIDTH
 
 TABLE_ROWS_PRINTED = 15
-TABLE_WIDTH = 120  # the printed table's width, where its figure columns leave room (the .txt file keeps full names)
 MIN_NAME = 20  # the narrowest name column the printed table gets
 STALE_TEMP_S = 300  # a temporary this old belongs to a run that was killed
 
@@ -126,7 +126,9 @@ class TraceFiles:
             raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
         remove_stale_temporaries(folder)
         averages = prof.key_averages()
-        self.table = key_averages_table(averages, self.run.on_gpu, TABLE_ROWS_PRINTED, TABLE_WIDTH)
+        self.table = key_averages_table(
+            averages, self.run.on_gpu, TABLE_ROWS_PRINTED, TEXT_WIDTH
+        )  # the .txt keeps full names
         temporaries: list[Path] = []
         try:
             raw, trace, table, dump = (

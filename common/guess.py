@@ -7,10 +7,9 @@ import textwrap
 from dataclasses import dataclass
 
 from common.naming import FAMILIES, short_name
-from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, launch_cells, text_table
+from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cells, text_table
 from common.trace import Step, Trace
 
-LINE_WIDTH = 120  # a guess line's note wraps under itself past this
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
 
 
@@ -126,7 +125,7 @@ def format_verdicts(
             else:
                 seen = f"{uniq[0]}..{uniq[-1]}"
         head = f"  {mark} {e.title:<{width}}  guess {want:>4}  trace {seen:>5}   "
-        why = textwrap.wrap(e.why, max(40, LINE_WIDTH - len(head))) or [""]
+        why = textwrap.wrap(e.why, max(40, TEXT_WIDTH - len(head))) or [""]  # the note wraps under itself
         lines += [head + why[0], *(" " * len(head) + more for more in why[1:])]
     missed = [v for v in verdicts if v.checked and not v.matched]
     if missed:
