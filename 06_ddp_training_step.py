@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.block import AMP, AMP_DTYPE_HELP, SHAPE, block_work, check_shape, make_batch
 from common.cli import cli, positive_float
-from common.ddp import expected_buckets, start_process_group, torchrun_launch
+from common.ddp import expected_buckets, torchrun_launch
 from common.guess import Expect, expect_kernels, expect_op
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, make_parser, setup, shape_of
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args.dtype = args.dtype or "bf16"
     run = setup(args, __file__)
     check_shape(args.dim, args.heads)
-    backend = start_process_group(run.on_gpu)  # NCCL between GPUs, gloo between CPU processes
+    backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes
+    dist.init_process_group(backend)
     try:
         shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
         param_dtype = torch.float32 if amp else run.dtype

@@ -1,5 +1,5 @@
-"""Data parallel training on one machine (06_ddp_training_step.py): the torchrun environment, the process group,
-and how many gradient buckets DistributedDataParallel will all-reduce per step."""
+"""Data parallel training on one machine (06_ddp_training_step.py): the torchrun environment, and how many
+gradient buckets DistributedDataParallel will all-reduce per step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.cli import SuiteError
@@ -39,13 +38,6 @@ def torchrun_launch() -> Launch:
     if world < 2:
         raise SuiteError(f"a world size of {world}: data parallel needs at least 2 processes (--nproc-per-node 2)")
     return Launch(rank, local_rank, world)
-
-
-def start_process_group(on_gpu: bool) -> str:
-    """NCCL between GPUs, gloo between CPU processes; returns the backend's name."""
-    backend = "nccl" if on_gpu else "gloo"
-    dist.init_process_group(backend)
-    return backend
 
 
 def expected_buckets(model: DistributedDataParallel) -> int:
