@@ -67,7 +67,7 @@ def test_a_signal_during_the_active_steps_prints_interrupted_and_leaves_no_trace
     assert written(tmp_path) == []
 
 
-def test_a_second_ctrl_c_ends_the_run_even_inside_one_long_native_call(tmp_path):
+def test_two_quick_ctrl_cs_inside_a_long_step_end_the_run_and_leave_nothing(tmp_path):
     proc = start("--size", "3000", "--dtype", "fp32", "--active", "1000000", traces=tmp_path)  # ~1 s matmuls
     wait_until_about_to_profile(proc)
     time.sleep(1)
