@@ -180,7 +180,8 @@ def test_local_kernels_mapping_makes_get_kernel_load_from_disk(offline, monkeypa
     kernel = hub_kernel(FLASH_ATTN2, version=1)
     q, k, v = (torch.randn(1, 4, 2, 8) for _ in range(3))  # the toy kernel's own output, loaded from disk
     expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)
-    torch.testing.assert_close(kernel.flash_attn_func(q, k, v, causal=True).double(), expected)
+    out = kernel.flash_attn_func(q, k, v, causal=True)  # computed in fp32: compared at fp32's tolerance
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_missing_kernel_dir_is_one_line():
