@@ -48,7 +48,7 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one l
 COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
 class GpuOp:
     """One kernel, memcpy or memset on the GPU lane, with the launch figures Perfetto's panel shows.
 
@@ -78,12 +78,15 @@ class GpuOp:
         return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
 
 
+NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
+
+
 def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return type(value) in NUMBERS and math.isfinite(value)
 
 
 def _dims(value: object) -> tuple[int, ...] | None:
-    if not (isinstance(value, list) and value):
+    if not (type(value) is list and value):
         return None
     try:  # the cache's key holds each element's type too: True == 1 as a key, yet only 1 is a dimension
         return _int_dims(tuple(value), tuple(map(type, value)))
@@ -98,7 +101,7 @@ def _int_dims(dims: tuple, _types: tuple) -> tuple[int, ...] | None:
 
 
 def _number(value: object) -> float | None:
-    return float(value) if _finite(value) else None
+    return float(value) if type(value) in NUMBERS and math.isfinite(value) else None
 
 
 def gpu_op(event: Event) -> GpuOp:
@@ -340,38 +343,55 @@ class _PhaseFinder:
         return self.spans[i][2] if i >= 0 and ts <= self.spans[i][1] else None
 
 
+def _slices(times: list[float], spans: list[tuple[float, float]]) -> list[tuple[int, int]]:
+    """For each (start, end) of `spans` (sorted by start), the range [lo, hi) of the sorted `times` inside it,
+    ends included; a time inside two spans goes to the later one, as the binary search over starts places it."""
+    if not spans:
+        return []
+    los = [bisect.bisect_left(times, start) for start, _ in spans]
+    ends = [bisect.bisect_right(times, end) for _, end in spans]
+    return [(lo, min(end, next_lo)) for lo, end, next_lo in zip(los, ends, [*los[1:], len(times)], strict=True)]
+
+
 class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        self.ops: list[tuple[str, float]] = []  # cpu_op: (name, ts)
-        self.ops_span = (math.inf, -math.inf)  # the first cpu_op's start, the last one's end
+        self.op_names: list[str] = []  # cpu_op events, most of a trace: names and starts in two flat lists
+        self.op_ts: list[float] = []
+        self.ops_end = -math.inf  # the last cpu_op's end
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.launches: list[tuple[str, float, float, object]] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
 
-    def add(self, e: Event) -> None:
-        """Keep event `e` if the reader uses it (metadata and other non-`X` events are not)."""
-        cat, ts, dur = e.cat, e.ts, e.dur
-        if cat not in KEPT or e.ph != "X" or e.name is None:
-            return
-        if not (0 <= ts < math.inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
-            self.skipped += 1
-            return
-        name = e.name = self.names.setdefault(e.name, e.name)
-        if cat == "cpu_op":
-            self.ops.append((name, ts))
-            first, last = self.ops_span
-            if ts < first or ts + dur > last:
-                self.ops_span = (min(first, ts), max(last, ts + dur))
-        elif cat == "user_annotation":
-            self.annotations.append((name, ts, dur, _thread(e.tid)))
-        elif cat in GPU_WORK:
-            self.gpu.append((ts, _correlation(e), gpu_op(e)))
-        else:
-            self.launches.append((name, ts, dur, _correlation(e)))
+    def add(self, events: list[Event]) -> None:
+        """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
+        One loop over the run, not a call per event: this is where a trace's millions of events pass."""
+        names, op_names, op_ts, inf = self.names, self.op_names, self.op_ts, math.inf
+        ops_end, skipped = self.ops_end, 0
+        for e in events:
+            cat, ts, dur = e.cat, e.ts, e.dur
+            if cat not in KEPT or e.ph != "X" or e.name is None:
+                continue
+            if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
+                skipped += 1
+                continue
+            name = names.setdefault(e.name, e.name)
+            if cat == "cpu_op":
+                op_names.append(name)
+                op_ts.append(ts)
+                if ts + dur > ops_end:
+                    ops_end = ts + dur
+            elif cat == "user_annotation":
+                self.annotations.append((name, ts, dur, _thread(e.tid)))
+            elif cat in GPU_WORK:
+                e.name = name
+                self.gpu.append((ts, _correlation(e), gpu_op(e)))
+            else:
+                self.launches.append((name, ts, dur, _correlation(e)))
+        self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
@@ -382,13 +402,30 @@ class _Collector:
         if steps:
             return steps, False
         spans = [(ts, ts + dur) for _, ts, dur, _ in (*self.annotations, *self.launches)]
-        spans += [self.ops_span] if self.ops else []
+        spans += [(min(self.op_ts), self.ops_end)] if self.op_ts else []
         spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
         if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
             raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
         start = min(s for s, _ in spans)
         return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def count_ops(self, steps: list[Step], spans: list[tuple[float, float, Phase]]) -> None:
+        """Count the cpu_ops of each step and of each phase (`spans` sorted by start). Sorted by start time once,
+        each step's ops are one slice of the list, counted by Counter in C: no Python work per event."""
+        order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
+        ts, names = [self.op_ts[i] for i in order], [self.op_names[i] for i in order]
+        in_ts: list[float] = []  # the ops inside some step, in time order
+        in_names: list[str] = []
+        in_steps = _slices(ts, [(s.start_us, s.start_us + s.dur_us) for s in steps])
+        for step, (lo, hi) in zip(steps, in_steps, strict=True):
+            step.cpu_ops.update(names[lo:hi])
+            if spans:
+                in_ts += ts[lo:hi]
+                in_names += names[lo:hi]
+        in_phases = _slices(in_ts, [(start, end) for start, end, _ in spans])
+        for (_, _, phase), (lo, hi) in zip(spans, in_phases, strict=True):
+            phase.cpu_ops.update(in_names[lo:hi])
 
     def guess_label(self, step_at: _StepFinder) -> str | None:
         """The record_function label: the most common user annotation inside the steps, the longest in all
@@ -446,13 +483,7 @@ class _Collector:
         spans = self.phase_spans(label, step_at) if label else []
         phase_at = _PhaseFinder(spans)
 
-        starts, ends, find = step_at.starts, step_at.ends, bisect.bisect_right
-        for name, ts in self.ops:  # the step lookup inlined: this loop runs for most of the events
-            i = find(starts, ts) - 1
-            if i >= 0 and ts <= ends[i]:
-                steps[i].cpu_ops[name] += 1
-                if spans and (phase := phase_at(ts)) is not None:
-                    phase.cpu_ops[name] += 1
+        self.count_ops(steps, phase_at.spans)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -531,8 +562,7 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
 
     collector = _Collector()
     with _no_gc():
-        for event in as_events(data["traceEvents"]):
-            collector.add(event)
+        collector.add(as_events(data["traceEvents"]))
         return collector.trace(data, path, label)
 
 
@@ -543,4 +573,6 @@ def read_trace(path: Path | str, label: str | None = None) -> Trace:
     collector = _Collector()
     with _no_gc():
         header = stream_json(path, collector.add)
-        return collector.trace(header, path, label)
+        trace = collector.trace(header, path, label)
+        del collector  # its per-event lists are freed before the garbage collector runs again
+    return trace

@@ -1,13 +1,14 @@
-"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` one at a time, or load one whole.
+"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` a block at a time, or load one whole.
 
 msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
 are skipped unread. The file is read in blocks of `BLOCK_BYTES`: each block's run of whole events (up to the
-last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is decoded in one call and
-handed on, the rest waits for the next block, so memory stays near one block. Where no such run is found
-(one value larger than the block) the reader waits for twice as many bytes before it tries again, so even one
-huge value is read in time linear in its size. Input msgspec refuses but the standard library reads (NaN and
-Infinity, a lone surrogate escape, an element or `args` that is not an object) is decoded by `json` for that
-block alone; a lone surrogate is kept in the name, as `json` reads it, and the tables print it escaped.
+last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is decoded in one call, in place in
+the buffer (no copy), and handed on as one list; the rest waits for the next block, so memory stays near one
+block. Where no such run is found (one value larger than the block) the reader waits for twice as many bytes
+before it tries again, so even one huge value is read in time linear in its size. Input msgspec refuses but the
+standard library reads (NaN and Infinity, a lone surrogate escape, an element or `args` that is not an object)
+is decoded by `json` for that block alone; a lone surrogate is kept in the name, as `json` reads it, and the
+tables print it escaped.
 
 Without msgspec (no wheel for this platform, or a plain `python3` that lacks it) the standard library's `json`
 reads the whole file instead, with the same events and answers, slower and holding the file's objects; the
@@ -40,7 +41,6 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "registers": "registers per thread",
     "shared_memory": "shared memory",
     "occupancy": "est. achieved occupancy %",
-    "external_id": "External id",
     "name": "name",  # a metadata (`ph` "M") event's process or thread name
 }
 # One element of `traceEvents`, with the fields the reader uses (and `args`, an Args or None). A name that is
@@ -52,7 +52,6 @@ EVENT_FIELDS = [
     ("name", str | None, None),
     ("ts", float, math.nan),
     ("dur", float, math.nan),
-    ("pid", Any, None),
     ("tid", Any, None),
 ]
 
@@ -68,8 +67,8 @@ class _Said:
     fallback = False  # the one line about reading without msgspec was printed
 
 
-def _stdlib_stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | None:
-    """Without msgspec: `json` reads the whole trace, then each event is handed to `on_event`."""
+def _stdlib_stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
+    """Without msgspec: `json` reads the whole trace, then its events are handed to `on_events` in one list."""
     if not _Said.fallback:
         _Said.fallback = True
         print("notice: msgspec is not installed: traces are read with the standard library's json (slower, "
@@ -79,8 +78,7 @@ def _stdlib_stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | No
         value = {"traceEvents": value}
     if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
         return None
-    for event in as_events(value["traceEvents"]):
-        on_event(event)
+    on_events(as_events(value["traceEvents"]))
     return {k: v for k, v in value.items() if k != "traceEvents"}
 
 
@@ -114,7 +112,6 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _text(item.get("name")),
             _time(item.get("ts")),
             _time(item.get("dur")),
-            item.get("pid"),
             item.get("tid"),
             Args(*(item["args"].get(key) for key in ARGS_FIELDS.values()))
             if isinstance(item.get("args"), dict)
@@ -162,15 +159,16 @@ def _file_error(exc: msgspec.DecodeError, shift: int) -> ValueError:
     return ValueError(_AT_BYTE.sub(lambda at: f"(byte {int(at.group(1)) + shift})", str(exc)))
 
 
-def _decode_run(doc: bytes, shift: int) -> list[Event] | None:
-    """The events of `doc` (`[` + a run of elements + `]`, its byte N at `shift` + N in the file), or None if
-    the run was cut inside an element. Raise _ArrayEndedError if the array closes inside `doc`, ValueError if the
+def _decode_run(view: memoryview, shift: int) -> list[Event] | None:
+    """The events of `view` (`[` + a run of elements + `]`, its byte N at `shift` + N in the file), or None if
+    the run was cut inside an element. Raise _ArrayEndedError if the array closes inside it, ValueError if the
     JSON is malformed before the cut."""
     try:
-        return _EVENTS.decode(doc)
+        return _EVENTS.decode(view)
     except msgspec.ValidationError:  # JSON, but an element or its args is not an object
-        pass
+        doc = bytes(view)
     except msgspec.DecodeError as exc:
+        doc = bytes(view)
         if not _ODD.search(doc):
             at = _AT_BYTE.search(str(exc))
             if not at or int(at.group(1)) >= len(doc) - 1:  # at the cut: it fell inside an element
@@ -186,13 +184,13 @@ def _decode_run(doc: bytes, shift: int) -> list[Event] | None:
 
 def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
     """Read up to the `traceEvents` array: (the top-level entries before it, what closes the file once the
-    array's rest follows `_PREFIX`); `blocks.buf` then starts at its first element. None if there is none."""
+    array's rest follows `_PREFIX`); `blocks.buf` then starts with the array's `[`. None if there is none."""
     size = BLOCK_BYTES
     while True:
         more = blocks.fill(size)
         start = blocks.buf.lstrip()[:1]
         if start == b"[":  # the bare-array form of the format
-            blocks.drop(blocks.buf.index(b"[") + 1)
+            blocks.drop(blocks.buf.index(b"["))
             return {}, b"}"
         if start != b"{":
             raise ValueError(f"it starts with {bytes(blocks.buf.lstrip()[:20])!r}, not with '{{' or '['")
@@ -204,7 +202,7 @@ def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
                 header = _fallback(doc) if _ODD.search(doc) else None
             if isinstance(header, dict):  # the key is at the top level, not in a string or a nested object
                 del header["traceEvents"]
-                blocks.drop(key.end())
+                blocks.drop(key.end() - 1)
                 return header, b""
         if not more:  # the whole file, and no array of events in it: is it JSON at all?
             try:
@@ -216,22 +214,33 @@ def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
 
 
 def _whole_run(blocks: _Blocks) -> tuple[list[Event], int] | None:
-    """The events of the run of whole elements that `blocks.buf` starts with, ended at one of its last cuts,
-    and where the next element starts; None if none of those cuts ends a run."""
+    """The events of the run of whole elements that follows the first byte of `blocks.buf` (the byte before an
+    element: the array's `[` or a separator), ended at one of its last cuts, and how much of `buf` they used up
+    (up to the byte before the next element); None if none of those cuts ends a run. The run is decoded in place,
+    with no copy: the first byte is made `[` and the byte after the cut's `}` a `]` (put back if it was no cut)."""
     buf = blocks.buf
     near_end = max(0, len(buf) - _TAIL_AFTER)
     cuts = list(_CUT.finditer(buf, near_end)) or (list(_CUT.finditer(buf)) if near_end else [])
+    buf[0] = ord("[")
     for cut in reversed(cuts[-_CUT_TRIES:]):
-        events = _decode_run(b"[" + buf[: cut.start() + 1] + b"]", blocks.offset - 1)
+        close = cut.start() + 1
+        kept, buf[close] = buf[close], ord("]")
+        try:
+            with memoryview(buf) as view:  # released before `buf` is resized
+                events = _decode_run(view[: close + 1], blocks.offset)
+        except _ArrayEndedError:  # the rest of the file is read as it is
+            buf[close] = kept
+            raise
         if events is not None:
-            return events, cut.end() - 1
+            return events, cut.end() - 2
+        buf[close] = kept
     return None
 
 
 def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
     """The rest of the file: the last events and the top-level entries after the array."""
     blocks.fill(sys.maxsize)
-    doc = _PREFIX + bytes(blocks.buf) + closing
+    doc = _PREFIX + bytes(blocks.buf[1:]) + closing  # the byte before the first element is in _PREFIX
     try:
         entries = _RAW_ENTRIES.decode(doc)
         rest = {k: msgspec.json.decode(v) for k, v in entries.items() if k != "traceEvents"}
@@ -239,7 +248,7 @@ def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
     except msgspec.DecodeError as exc:
         value = _fallback(doc) if _ODD.search(doc) or isinstance(exc, msgspec.ValidationError) else None
         if not isinstance(value, dict):
-            raise _file_error(exc, blocks.offset - len(_PREFIX)) from None
+            raise _file_error(exc, blocks.offset + 1 - len(_PREFIX)) from None
         events, rest = value.pop("traceEvents"), value
         if not isinstance(events, list):
             raise ValueError("its traceEvents is not a list") from None
@@ -247,8 +256,9 @@ def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
     return events, rest
 
 
-def _stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | None:
-    """Hand each event of the trace in `fh` to `on_event`; the other top-level entries, None if no events."""
+def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
+    """Hand the events of the trace in `fh` to `on_events`, a block's run at a time; the other top-level entries,
+    None if it has no events."""
     blocks = _Blocks(fh)
     found = _header(blocks)
     if found is None:
@@ -262,15 +272,13 @@ def _stream(fh: BinaryIO, on_event: Callable[[Event], None]) -> dict | None:
                 size = 2 * len(blocks.buf)
                 continue
             events, end = run
-            for event in events:
-                on_event(event)
+            on_events(events)
             blocks.drop(end)
             size = BLOCK_BYTES
     except _ArrayEndedError:
         pass
     events, rest = _tail(blocks, closing)
-    for event in events:
-        on_event(event)
+    on_events(events)
     return {**header, **rest}
 
 
@@ -278,14 +286,14 @@ def _open(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
 
 
-def stream_json(path: Path | str, on_event: Callable[[Event], None]) -> dict:
-    """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_event` with the
-    `Event` of each element of `traceEvents` and return the other top-level entries ({} for the bare-array
-    form). Raise ValueError naming the file if it is not a trace."""
+def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> dict:
+    """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_events` with the
+    `Event`s of the elements of `traceEvents`, a list at a time, in order, and return the other top-level entries
+    ({} for the bare-array form). Raise ValueError naming the file if it is not a trace."""
     path = Path(path)
     try:
         with _open(path) as fh:
-            header = (_stream if msgspec is not None else _stdlib_stream)(fh, on_event)
+            header = (_stream if msgspec is not None else _stdlib_stream)(fh, on_events)
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     except (OSError, EOFError, zlib.error, ValueError) as exc:
