@@ -413,8 +413,10 @@ class _Collector:
     def count_ops(self, steps: list[Step], spans: list[tuple[float, float, Phase]]) -> None:
         """Count the cpu_ops of each step and of each phase (`spans` sorted by start). Sorted by start time once,
         each step's ops are one slice of the list, counted by Counter in C: no Python work per event."""
-        order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
-        ts, names = [self.op_ts[i] for i in order], [self.op_names[i] for i in order]
+        ts, names = sorted(self.op_ts), self.op_names
+        if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
+            order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
+            names = [names[i] for i in order]
         in_ts: list[float] = []  # the ops inside some step, in time order
         in_names: list[str] = []
         in_steps = _slices(ts, [(s.start_us, s.start_us + s.dur_us) for s in steps])
@@ -491,12 +493,14 @@ class _Collector:
         launch_step: dict[object, Step] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
-        for name, ts, _, corr in self.launches:
-            step = step_at(ts)
-            if step is None:
+        starts, ends, find = step_at.starts, step_at.ends, bisect.bisect_right
+        for name, ts, _, corr in self.launches:  # the step lookup inlined: a launch per kernel
+            i = find(starts, ts) - 1
+            if i < 0 or ts > ends[i]:
                 if corr is not None:
                     launched_outside[corr] = ts
                 continue
+            step = steps[i]
             step.runtime[name] += 1
             phase = phase_at(ts) if spans else None
             if phase is not None:
