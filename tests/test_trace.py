@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
+import random
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import requires_cuda, tiny_cpu_trace, tiny_gpu_trace
+from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.trace import parse, read_trace
@@ -81,6 +84,41 @@ def test_per_step_is_the_median_over_steps():
 def test_name_without_metadata_is_folder_and_file_stem():
     data = tiny_gpu_trace()
     assert parse(data, "traces/04_a/8_16_bf16_cold_eager.json.gz").name == "04_a/8_16_bf16_cold_eager"
+
+
+def test_cpu_ops_go_to_the_step_and_phase_a_lookup_of_each_op_by_start_time_gives():
+    """The reader counts cpu_ops by slices of one sort; each op must land where looking it up alone puts it: in the
+    latest step (phase) that starts at or before it, if it has not ended, boundaries included, gaps left out."""
+    rng = random.Random(18)
+    events, steps, phases, t = [], [], [], 0.0
+    for number in range(2, 22):
+        start, dur = t, float(rng.choice([20, 30, 40]))
+        end, middle = start + dur, start + dur / 2
+        labels = {f"ProfilerStep#{number}": (start, end), "train_step": (start + 1, end - 1)}
+        labels |= {"forward": (start + 1, middle), "backward": (middle, end - 1)}  # touching: at `middle`, backward
+        events += [ev("user_annotation", name, begin, finish - begin) for name, (begin, finish) in labels.items()]
+        steps.append((start, end))
+        phases += [(start + 1, middle, number, "forward"), (middle, end - 1, number, "backward")]
+        times = [start, end, middle, start + 1, end - 1] + [rng.uniform(start - 3, end + 3) for _ in range(30)]
+        events += [ev("cpu_op", rng.choice(["aten::mm", "aten::add", "aten::relu"]), ts, 0.5) for ts in times]
+        t = end + rng.choice([0, 0, 2])  # the next step starts as this one ends, or after a gap
+    rng.shuffle(events)  # an autograd thread's ops are written out of time order
+    trace = parse({"traceEvents": events}, label="train_step")
+
+    def latest(spans, ts):
+        i = bisect.bisect_right([span[0] for span in spans], ts) - 1
+        return i if i >= 0 and ts <= spans[i][1] else None
+
+    want_steps = [Counter() for _ in steps]
+    want_phases: dict = defaultdict(Counter)
+    for e in events:
+        if e["cat"] == "cpu_op" and (i := latest(steps, e["ts"])) is not None:
+            want_steps[i][e["name"]] += 1
+            if (j := latest(phases, e["ts"])) is not None:
+                want_phases[phases[j][2:]][e["name"]] += 1
+    assert [s.cpu_ops for s in trace.steps] == want_steps
+    got_phases = {(s.number, n): p.cpu_ops for s in trace.steps for n, p in s.phases.items()}
+    assert got_phases == want_phases and sum(map(len, want_phases.values())) > 0
 
 
 def test_json_and_json_gz_and_the_bare_array_form_read_the_same(tmp_path):
