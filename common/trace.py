@@ -7,9 +7,10 @@ replayed from a CUDA graph carries its cudaGraphLaunch's id). Work launched outs
 counted in no step, and the trace's notes say how much was left out; only a trace without any
 correlation id has its GPU work placed by time, and its notes say so. A trace without ProfilerStep#N
 events (a bare `with profile()`) is one step over the whole trace. Within a step, the record_function
-labels directly inside the step's label are its phases (forward, backward, optimizer). Events are
-assigned to steps by binary search over the step start times, so reading costs time linear in the
-number of events.
+labels directly inside the step's label are its phases (forward, backward, optimizer). Launches, GPU work
+and labels are assigned to steps by binary search over the step start times; the CPU ops, most of a trace,
+are sorted by time once (they are mostly written in time order, so that is near linear) and each step's ops
+counted as one slice. Reading costs time about linear in the number of events, and keeps no object per CPU op.
 """
 
 from __future__ import annotations
