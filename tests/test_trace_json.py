@@ -100,6 +100,18 @@ class CountingDecoder:
         return self.inner.decode(doc)
 
 
+@pytest.mark.parametrize("block", [TINY_BLOCK, 4096, 1 << 20])
+@pytest.mark.parametrize("where", [0.3, 0.99])  # in a block's run of events, and in the file's tail
+def test_malformed_json_is_refused_naming_the_byte_where_it_breaks(tmp_path, monkeypatch, block, where):
+    text = json.dumps({"traceEvents": [ev("cpu_op", f"op{i}", i, 1) for i in range(500)], "suite": {}})
+    at = text.index(":", int(len(text) * where))
+    path = tmp_path / "bad.json"
+    path.write_text(text[:at] + "!" + text[at + 1 :])
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", block)
+    with pytest.raises(ValueError, match=rf"^{path}: not a readable Chrome trace \(.*\(byte {at}\)\)$"):
+        read_trace(path)
+
+
 def test_one_huge_value_is_decoded_in_work_linear_in_its_size(tmp_path, monkeypatch):
     data = tiny_gpu_trace()
     huge = "}, {" * 250_000  # 1 MB, every 4 bytes a place where an event might end
