@@ -283,7 +283,9 @@ class Trace:
         uses: dict[tuple[str, str], KernelUse] = {}
         for step in self.steps:
             for op in step.gpu:
-                use = uses.setdefault((op.category, op.name), KernelUse(op, 0.0, 0.0))
+                use = uses.get((op.category, op.name))
+                if use is None:  # its first launch
+                    use = uses[op.category, op.name] = KernelUse(op, 0.0, 0.0)
                 use.calls += 1
                 use.us += op.us
         for use in uses.values():
