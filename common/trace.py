@@ -307,53 +307,41 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
+def _id(value: object) -> int | str | None:
+    """A thread or correlation id: the value if it is a number or text, else None."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
 def _correlation(event: Event) -> int | str | None:
-    """The id that ties a GPU event to the runtime/driver call that launched it (None unless a number or text)."""
-    corr = None if event.args is None else event.args.correlation
-    return corr if isinstance(corr, (int, str)) and not isinstance(corr, bool) else None
-
-
-def _thread(tid: object) -> int | str | None:
-    """An event's thread id (None unless a number or text)."""
-    return tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None
-
-
-class _StepFinder:
-    """Which step a CPU-side timestamp falls in, by binary search over the (non-overlapping) steps."""
-
-    def __init__(self, steps: list[Step]) -> None:
-        self.steps = steps
-        self.starts = [s.start_us for s in steps]
-        self.ends = [s.start_us + s.dur_us for s in steps]
-
-    def __call__(self, ts: float) -> Step | None:
-        i = bisect.bisect_right(self.starts, ts) - 1
-        return self.steps[i] if i >= 0 and ts <= self.ends[i] else None
+    """The id that ties a GPU event to the runtime/driver call that launched it."""
+    return None if event.args is None else _id(event.args.correlation)
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
 
 
-class _PhaseFinder:
-    """Which phase a CPU-side timestamp falls in, by binary search over the (non-overlapping) phase spans."""
+class _Spans:
+    """Non-overlapping CPU-side spans (the steps, or the phases) and what each one is. Called with a timestamp,
+    it gives what the span the timestamp falls in is: the latest span starting at or before it, if that one has
+    not ended, by binary search over the starts."""
 
-    def __init__(self, spans: list[tuple[float, float, Phase]]) -> None:
-        self.spans = sorted(spans, key=lambda span: span[0])
-        self.starts = [start for start, _, _ in self.spans]
+    def __init__(self, spans: list[tuple[float, float, Step | Phase]]) -> None:
+        spans = sorted(spans, key=lambda span: span[0])
+        self.starts = [start for start, _, _ in spans]
+        self.ends = [end for _, end, _ in spans]
+        self.items = [item for _, _, item in spans]
 
-    def __call__(self, ts: float) -> Phase | None:
+    def __call__(self, ts: float) -> Step | Phase | None:
         i = bisect.bisect_right(self.starts, ts) - 1
-        return self.spans[i][2] if i >= 0 and ts <= self.spans[i][1] else None
+        return self.items[i] if i >= 0 and ts <= self.ends[i] else None
 
-
-def _slices(times: list[float], spans: list[tuple[float, float]]) -> list[tuple[int, int]]:
-    """For each (start, end) of `spans` (sorted by start), the range [lo, hi) of the sorted `times` inside it,
-    ends included; a time inside two spans goes to the later one, as the binary search over starts places it."""
-    if not spans:
-        return []
-    los = [bisect.bisect_left(times, start) for start, _ in spans]
-    ends = [bisect.bisect_right(times, end) for _, end in spans]
-    return [(lo, min(end, next_lo)) for lo, end, next_lo in zip(los, ends, [*los[1:], len(times)], strict=True)]
+    def slices(self, times: list[float]) -> list[tuple[int, int]]:
+        """For each span in turn, the range [lo, hi) of the sorted `times` that __call__ places in it."""
+        if not self.starts:
+            return []
+        los = [bisect.bisect_left(times, start) for start in self.starts]
+        his = [bisect.bisect_right(times, end) for end in self.ends]
+        return [(lo, min(hi, next_lo)) for lo, hi, next_lo in zip(los, his, [*los[1:], len(times)], strict=True)]
 
 
 class _Collector:
@@ -388,7 +376,7 @@ class _Collector:
                 if ts + dur > ops_end:
                     ops_end = ts + dur
             elif cat == "user_annotation":
-                self.annotations.append((name, ts, dur, _thread(e.tid)))
+                self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
                 e.name = name
                 self.gpu.append((ts, _correlation(e), gpu_op(e)))
@@ -413,26 +401,24 @@ class _Collector:
         start = min(s for s, _ in spans)
         return [Step(0, start, max(e for _, e in spans) - start)], True
 
-    def count_ops(self, steps: list[Step], spans: list[tuple[float, float, Phase]]) -> None:
-        """Count the cpu_ops of each step and of each phase (`spans` sorted by start). Sorted by start time once,
-        each step's ops are one slice of the list, counted by Counter in C: no Python work per event."""
+    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> None:
+        """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
+        slice of the list, counted by Counter in C: no Python work per event."""
         ts, names = sorted(self.op_ts), self.op_names
         if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
             order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
             names = [names[i] for i in order]
         in_ts: list[float] = []  # the ops inside some step, in time order
         in_names: list[str] = []
-        in_steps = _slices(ts, [(s.start_us, s.start_us + s.dur_us) for s in steps])
-        for step, (lo, hi) in zip(steps, in_steps, strict=True):
+        for step, (lo, hi) in zip(step_at.items, step_at.slices(ts), strict=True):
             step.cpu_ops.update(names[lo:hi])
-            if spans:
+            if phase_at.items:
                 in_ts += ts[lo:hi]
                 in_names += names[lo:hi]
-        in_phases = _slices(in_ts, [(start, end) for start, end, _ in spans])
-        for (_, _, phase), (lo, hi) in zip(spans, in_phases, strict=True):
+        for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
             phase.cpu_ops.update(in_names[lo:hi])
 
-    def guess_label(self, step_at: _StepFinder) -> str | None:
+    def guess_label(self, step_at: _Spans) -> str | None:
         """The record_function label: the most common user annotation inside the steps, the longest in all
         of those tied (train_step, not the forward inside it)."""
         counts: Counter = Counter()
@@ -443,7 +429,7 @@ class _Collector:
                 total[name] += dur
         return max(counts, key=lambda n: (counts[n], total[n]), default=None)
 
-    def phase_spans(self, label: str, step_at: _StepFinder) -> list[tuple[float, float, Phase]]:
+    def phase_spans(self, label: str, step_at: _Spans) -> list[tuple[float, float, Phase]]:
         """The record_function labels directly inside each span of `label` on its thread: (start, end, phase),
         one Phase per step and name, its CPU time summed over its spans."""
         outer = sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
@@ -475,7 +461,7 @@ class _Collector:
         steps, whole = self.steps(path)
         notes = []
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
-        step_at = _StepFinder(steps)
+        step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         if not label:
             label = meta.get("label") if isinstance(meta.get("label"), str) else None
         if not label:
@@ -486,9 +472,9 @@ class _Collector:
             if not label:
                 steps[0].region_us = steps[0].dur_us
         spans = self.phase_spans(label, step_at) if label else []
-        phase_at = _PhaseFinder(spans)
+        phase_at = _Spans(spans)
 
-        self.count_ops(steps, phase_at.spans)
+        self.count_ops(step_at, phase_at)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -496,14 +482,14 @@ class _Collector:
         launch_step: dict[object, Step] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
-        starts, ends, find = step_at.starts, step_at.ends, bisect.bisect_right
+        starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
         for name, ts, _, corr in self.launches:  # the step lookup inlined: a launch per kernel
             i = find(starts, ts) - 1
             if i < 0 or ts > ends[i]:
                 if corr is not None:
                     launched_outside[corr] = ts
                 continue
-            step = steps[i]
+            step = items[i]
             step.runtime[name] += 1
             phase = phase_at(ts) if spans else None
             if phase is not None:
