@@ -1,4 +1,4 @@
-"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` a block at a time, or load one whole.
+"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` a block at a time.
 
 msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
 are skipped unread. The file is read in blocks of `BLOCK_BYTES`: each block's run of whole events (up to the
@@ -301,25 +301,3 @@ def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> d
     if header is None:
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
     return header
-
-
-def load_json(path: Path | str) -> dict:
-    """A whole Chrome trace as one dict of plain JSON values (`.json` or `.json.gz`), the bare-array form as
-    {"traceEvents": [...]}; ValueError naming the file if it is not one."""
-    path = Path(path)
-    try:
-        with _open(path) as fh:
-            data = fh.read()
-        try:
-            value = msgspec.json.decode(data) if msgspec is not None else json.loads(data)
-        except ValueError:  # msgspec.DecodeError is one: NaN, Infinity or a lone surrogate, which json reads
-            value = json.loads(data)
-    except RecursionError:
-        raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
-    except (OSError, EOFError, zlib.error, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
-    if isinstance(value, list):
-        value = {"traceEvents": value}
-    if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
-        raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return value

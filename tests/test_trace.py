@@ -15,7 +15,6 @@ from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.trace import parse, read_trace
-from common.trace_json import load_json
 
 
 def test_steps_are_the_profiler_step_events_in_time_order():
@@ -136,7 +135,7 @@ def test_a_file_that_is_not_a_trace_raises_a_value_error_naming_it(tmp_path, con
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(ValueError, match="bad.json"):
-        load_json(path)
+        read_trace(path)
 
 
 def test_a_trace_without_any_usable_event_raises_a_value_error_naming_it():

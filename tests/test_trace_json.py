@@ -146,13 +146,6 @@ def test_events_are_handed_on_as_typed_structs_with_the_fields_the_reader_uses(t
     assert not hasattr(got.args, "external_id") and not hasattr(got, "pid")  # not used by the reader: skipped unread
 
 
-def test_load_json_gives_the_whole_trace_as_plain_json(tmp_path):
-    data = tiny_gpu_trace()
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(data))
-    assert trace_json.load_json(path) == data
-
-
 def test_a_bare_array_trace_has_no_header(tmp_path):
     path = Path(tmp_path / "bare.json")
     path.write_text(json.dumps(tiny_gpu_trace()["traceEvents"]))
