@@ -21,7 +21,7 @@ from pathlib import Path
 from common.cli import OneLineParser, SuiteError, cli
 from common.figures import Row, launch_line, summarize
 from common.naming import short_name
-from common.tables import DASH, TEXT_WIDTH, num, printable, room_for, table
+from common.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
@@ -226,8 +226,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     if kernel_rows:
         headers = ["", "family", "A calls", "B calls", "A", "B", "Δ", "of |Δ|", "kernel"]
         if not markdown:  # the kernel names take what is left of TEXT_WIDTH
-            room = room_for(headers, kernel_rows, len(headers) - 1)
-            kernel_rows = [[*r[:-1], r[-1] if len(r[-1]) <= room else r[-1][: room - 1] + "…"] for r in kernel_rows]
+            kernel_rows = fit_last_column(headers, kernel_rows)
         out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
         out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
         out.append(OF_DELTA)

@@ -41,6 +41,7 @@ from common.tables import (
     LAUNCH_HEADERS,
     LAUNCH_LEGEND,
     TEXT_WIDTH,
+    fit_last_column,
     launch_cells,
     num,
     phase_table,
@@ -327,8 +328,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         stats = top_kernels(trace, args.top)
         headers, cells = kernel_cells(stats, sm=trace.sm)
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
-            room = room_for(headers, cells, len(headers) - 1)
-            cells = [[*c[:-1], c[-1] if len(c[-1]) <= room else c[-1][: room - 1] + "…"] for c in cells]
+            cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
     if any(t.has_gpu for t in traces):
         out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]

@@ -62,6 +62,12 @@ def room_for(headers: list[str], cells: list[list[str]], column: int, width: int
     return max(width - others, 20)
 
 
+def fit_last_column(headers: list[str], cells: list[list[str]]) -> list[list[str]]:
+    """`cells` with the last column cut (ending in …) to what is left of TEXT_WIDTH by the others."""
+    room = room_for(headers, cells, len(headers) - 1)
+    return [[*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"] for row in cells]
+
+
 def _dims(dims: tuple[int, ...] | None) -> str:
     if dims is None:
         return DASH
@@ -124,9 +130,7 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
         for s in steps
     ]
     if not markdown:  # the calls column takes what is left of TEXT_WIDTH
-        room = room_for(headers, cells, len(headers) - 1)
-        for row in cells:
-            row[-1] = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
+        cells = fit_last_column(headers, cells)
     out = table(headers, cells, {"step", "extra runtime calls"}, markdown)
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
