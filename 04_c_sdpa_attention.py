@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
     shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
     work = attention_work(*shape, run.dtype.itemsize)
-    # math holds the scores (in fp32 for 16-bit inputs), a fused backend never does; before any tensor exists
-    score_bytes = 0 if args.backend != "math" else 3 * (4 if run.dtype != torch.float32 else run.dtype.itemsize)
+    # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
+    score_bytes = 3 * 4 if args.backend == "math" else 0
     fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes), work.flops)
 
     q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]

@@ -12,6 +12,7 @@ import torch
 MIN_RUN_TIME_S = 0.5  # wall-clock timing runs at least this long (sustained)
 MIN_CALLS = 5  # the wall-clock median is over at least this many calls
 BURST_CALLS = 20  # CUDA-event timing: a short burst, like the profiled window
+UNTIMED_CALLS = 3  # calls before any timing, so compilation is not timed
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def bench(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> Bench
 
     gpu = None
     with torch.set_grad_enabled(grad):
-        for _ in range(3):
+        for _ in range(UNTIMED_CALLS):
             step()
         if on_gpu:
             events = [

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.bench import MIN_CALLS, MIN_RUN_TIME_S
+from common.bench import MIN_CALLS, MIN_RUN_TIME_S, UNTIMED_CALLS
 from common.physics import Work
 from common.runtime import Run
 from common.units import human_time
@@ -39,7 +39,6 @@ PROGRESS_EVERY_S = 10.0
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
 GEMM_MIN_S = 0.1  # ... until one product takes this long
 COPY_BYTES = 16 << 20
-BENCH_UNTIMED_CALLS = 3  # common.bench calls the step this often before timing it
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
 
 def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
     """How long this run will take on the CPU, or None on a GPU and for a run too small to take long."""
-    calls = run.schedule.steps + warmup_calls + (BENCH_UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
+    calls = run.schedule.steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
     small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None
