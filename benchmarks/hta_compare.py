@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import subproc
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
@@ -53,35 +53,12 @@ class Run:
 
 def measure(what: str, cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> Run:
     """Run `cmd`, killing its process group after `timeout` s; wall time, peak RSS and a worker's JSON line."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, env=env, start_new_session=True)
-        rc: int | None = None
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                rc = os.waitstatus_to_exitcode(status)
-                break
-            if time.perf_counter() - start > timeout:
-                os.killpg(proc.pid, signal.SIGKILL)
-                _, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.05)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
-        out.seek(0)
-        err.seek(0)
-        lines = out.read().decode(errors="replace").splitlines()
-        errors = err.read().decode(errors="replace").strip().splitlines()
-    run = Run(what, wall, usage.ru_maxrss / 1024, rc)
-    result = next((json.loads(line) for line in reversed(lines) if line.startswith('{"steps"')), None)
+    got = subproc.measure(cmd, cwd, timeout, env)
+    run = Run(what, got.wall_s, got.peak_mib, got.rc, note=got.why)
+    result = next((json.loads(line) for line in reversed(got.out) if line.startswith('{"steps"')), None)
     if result:
         run.steps = {int(k): v for k, v in result["steps"].items()}
-        run.note = f"load {result['load_s']:.1f} s"
-    if rc is None:
-        run.note = f"killed after {timeout:.0f} s"
-    elif rc != 0:
-        run.note = f"exit {rc}: {errors[-1] if errors else ''}"[:160]
+        run.note = run.note or f"load {result['load_s']:.1f} s"
     return run
 
 

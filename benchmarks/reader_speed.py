@@ -25,15 +25,13 @@ import argparse
 import gc
 import gzip
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from subproc import Measured, measure
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
@@ -50,36 +48,6 @@ COLUMNS = {
     "hta": "HTA 0.5",
 }
 PARSERS = ("json", "orjson", "orjson-nogc", "ijson", "msgspec", "simdjson")
-
-
-@dataclass
-class Run:
-    """One measured subprocess."""
-
-    wall_s: float
-    peak_mib: float
-    rc: int | None  # None: killed at the timeout
-    why: str = ""  # the last line of its stderr where it failed
-
-
-def measure(cmd: list[str], cwd: Path, timeout: float) -> Run:
-    """Run `cmd` (output discarded), killing its process group after `timeout` s; wall time and peak RSS, both
-    taken when the process ends (os.wait4 blocks: no polling interval in the time)."""
-    with tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        killer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
-        killer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        killed = not killer.is_alive()
-        killer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; keep Popen from waiting again
-        err.seek(0)
-        lines = err.read().decode(errors="replace").strip().splitlines()
-    rc = None if killed else proc.returncode
-    why = f"killed after {timeout:.0f} s" if killed else f"exit {rc}: {lines[-1] if lines else ''}"[:120]
-    return Run(wall, usage.ru_maxrss / 1024, rc, why if rc != 0 else "")
 
 
 def read_bytes(path: Path) -> bytes:
@@ -133,7 +101,7 @@ def command(what: str, trace: Path, before: Path | None, args: argparse.Namespac
     return [sys.executable, str(HERE), "--worker", what, str(trace)], REPO
 
 
-def cell(runs: list[Run]) -> str:
+def cell(runs: list[Measured]) -> str:
     """min/median/max s and the largest peak, or why it has no figure."""
     failed = [r for r in runs if r.rc != 0]
     if failed:
@@ -178,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         print("|---|---:|" + "---|" * len(columns), flush=True)
         notes = []
         for trace in (t.resolve() for t in args.traces):
-            runs: dict[str, list[Run]] = {what: [] for what in columns}
+            runs: dict[str, list[Measured]] = {what: [] for what in columns}
             for _ in range(args.runs):  # round-robin, so a busy spell on the machine hits every column alike
                 for what in columns:
                     runs[what].append(measure(*command(what, trace, before, args), args.timeout))
@@ -189,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(n for n in notes if n))
 
 
-def ratios(name: str, size: int, runs: dict[str, list[Run]]) -> str:
+def ratios(name: str, size: int, runs: dict[str, list[Measured]]) -> str:
     """The summary's median time against `before` and the pysimdjson parse, and its peak against the file."""
     ok = {k: v for k, v in runs.items() if all(r.rc == 0 for r in v)}
     if "summary" not in ok:
