@@ -1,4 +1,9 @@
-"""Guess first, then look: a script's prediction of one profiled step, checked against its trace."""
+"""Guess first, then look: a script's prediction of one profiled step, checked against its trace.
+
+A training step's trace has phases: the record_function labels `forward`, `backward` and `optimizer` directly
+inside the step's label. The reader (common.trace) gives each phase its own GPU work and CPU ops; `in_phase`
+turns any guess line into one about a single phase.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,9 @@ from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cell
 from common.trace import Step, Trace
 
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
+GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
+KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
+BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,44 @@ def expect_memcpy(count: int, why: str) -> Expect:
 def expect_launches(call: str, count: int, why: str, at_least: bool = False) -> Expect:
     """Guess `count` runtime/driver calls starting with `call` (cudaLaunchKernel, cuLaunchKernelEx, ...)."""
     return Expect("launch", call, count, why, at_least)
+
+
+@dataclass(frozen=True)
+class PhaseExpect(Expect):
+    """A guess line about one phase of the step (its record_function label inside the step's label)."""
+
+    phase: str = ""
+
+    @property
+    def title(self) -> str:
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return f"{self.phase}: kernels {BESIDES_GEMMS}"
+        return f"{self.phase}: {super().title}"
+
+    def observe(self, step: Step) -> int:
+        phase = step.phase(self.phase)
+        if self.kind == "launch":
+            return phase.graph_launches if self.key == GRAPH_LAUNCH else phase.kernel_launches
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return sum(op.category == "kernel" and op.family != "gemm" for op in phase.gpu)
+        only = Step(step.number, step.start_us, step.dur_us, phase.cpu_us, phase.cpu_ops, phase.gpu)
+        return Expect.observe(self, only)
+
+
+def in_phase(phase: str, *lines: Expect) -> list[Expect]:
+    """The guess `lines` (expect_kernels, expect_op, ...), each about phase `phase` of the step only."""
+    return [PhaseExpect(**{**vars(line), "phase": phase}) for line in lines]
+
+
+def expect_kernel_launches(count: int, why: str, at_least: bool = False) -> Expect:
+    """Guess `count` kernel launches (any launch API, graph launches not included), for one phase (`in_phase`)."""
+    return Expect("launch", KERNEL_LAUNCH, count, why, at_least)
+
+
+def expect_graph_launches(count: int, why: str) -> Expect:
+    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels, for one
+    phase (`in_phase`)."""
+    return Expect("launch", GRAPH_LAUNCH, count, why)
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import FIXTURES, ev, load_script, run, usage_error
 
-from common.block import (
-    AMP,
+from common.block import AMP, block_reference, saved_for_backward
+from common.diff import main as diff_main
+from common.guess import (
     BESIDES_GEMMS,
-    block_reference,
+    check_guess,
     expect_graph_launches,
     expect_kernel_launches,
+    expect_kernels,
+    expect_op,
     in_phase,
-    saved_for_backward,
 )
-from common.diff import main as diff_main
-from common.guess import check_guess, expect_kernels, expect_op
 from common.summary import main as summary_main
 from common.trace import parse, read_trace
 
