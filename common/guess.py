@@ -11,6 +11,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from common.cli import SuiteError
 from common.naming import FAMILIES, short_name
 from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cells, text_table
 from common.trace import Step, Trace
@@ -19,6 +20,7 @@ ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
 GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
 KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
 BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
+PHASE_ONLY = {("launch", KERNEL_LAUNCH), ("launch", GRAPH_LAUNCH), ("kernel", BESIDES_GEMMS)}  # counted per phase
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Expect:
 
     def observe(self, step: Step) -> int:
         """How many this step shows."""
+        if (self.kind, self.key) in PHASE_ONLY:
+            raise SuiteError(self.blind())
         if self.kind == "kernel":
             if self.key == ANY:
                 return len(step.kernels)
@@ -62,6 +66,11 @@ class Expect:
         if self.kind == "launch":
             return step.calls(self.key)
         raise ValueError(f"unknown guess kind {self.kind!r}")
+
+    def blind(self) -> str:
+        """Why this line, a phase's count outside `in_phase`, can observe nothing."""
+        return (f"the guess line '{self.title}' counts one phase's work, so on a whole step it observes "
+                "nothing: wrap it in in_phase(...)")  # fmt: skip
 
     def holds(self, seen: int) -> bool:
         return seen >= self.count if self.at_least else seen == self.count
@@ -140,7 +149,12 @@ class Verdict:
 
 
 def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:
-    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace."""
+    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace.
+
+    A line that can observe nothing (a phase's count, outside `in_phase`) is refused, on the CPU too."""
+    blind = [e for e in guess if (e.kind, e.key) in PHASE_ONLY and not isinstance(e, PhaseExpect)]
+    if blind:
+        raise SuiteError(blind[0].blind())
     return [
         Verdict(e, None if e.needs_gpu and not trace.has_gpu else [e.observe(s) for s in trace.steps]) for e in guess
     ]
