@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 
-        with recording(run, tag, "train_step", work, meta) as rec:
+        with recording(run, tag, work, meta) as rec:
             if args.warmup:  # a few unprofiled steps first, so set-up costs stay out of the trace
                 rec.warm_up(lambda: train_step(model, x, target, optimizer, amp, not args.no_overlap))
             with profile(
