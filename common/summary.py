@@ -126,8 +126,13 @@ def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
 
 
 def _ratio(value: float | None) -> str:
-    """A time ratio with three significant digits ("1.00", "0.260", "214"), or the dash."""
-    return DASH if value is None else f"{value:#.3g}".rstrip(".")
+    """A time ratio with three significant digits ("1.00", "0.260", "214", "1,250"), "< 0.001" below a
+    thousandth (never an exponent), or the dash."""
+    if value is None:
+        return DASH
+    if 0 < value < 0.001:
+        return "< 0.001"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:#.3g}".rstrip(".")
 
 
 def short_trace_names(names: list[str]) -> dict[str, str]:
@@ -147,22 +152,69 @@ def short_trace_names(names: list[str]) -> dict[str, str]:
     }
 
 
-def fit_first_column(headers: list[str], cells: list[list[str]], width: int = TEXT_WIDTH) -> list[list[str]]:
-    """`cells` with the first column's long entries cut in the middle (…) so the text table fits `width`."""
-    room = room_for(headers, cells, 0, width)
+def without_shared_words(tags: list[str], room: int) -> list[str]:
+    """The tags with words (between `_`) that every one of them has left out, each run of them one `…`, the last
+    such word first, as few as make every tag fit `room`: what is left tells the tags apart
+    (`1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled` among the H200's 05 tags ->
+    `1_128_768_12_…_cudagraphs_…_compiled`)."""
+    words = [tag.split("_") for tag in tags]
+    shared = set.intersection(*map(set, words)) if len(tags) > 1 else set()
+    order = [w for w in reversed(dict.fromkeys(words[0])) if w in shared]  # the last shared word goes first
+    out = tags
+    for k in range(1, len(order) + 1):
+        gone = set(order[:k])
+        out = []
+        for tag_words in words:
+            kept: list[str] = []
+            for word in tag_words:
+                if word not in gone:
+                    kept.append(word)
+                elif not kept or kept[-1] != "…":
+                    kept.append("…")
+            out.append("_".join(kept))
+        if all(len(tag) <= room for tag in out):
+            break
+    return out
 
-    def cut(text: str) -> str:
-        if len(text) <= room:
-            return text
-        keep = room - 1
-        return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
 
-    return [[cut(c[0]), *c[1:]] for c in cells]
+def _cut_middle(text: str, room: int) -> str:
+    if len(text) <= room:
+        return text
+    keep = room - 1
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
+
+
+def fitted_names(names: list[str], room: int) -> dict[str, str]:
+    """Each of `names` (distinct) made to fit `room` characters, keeping what tells it from the others: the script
+    cut to its fewest telling words; where a script's names are still too long, the tag words all of them share
+    left out (`…`); only then a cut in the middle. No two come out alike (a clash is numbered)."""
+    short = short_trace_names(names)
+    scripts: dict[str, list[str]] = {}
+    for name in names:
+        scripts.setdefault(name.split("/")[0] if "/" in name else "", []).append(name)
+    fitted = {}
+    for script, members in scripts.items():
+        if not script or all(len(short[n]) <= room for n in members):
+            fitted.update({n: short[n] for n in members})
+            continue
+        head = short[members[0]].split("/")[0]
+        tags = without_shared_words([n.split("/", 1)[1] for n in members], room - len(head) - 1)
+        fitted.update({n: f"{head}/{tag}" for n, tag in zip(members, tags, strict=True)})
+    fitted = {n: _cut_middle(text, room) for n, text in fitted.items()}
+    clashes = Counter(fitted.values())
+    numbered: Counter = Counter()
+    for name in names:
+        if clashes[fitted[name]] > 1:
+            numbered[fitted[name]] += 1
+            mark = f" #{numbered[fitted[name]]}"
+            fitted[name] = _cut_middle(fitted[name], room - len(mark)) + mark
+    return fitted
 
 
 def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
-    default text table fits TEXT_WIDTH: long trace names lose words of their script name, then their middle."""
+    default text table fits TEXT_WIDTH: long trace names lose words of their script name, then the tag words that
+    all of their script's rows share, then their middle (fitted_names); ratios below 0.001 read "< 0.001"."""
     if wide:
         headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
@@ -205,8 +257,8 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     ]
     if markdown or len(max((c[0] for c in cells), key=len, default="")) <= room_for(headers, cells, 0):
         return headers, cells
-    short = short_trace_names([r.name for r in rows])
-    return headers, fit_first_column(headers, [[short[c[0]], *c[1:]] for c in cells])
+    names = fitted_names([r.name for r in rows], room_for(headers, cells, 0))
+    return headers, [[names[c[0]], *c[1:]] for c in cells]
 
 
 @dataclass

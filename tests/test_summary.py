@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.figures import summarize
 from common.naming import short_name
-from common.summary import main, top_kernels
+from common.summary import _ratio, fitted_names, main, top_kernels
 from common.trace import parse
 
 
@@ -243,3 +243,24 @@ def test_help_says_unreadable_files_are_skipped_and_a_trace_without_steps_is_one
     text = " ".join(capsys.readouterr().out.split())
     assert "stops the run" not in text
     assert "exit status is 2 only when none could be read" in text and "one step over the whole trace" in text
+
+
+def test_shortened_names_keep_the_words_that_tell_the_rows_apart(capsys):
+    code, out, _ = summary(capsys, ROOT / "tests" / "fixtures" / "h200")
+    lines = out.split("\n\n")[1].splitlines()[2:]
+    names = [line.split("  ")[0] for line in lines]
+    assert code == 0 and len(names) == len(set(names)) == 23, names
+    assert all(len(line) <= 120 for line in out.splitlines())
+    training = [n for n in names if n.startswith("05/")]
+    assert sum("cudagraphs" in n for n in training) == 2 and sum(n.endswith("_eager") for n in training) == 2
+
+
+def test_names_sharing_their_words_but_one_are_cut_to_that_word():
+    tags = ["1_128_768_12_3072_amp_bf16_cold_eager", "1_128_768_12_3072_fused_amp_bf16_cold_eager"]
+    names = fitted_names([f"05_training_step/{t}" for t in tags], 26)
+    assert sorted(names.values()) == ["05/1_128_768_12_…", "05/1_128_768_12_…_fused_…"]
+
+
+def test_a_tiny_ratio_prints_as_less_than_a_thousandth_never_an_exponent():
+    assert [_ratio(v) for v in (3.38e-05, 0.00106, 0.26, 1.0, 214.0, 12_345.0, None)] == [
+        "< 0.001", "0.00106", "0.260", "1.00", "214", "12,345", "—"]  # fmt: skip
