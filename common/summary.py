@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sys
 import textwrap
 from collections import Counter
@@ -188,6 +189,8 @@ def fitted_names(names: list[str], room: int) -> dict[str, str]:
     """Each of `names` (distinct) made to fit `room` characters, keeping what tells it from the others: the script
     cut to its fewest telling words; where a script's names are still too long, the tag words all of them share
     left out (`…`); only then a cut in the middle. No two come out alike (a clash is numbered)."""
+    if all(len(name) <= room for name in names):
+        return {name: name for name in names}
     short = short_trace_names(names)
     scripts: dict[str, list[str]] = {}
     for name in names:
@@ -318,10 +321,35 @@ def _communication_us(step: Step) -> float:
     return sum(op.us for op in step.kernels if op.family == "communication")
 
 
+RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
+
+
+def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
+    """The traces of ranks (distributedInfo) grouped by the run they belong to, each run's ranks in order, with the
+    run's name. One run is one folder's traces of one world size and backend; where a rank repeats in it (several
+    runs side by side, as 06's tags put them), the file name without its `rank<r>` tells the runs apart."""
+    folders: dict[tuple, list[Trace]] = {}
+    for trace in (t for t in traces if t.rank is not None):
+        info = trace.distributed
+        key = (trace.path.parent, str(info.get("world_size")), str(info.get("backend")))
+        folders.setdefault(key, []).append(trace)
+    runs = []
+    for (folder, world, _), members in folders.items():
+        if len({t.rank for t in members}) == len(members):
+            runs.append((f"{folder.name} ({world} ranks)", members))
+            continue
+        split: dict[str, list[Trace]] = {}
+        for trace in members:
+            stem = trace.path.name.removesuffix(".gz").removesuffix(".json")
+            split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
+        runs += [(f"{folder.name}/{stem} ({world} ranks)", group) for stem, group in split.items()]
+    return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
+
+
 def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
-    """For traces of two or more ranks: a row per rank (GPU busy split into compute and communication, the
-    communication no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank;
-    [] for fewer ranks."""
+    """For the ranks of one run: a row per rank (GPU busy split into compute and communication, the communication
+    no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than
+    two ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
@@ -341,6 +369,9 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
             [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
         )
     headers = ["rank", "trace", "GPU busy", "compute", "communication", "exposed comm.", "CPU", "peak memory"]
+    if not markdown:  # the trace names take what is left of TEXT_WIDTH, keeping what tells them apart
+        names = fitted_names([c[1] for c in cells], room_for(headers, cells, 1))
+        cells = [[c[0], names[c[1]], *c[2:]] for c in cells]
 
     def spread(values: list[float | None]) -> str:
         known = [v for v in values if v is not None]
@@ -384,9 +415,11 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
     if said:
         out += ["", *said]
-    ranks = rank_table(traces, args.markdown)
-    if ranks:
-        out += ["", heading("Ranks (per step, medians)"), *gap, *ranks]
+    for run, members in runs_of(traces):  # a spread compares the ranks of one run only
+        ranks = rank_table(members, args.markdown)
+        if ranks:
+            title = f"Ranks of {run} (per step, medians)"
+            out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
     for trace in (t for t in traces if t.phases):
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
     for trace in traces:
