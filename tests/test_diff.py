@@ -48,6 +48,21 @@ def test_math_to_flash_is_twenty_kernels_to_one(capsys):
     assert kernels == ["kernels", "20", "1", "−19", "−95%"]
 
 
+def test_sdpa_flash_to_fa4_leads_with_the_attention_kernel_that_changed(capsys):
+    """04_c --backend flash (FA2 behind SDPA) against 04_d with FA4 from PyPI, both on the H200: one kernel each."""
+    sdpa_flash = fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager")
+    code, out, _ = diff(
+        capsys, sdpa_flash, fixture("04_d_kernels_attention", "8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager")
+    )
+    headline = headline_of(out)
+    assert code == 0
+    assert headline.startswith("pytorch_flash::flash_fwd_kernel<")
+    assert " → kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwa" in headline
+    assert "(93.7 µs → 69.8 µs); GPU busy 93.9 µs → 69.6 µs per step (−26%)" in headline
+    changed = [line.split() for line in out.splitlines() if line.startswith("changed  attention")]
+    assert len(changed) == 1 and changed[0][-1].startswith("pytorch_flash::flash_fwd_kernel")
+
+
 def test_compiling_the_mlp_fuses_gelu_and_mul_into_one_triton_kernel(capsys):
     mlp = "03_simple_mlp"
     code, out, _ = diff(capsys, fixture(mlp, "64_128_768_3072_bf16_cold_eager"),

@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -253,6 +254,19 @@ def test_fa4s_out_and_lse_pair_gives_the_causal_reference_output(monkeypatch):
     expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)
     assert calls == [{"causal": True}]  # no return_lse: FA4 then allocates no lse
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fa4s_compile_time_aux_data_warning_is_silenced_and_no_other(monkeypatch):
+    fa4_stand_in(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        attention.installed_flash_attn(hub.HubError("offline"), FLASH_ATTN3)
+        warnings.warn(
+            "Argument aux_data (position 17) cannot be converted to a JitArgument for function 'cutlass___call___'",
+            UserWarning,
+            stacklevel=1,
+        )
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["another warning"]
 
 
 def test_an_installed_fa4_that_lacks_a_dependency_is_one_line_naming_it(offline, monkeypatch, tmp_path):
