@@ -20,6 +20,12 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 MAX_INT = 2**31 - 1  # larger integers are refused when parsed: no shape, step count or size here needs more
 
 
+REGION_HELP = (  # the summary's and the diff's --region
+    "the record_function label whose span is the CPU column (default: the suite's own label on its traces, "
+    "else the ProfilerStep#N span, or the whole profiled window in a trace without steps)"
+)
+
+
 class SuiteError(Exception):
     """A problem with the input or the machine, reported as one line (no traceback)."""
 
