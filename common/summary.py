@@ -8,8 +8,10 @@ Usage:
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
-folder without traces is skipped with a notice (no traces at all is an error); a file that is not a
-trace or a trace without profiler steps stops the run with one `error:` line (exit 2). The baseline
+folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
+read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
+exit status is 2 only when none could be read. A trace without profiler steps (a bare `with profile()`)
+is summarised as one step over the whole trace, and a note says so. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
@@ -80,6 +82,23 @@ def find_traces(paths: list[str]) -> list[Path]:
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))
+
+
+def read_all(paths: list[Path], region: str | None = None) -> list[Trace]:
+    """Each trace of `paths` read, in order, the CPU column timing `region` (--region) where given. One that cannot
+    be read gets one `notice:` line on stderr naming it and why, and the others are still read; SuiteError when
+    none could be (the one line of a single file's why)."""
+    traces = []
+    for path in paths:
+        try:
+            traces.append(read_trace(path, region))
+        except ValueError as exc:  # the message names the file and why
+            if len(paths) == 1:
+                raise SuiteError(str(exc)) from None
+            print(f"notice: {exc}; skipped", file=sys.stderr)
+    if not traces:
+        raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
+    return traces
 
 
 def slowest(traces: list[Trace]) -> Trace:
@@ -475,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = [read_trace(p, args.region) for p in find_traces(args.paths)]
+        traces = read_all(find_traces(args.paths), args.region)
         baseline = pick_baseline(traces, args.baseline, args.region)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)

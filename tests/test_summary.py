@@ -154,6 +154,27 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
         assert err.startswith("error: ") and why in err and str(path) in err
 
 
+def test_an_unreadable_file_in_a_folder_is_one_line_and_the_others_are_summarised(traces, tmp_path, capsys):
+    bad = bad_input(tmp_path)
+    for path in bad.values():
+        shutil.copy(path, traces / "04_x" / path.name)
+    code, out, err = summary(capsys, traces)
+    assert code == 0 and "04_x/a_fast" in out and "04_x/b_slow" in out and "01_x/8_bf16_cold_eager" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    for why, path in bad.items():
+        assert sum(why in line and str(traces / "04_x" / path.name) in line for line in lines) == 1, (why, err)
+
+
+def test_a_folder_of_only_unreadable_files_names_each_and_exits_2(tmp_path, capsys):
+    bad = bad_input(tmp_path)
+    code, out, err = summary(capsys, *bad.values())
+    lines = err.strip().splitlines()
+    assert (code, out) == (2, "") and len(lines) == 3, err
+    assert all(why in line for why, line in zip(bad, lines, strict=False))
+    assert lines[-1].startswith("error: none of the 2 traces could be read")
+
+
 def test_missing_paths_and_empty_folders_are_skipped_with_a_notice(traces, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, out, err = summary(capsys, traces / "04_x", tmp_path / "empty", tmp_path / "missing")
@@ -216,3 +237,11 @@ def test_the_summary_and_the_diff_start_without_torch():
     probe = "import sys, common.summary, common.diff; sys.exit('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_help_says_unreadable_files_are_skipped_and_a_trace_without_steps_is_one_step(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "stops the run" not in text
+    assert "exit status is 2 only when none could be read" in text and "one step over the whole trace" in text
