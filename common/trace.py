@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.cli import shown
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
 from common.units import human_time
@@ -256,11 +257,12 @@ class Trace:
 
     @property
     def name(self) -> str:
-        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`."""
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
+        escaped (`shown`): the name is printed."""
         if self.meta.get("script") and self.meta.get("tag"):
-            return f"{self.meta['script']}/{self.meta['tag']}"
+            return shown(f"{self.meta['script']}/{self.meta['tag']}")
         stem = self.path.name.removesuffix(".gz").removesuffix(".json")
-        return f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem
+        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
 
     def per_step(self, value: Callable[[Step], float | None]) -> float | None:
         """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
