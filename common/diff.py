@@ -26,6 +26,7 @@ from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.figures import Row, launch_line, summarize
+from common.files import not_a_file
 from common.naming import short_name
 from common.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
@@ -153,7 +154,8 @@ def _listed(uses: list[KernelUse], kept: set[str], limit: int = 2) -> str:
 def _ops(names: list[str], ops: dict[str, float], limit: int = 3) -> str:
     """The ops a reader looks for first (aten::), the most called first."""
     ranked = sorted(names, key=lambda n: (not n.startswith("aten::"), -ops[n], n))
-    return ", ".join(ranked[:limit]) + (" and more" if len(ranked) > limit else "")
+    shown = ", ".join(printable(n, newlines=False) for n in ranked[:limit])
+    return shown + (" and more" if len(ranked) > limit else "")
 
 
 def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
@@ -328,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     """Print the diff of two traces; 0 on success, 2 on bad input."""
     args = parse_args(argv)
     for path in (args.a, args.b):
-        if not path.is_file():
-            raise SuiteError(f"{path}: no such trace file")
+        why = not_a_file(path, missing="no such trace file")
+        if why:
+            raise SuiteError(f"{path}: {why}")
     try:
         a, b = read_trace(args.a, args.region), read_trace(args.b, args.region)
     except ValueError as exc:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
-from common.files import shown_path, write_whole
+from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
@@ -71,15 +71,15 @@ def find_traces(paths: list[str]) -> list[Path]:
             inside = sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and not p.name.startswith(".") and p.name.endswith((".json", ".json.gz"))
+                if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith((".json", ".json.gz"))
             )
             if not inside:
                 print(f"notice: {path}: no *.json or *.json.gz traces in this folder, skipped", file=sys.stderr)
             found += inside
         elif path.is_file():
             found.append(path)
-        else:  # e.g. the folder of a script not run yet, or refused here: the other paths still count
-            print(f"notice: {path}: no such file or folder, skipped", file=sys.stderr)
+        else:  # e.g. the folder of a script not run yet, a pipe or a device: the other paths still count
+            print(f"notice: {path}: {not_a_file(path)}, skipped", file=sys.stderr)
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.cli import shown
 from common.intervals import merged as merged_intervals
 from common.intervals import overlap_us, union_us
 from common.naming import kernel_family
@@ -319,11 +320,12 @@ class Trace:
 
     @property
     def name(self) -> str:
-        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`."""
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
+        escaped (`shown`): the name is printed."""
         if self.meta.get("script") and self.meta.get("tag"):
-            return f"{self.meta['script']}/{self.meta['tag']}"
+            return shown(f"{self.meta['script']}/{self.meta['tag']}")
         stem = self.path.name.removesuffix(".gz").removesuffix(".json")
-        return f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem
+        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
 
     def per_step(self, value: Callable[[Step], float | None]) -> float | None:
         """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
