@@ -140,7 +140,7 @@ def bucket_cap_mb(text: str) -> float:
     except ValueError:
         mb = math.nan
     if not 0 < mb <= MAX_BUCKET_MB:
-        raise argparse.ArgumentTypeError(f"DDP takes a bucket size above 0 and up to {MAX_BUCKET_MB:.3g} MiB, got {text}")
+        raise argparse.ArgumentTypeError(f"DDP takes a bucket above 0 and up to {MAX_BUCKET_MB:.3g} MiB, got {text}")
     return mb
 
 
