@@ -15,7 +15,7 @@ no communication exposed between ranks.
 
 Rank 0 prints the report; another rank prints only the lines whose words differ from rank 0's, as
 `[rank N] ...` (each rank's figures: the summary). torchrun adds lines of its own: `W...` log lines first
-(with 2+ ranks, that it set OMP_NUM_THREADS=1 per rank; LOGLEVEL=ERROR before the command hides them), and
+(with 2+ ranks, that it set OMP_NUM_THREADS=1 per rank; LOGLEVEL=ERROR before the command hides that), and
 after a rank fails (a refusal, Ctrl-C, a signal) a ChildFailedError or SignalException traceback and a box of
 failures, then it exits 1. Read the rank's `error:` line above them: the box's `Root Cause ... traceback :`
 entry repeats it, and its `exitcode` entries are the ranks' own codes (2 for a refusal on every rank, 130 for
