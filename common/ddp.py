@@ -3,12 +3,13 @@ group's start-up, one voice for all the ranks, and how many gradient buckets Dis
 
 How the ranks speak: rank 0 prints the report. Another rank holds its output and, wherever the ranks agree
 (`one_verdict`), prints only the lines whose words differ from rank 0's, as `[rank N] ...`: figures aside,
-since each rank's figures are in the summary of the folder, and torch's profiler table aside, since each
-rank's is in its own .txt. A refusal is rank 0's one `error:` line, the same exit code (2) on every rank, and
-the same line in the error file torchrun gives each rank (TORCHELASTIC_ERROR_FILE), so that torchrun's own
-report, which it prints after any rank fails (a ChildFailedError traceback, then a box of failures), ends
-with that line: its `Root Cause ... traceback :` entry is the rank's line, and its `exitcode` entries the
-ranks' codes. torchrun itself then exits 1, whatever the ranks' codes.
+since each rank's figures are in the summary of the folder, torch's profiler table aside, since each rank's
+is in its own .txt, and progress lines aside (the run's pace is rank 0's to say). A refusal is rank 0's one
+`error:` line, the same exit code (2) on every rank, and the same line in the error file torchrun gives each
+rank (TORCHELASTIC_ERROR_FILE), so that torchrun's own report, which it prints after any rank fails (a
+ChildFailedError traceback, then a box of failures), ends with that line: its `Root Cause ... traceback :`
+entry is the rank's line, and its `exitcode` entries the ranks' codes. torchrun itself then exits 1, whatever
+the ranks' codes.
 """
 
 from __future__ import annotations
@@ -268,6 +269,7 @@ class _Stream(io.TextIOBase):
 
 FIGURE = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
 TORCH_TABLE_BORDER = re.compile(r"^-{10,}(\s+-{5,})+\s*$")
+PROGRESS = "... "  # common.estimate's progress lines: how long the run has gone, rank 0's to say
 
 
 def _words(line: str) -> str:
@@ -320,7 +322,7 @@ class _Voice:
                 in_table = True
             elif line.startswith(("Self CPU time total", "Self CUDA time total")):
                 in_table = False
-            elif not in_table and line.strip() and _words(line) not in theirs:
+            elif not in_table and line.strip() and not line.startswith(PROGRESS) and _words(line) not in theirs:
                 self.out.write(f"[rank {self.rank}] {line}\n")
         self.out.flush()
 
