@@ -125,7 +125,7 @@ def train_step(model, x, target, optimizer, amp, overlap):
         optimizer.zero_grad(set_to_none=True)
 
 
-def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
+def guess(all_reduces: int, parameters: int, on_gpu: bool, world_size: int) -> list[Expect]:
     """What one profiled step should show on every rank, written down before looking."""
     lines = [
         expect_op("c10d::allreduce_", all_reduces, "one all-reduce per gradient bucket (one in all without overlap)"),
@@ -134,7 +134,9 @@ def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
     if on_gpu:
         return lines + [
             expect_op("aten::_foreach_lerp_", 1, "AdamW's foreach step (the default on a GPU): one call for all"),
-            expect_kernels("communication", all_reduces, "one NCCL all-reduce kernel each, on its own stream"),
+            expect_kernels("communication", all_reduces, "one NCCL all-reduce kernel each, on its own stream")
+            if world_size > 1
+            else expect_kernels("communication", 0, "one rank: NCCL's in-place all-reduce returns at once, no kernel"),
         ]
     return lines + [expect_op("aten::lerp_", parameters, "AdamW on the CPU loops: one first-moment update each")]
 
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             weights = [torch.zeros_like(block.attn.out_proj.weight) for _ in range(launch.world_size)]
             dist.all_gather(weights, block.attn.out_proj.weight.detach())
         # every rank took the same steps from the same averaged gradients: its weights must equal rank 0's
-        guessed = guess(all_reduces, len(list(block.parameters())), run.on_gpu)
+        guessed = guess(all_reduces, len(list(block.parameters())), run.on_gpu, launch.world_size)
         last = launch.world_size - 1
         what = f"rank {last}'s out_proj weight " + ("(rank 0's is the reference)" if last else "(one rank: its own)")
         with one_verdict(launch):  # rank 0's report; another rank prints only what differs from it

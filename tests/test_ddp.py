@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, command, ev, load_script, usage_error
+from helpers import ROOT, command, ev, load_script, requires_cuda, usage_error
 
 from common import diff, summary
 from common.block import block_reference
@@ -33,15 +33,17 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def torchrun_argv(tmp_path, *flags: str, nproc: int = 2, tiny: bool = True) -> list[str]:
+def torchrun_argv(tmp_path, *flags: str, nproc: int = 2, tiny: bool = True, device: str = "cpu") -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            str(ROOT / "06_ddp_training_step.py"), *(TINY if tiny else []), *flags, "--device", "cpu",
+            str(ROOT / "06_ddp_training_step.py"), *(TINY if tiny else []), *flags, "--device", device,
             "--traces-dir", str(tmp_path)]  # fmt: skip
 
 
-def torchrun(tmp_path, *flags: str, nproc: int = 2, tiny: bool = True) -> subprocess.CompletedProcess:
+def torchrun(
+    tmp_path, *flags: str, nproc: int = 2, tiny: bool = True, device: str = "cpu"
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        torchrun_argv(tmp_path, *flags, nproc=nproc, tiny=tiny),
+        torchrun_argv(tmp_path, *flags, nproc=nproc, tiny=tiny, device=device),
         cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
@@ -144,6 +146,18 @@ def test_a_world_of_one_runs_ddp_and_says_what_one_rank_cannot_show(one_rank):
     (line,) = [line for line in out.splitlines() if line.strip().startswith("one rank:")]
     assert "no communication exposed" in line and len(line) <= WIDTH
     assert "checked guesses match the trace" in out
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_gpu_a_world_of_one_runs_on_nccl_with_no_nccl_kernel(tmp_path):
+    done = torchrun(tmp_path, "--strict", nproc=1, tiny=False, device="cuda:0")  # the default shape; a miss: rc 1
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "data parallel: 1 rank, nccl" in done.stdout and "checked guesses match the trace" in done.stdout
+    (path,) = (tmp_path / "06_ddp_training_step").glob("*_rank0.json")
+    trace = read_trace(path)
+    assert trace.distributed["backend"] == "nccl" and trace.distributed["world_size"] == 1
+    assert all(s.cpu_ops["c10d::allreduce_"] == trace.meta["all_reduces"] for s in trace.steps)
 
 
 @pytest.mark.parametrize(
