@@ -115,18 +115,19 @@ def torchrun_launch(script: str) -> Launch | None:
 
 def follow_launcher() -> None:
     """End this rank when the process that started it (torchrun) dies, even by SIGKILL: on Linux the kernel
-    sends SIGTERM at once (prctl PR_SET_PDEATHSIG); everywhere a thread that sees the parent change sends it
-    too, and a second SIGTERM LAUNCHER_GONE_S later, which ends the run even inside a long native call
-    (common.interrupts)."""
-    parent = os.getppid()
+    sends SIGTERM at once (prctl PR_SET_PDEATHSIG), elsewhere a thread that sees the parent change sends it;
+    that thread sends a second SIGTERM LAUNCHER_GONE_S later, which ends the run even inside a long native
+    call (common.interrupts)."""
+    parent, told = os.getppid(), False
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            told = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) == 0
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not told:
+            os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(LAUNCHER_GONE_S)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -152,16 +153,19 @@ def start_process_group(launch: Launch, backend: str, timeout_s: float) -> None:
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     deadline = time.monotonic() + timeout_s
+    master = launch.rank == 0 and not agent_store  # without torchrun's agent, rank 0 serves the store
     store = None
-    while store is None:
+    while store is None:  # tries of 2 s at most, so that a signal ends the wait between two
         try:
             store = dist.TCPStore(
-                addr, port, launch.world_size, is_master=launch.rank == 0 and not agent_store,
-                timeout=timedelta(seconds=max(1.0, min(2.0, deadline - time.monotonic()))), wait_for_workers=False,
+                addr, port, launch.world_size, is_master=master, wait_for_workers=False,
+                timeout=timedelta(seconds=max(1.0, min(2.0, deadline - time.monotonic()))),
             )  # fmt: skip
         except (RuntimeError, ValueError, OSError) as exc:  # DistNetworkError, DistStoreError are RuntimeErrors
-            if time.monotonic() > deadline:
-                raise SuiteError(f"rank {launch.rank} could not reach the store at {addr}:{port}: {exc}") from None
+            if master or time.monotonic() > deadline:
+                doing, why = "open" if master else "reach", (str(exc).splitlines() or [""])[0]
+                raise SuiteError(f"rank {launch.rank} could not {doing} the store at {addr}:{port}: {why}") from None
+    store.set_timeout(timedelta(seconds=timeout_s))  # for the process group's own start-up through it
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     joined = dist.PrefixStore(f"06_ddp/joined/{attempt}/", store)
     joined.set(str(launch.rank), "1")
