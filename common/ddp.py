@@ -29,13 +29,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.block import AMP, parameter_count, saved_for_backward
-from common.cli import SuiteError, on_exit
+from common.cli import SuiteError, on_exit, positive_float
+from common.files import shown_path
 from common.private_api import ddp_bucket_caps
 
 TORCHRUN = "uv run torchrun --standalone --nproc-per-node"  # how every command this suite prints starts 06
@@ -132,6 +134,28 @@ def follow_launcher() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def add_ddp_flags(parser: argparse.ArgumentParser) -> None:
+    """06's own flags: DDP's bucket size, overlap or not, and how long the start-up waits."""
+    ddp = parser.add_argument_group("data parallel")
+    ddp.add_argument(
+        "--bucket-cap-mb",
+        type=bucket_cap_mb,
+        default=None,
+        help="DDP's gradient bucket size in MiB (default: DDP's, 25, with a first bucket of 1 MiB)",
+    )
+    ddp.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
+    )
+    ddp.add_argument(
+        "--startup-timeout",
+        type=positive_float,
+        default=STARTUP_S,
+        help=f"seconds a rank waits for the others to join; then one line names the missing (default: {STARTUP_S:g})",
+    )
 
 
 def bucket_cap_mb(text: str) -> float:
@@ -240,6 +264,12 @@ def rank_line(launch: Launch, backend: str) -> str:
     if launch.world_size == 1:
         line += "\n  one rank: DDP's reducer, hooks and buckets run; no rank waits on another: no communication exposed"
     return line
+
+
+def read_together(folder: Path, launch: Launch) -> str:
+    """The line after the report: where the ranks' traces are read side by side."""
+    last = launch.world_size - 1
+    return f"the traces of ranks 0 to {last} together: uv run python -m common.summary {shown_path(folder)}"
 
 
 class _Stream(io.TextIOBase):
