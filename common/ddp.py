@@ -301,7 +301,9 @@ class _Stream(io.TextIOBase):
         return self.target.encoding
 
 
-FIGURE = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
+FIGURE = re.compile(  # a number with its unit, if any: 987 µs and 1.07 ms are the same word here
+    r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?(?:\s*(?:[nµu]s|ms|s|%|[KMGT]i?B|B|[GT]FLOP(?:/s)?|[KMGT]B/s|×|x)(?![A-Za-z]))?"
+)
 TORCH_TABLE_BORDER = re.compile(r"^-{10,}(\s+-{5,})+\s*$")
 PROGRESS = "... "  # common.estimate's progress lines: how long the run has gone, rank 0's to say
 

@@ -303,8 +303,9 @@ def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figure
         "-" * 30 + "  " + "-" * 12,
         "Self CPU time total: 1ms",
     ]
-    rank0 = ["step time: 3.98 ms CPU", "  [ ok ] aten::mm  guess 15  trace 15", *table]
-    mine = ["step time: 12.1 ms CPU", "  [MISS] aten::mm  guess 15  trace 16", *table[:1], "c10d::allreduce_  8%"]
+    rank0 = ["step time: 3.98 ms CPU", "forward     987 µs  —", "  [ ok ] aten::mm  guess 15  trace 15", *table]
+    mine = ["step time: 12.1 ms CPU", "forward    1.07 ms  —", "  [MISS] aten::mm  guess 15  trace 16", *table[:1]]
+    mine.append("c10d::allreduce_  8%")
     voice.say_differences([*mine, *table[1:], "... 10.2 s: profiled steps"], rank0)
     assert capsys.readouterr().out.splitlines() == ["[rank 1]   [MISS] aten::mm  guess 15  trace 16"]
 
