@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
-from common.figures import CALLS, Row, launch_line, summarize, with_ratios
+from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
@@ -222,8 +222,9 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
     default text table fits TEXT_WIDTH: long trace names lose words of their script name, then the tag words that
     all of their script's rows share, then their middle (fitted_names); ratios below 0.001 read "< 0.001"."""
-    if wide:
-        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
+    if wide:  # the launch API columns add up to `launches`: the two of the posts, then any other seen
+        apis = [*LAUNCH_COLUMNS, *sorted({api for r in rows for api in r.launch_apis} - set(LAUNCH_COLUMNS))]
+        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *apis, *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
         cells = [
             [
@@ -233,6 +234,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
                 human_time(r.gpu_us),
                 human_time(r.cpu_us),
                 num(r.launches),
+                *(DASH if r.launches is None else num(r.launch_apis.get(api, 0)) for api in apis),
                 *(num(v) for v in r.calls.values()),
                 num(r.peak_mb, 4),
                 num(r.tflops),
@@ -258,7 +260,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             num(r.peak_mb, 4),
             num(r.tflops),
             num(r.pct_flops, 2),
-            _ratio(r.gpu_ratio if r.gpu_ratio is not None else r.cpu_ratio),
+            _ratio(r.ratio),
         ]  # fmt: skip
         for r in rows
     ]
@@ -386,13 +388,14 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         return []
     cells, gpu, cpu = [], [], []
     for trace in ranked:
-        busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
-        comm = trace.per_step(_communication_us) if trace.has_gpu else None
+        on_gpu = trace.has_gpu and trace.gpu_activity
+        busy = trace.per_step(lambda s: s.gpu_busy_us) if on_gpu else None
+        comm = trace.per_step(_communication_us) if on_gpu else None
         region = trace.per_step(lambda s: s.region_us)
         gpu.append(busy)
         cpu.append(region)
-        compute = trace.per_step(_compute_us) if trace.has_gpu else None
-        exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
+        compute = trace.per_step(_compute_us) if on_gpu else None
+        exposed = trace.per_step(lambda s: s.exposed_communication_us) if on_gpu else None
         memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
         peak = memory.get("peak_bytes")
         times = map(human_time, (busy, compute, comm, exposed, region))
@@ -478,19 +481,23 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         if args.per_step or len(trace.steps) > 3:
             out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
             out.append(step_table(trace, every=args.per_step, markdown=args.markdown))
-    for trace in (t for t in traces if t.has_gpu):
+    for trace in (t for t in traces if t.has_gpu and t.gpu_activity):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
         stats = top_kernels(trace, args.top)
         headers, cells = kernel_cells(stats, sm=trace.sm)
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
-    if any(t.has_gpu for t in traces):
+    if any(t.has_gpu and t.gpu_activity for t in traces):
         legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
         out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
+        out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
+    unrecorded = [t.name for t in traces if t.has_gpu and not t.gpu_activity]
+    if unrecorded:
+        line = f"No GPU activity recorded (launches only), so no kernels to list: {', '.join(unrecorded)}"
         out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
 
