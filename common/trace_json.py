@@ -188,11 +188,10 @@ def _stdlib_loads(doc: bytes, shift: int, whole: bool) -> object:
     try:
         return json.loads(doc)
     except json.JSONDecodeError as exc:
-        short = exc.msg.startswith("Unterminated string") or exc.pos >= len(exc.doc) - _TRUNCATED_TOKEN
-        if short and not whole:
-            return None
-        if exc.msg == "Extra data" and not whole:
+        if exc.msg == "Extra data" and not whole:  # a whole array, then more: the events array ended in it
             raise _ArrayEndedError from None
+        if not whole and (exc.msg.startswith("Unterminated string") or exc.pos >= len(exc.doc) - _TRUNCATED_TOKEN):
+            return None
         at = shift + len(exc.doc[: exc.pos].encode("utf-8", "surrogatepass"))
         message = "trailing characters" if exc.msg == "Extra data" else exc.msg  # as msgspec words it
         raise ValueError(f"JSON is malformed: {message} (byte {at})") from None
