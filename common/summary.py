@@ -17,8 +17,10 @@ a file holds. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
-profiler steps (ProfilerStep#N). GPU time is GPU busy time: the sum of kernel, memcpy and memset
-durations, not wall time. CPU time is the span of the script's record_function label. TFLOP/s and
+profiler steps (ProfilerStep#N). GPU time is GPU busy time: the time at least one stream runs a kernel,
+memcpy or memset (the union of their intervals over every stream), not wall time. CPU time is the span of
+the script's record_function label on the suite's own traces, of the label --region names, or else of the
+ProfilerStep#N (the whole profiled window in a trace without steps); the header says which. TFLOP/s and
 GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
 time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
 with. "—" marks a figure the trace cannot give, never a zero.
@@ -36,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
@@ -55,7 +57,7 @@ from common.tables import (
     step_table,
     table,
 )
-from common.trace import GpuOp, Step, Trace, read_trace
+from common.trace import CPU_SOURCES, GpuOp, Step, Trace, read_trace
 from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
@@ -85,13 +87,14 @@ def find_traces(paths: list[str]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def read_all(paths: list[Path]) -> list[Trace]:
-    """Each trace of `paths` read, in order. One that cannot be read gets one `notice:` line on stderr naming it
-    and why, and the others are still read; SuiteError when none could be (the one line of a single file's why)."""
+def read_all(paths: list[Path], region: str | None = None) -> list[Trace]:
+    """Each trace of `paths` read, in order, the CPU column timing `region` (--region) where given. One that cannot
+    be read gets one `notice:` line on stderr naming it and why, and the others are still read; SuiteError when
+    none could be (the one line of a single file's why)."""
     traces = []
     for path in paths:
         try:
-            traces.append(read_trace(path))
+            traces.append(read_trace(path, region))
         except ValueError as exc:  # the message names the file and why
             if len(paths) == 1:
                 raise SuiteError(str(exc)) from None
@@ -108,13 +111,14 @@ def slowest(traces: list[Trace]) -> Trace:
     return max(pool, key=lambda t: t.step_time_us()[0] or 0.0)
 
 
-def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
-    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest."""
+def pick_baseline(traces: list[Trace], wanted: str | None, region: str | None = None) -> Trace:
+    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest.
+    A file outside `traces` is read with the CPU column timing `region` (--region), as the others."""
     if wanted is None:
         return slowest(traces)
     if Path(wanted).is_file():
         path = Path(wanted).resolve()
-        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path)
+        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path, region)
     for match in (lambda t: t.name == wanted, lambda t: t.name.split("/")[-1] == wanted, lambda t: wanted in t.name):
         hits = [t for t in traces if match(t)]
         if len(hits) == 1:
@@ -273,7 +277,7 @@ class KernelStat:
     op: GpuOp
     us_per_step: float  # total over the profiled steps / number of steps
     calls_per_step: float
-    share: float  # % of the trace's GPU busy time
+    share: float  # % of the trace's GPU work summed over streams (more than GPU busy where streams overlap)
 
 
 def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
@@ -288,7 +292,7 @@ def kernel_cells(
 ) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells): time, calls and share, then the launch figures (theoretical
     occupancy on a GPU of limits `sm`) and the name."""
-    headers = ["µs/step", "calls", "% GPU", "family", *LAUNCH_HEADERS, "kernel"]
+    headers = ["µs/step", "calls", "% sum", "family", *LAUNCH_HEADERS, "kernel"]
     cells = [
         [
             f"{k.us_per_step:.1f}",
@@ -303,15 +307,38 @@ def kernel_cells(
     return headers, cells
 
 
+def streams_line(trace: Trace) -> str | None:
+    """For a trace whose GPU work ran on several streams: per step (medians), GPU busy (the union), the sum over
+    the streams and each stream's sum, and how long two or more were busy at once; None on one stream."""
+    if not any(len(s.streams) > 1 for s in trace.steps):
+        return None
+    streams = sorted(
+        {op.stream for s in trace.steps for op in s.gpu}, key=lambda x: (not isinstance(x, int), str(x).zfill(20))
+    )
+    each = ", ".join(
+        f"stream {x}: {human_time(trace.per_step(lambda s, x=x: sum(op.us for op in s.gpu if op.stream == x)))}"
+        for x in streams
+    )
+    busy, total = trace.per_step(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.gpu_sum_us)
+    overlap = trace.per_step(lambda s: s.stream_overlap_us)
+    return (
+        f"GPU work on {len(streams)} streams: per step, GPU busy {human_time(busy)} (the union), summed over the "
+        f"streams {human_time(total)} (sums per stream: {each}); two or more busy at once {human_time(overlap)}"
+    )
+
+
 def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
     """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
-    graph launches, its rank."""
+    graph launches, its streams, its rank."""
     lines = []
     for trace, row in zip(traces, rows, strict=True):
         lines += [f"note: {row.name}: {note}" for note in trace.notes]
         launches = launch_line(row)
         if launches:
             lines.append(f"note: {row.name}: per step, {launches}")
+        streams = streams_line(trace)
+        if streams:
+            lines.append(f"note: {row.name}: {streams}")
         if trace.distributed:
             info = trace.distributed
             world = info.get("world_size", "?")
@@ -321,6 +348,10 @@ def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
 
 def _communication_us(step: Step) -> float:
     return sum(op.us for op in step.kernels if op.family == "communication")
+
+
+def _compute_us(step: Step) -> float:
+    return sum(op.us for op in step.gpu if op.family != "communication")
 
 
 RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
@@ -349,9 +380,9 @@ def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
 
 
 def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
-    """For the ranks of one run: a row per rank (GPU busy split into compute and communication, the communication
-    no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than
-    two ranks."""
+    """For the ranks of one run: a row per rank (GPU busy, the union over streams; the sums of compute and of
+    communication kernel time (Σ), which overlap where streams do; the communication no compute kernel hid; CPU
+    time; peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than two ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
@@ -362,7 +393,7 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         region = trace.per_step(lambda s: s.region_us)
         gpu.append(busy)
         cpu.append(region)
-        compute = None if busy is None or comm is None else busy - comm
+        compute = trace.per_step(_compute_us) if trace.has_gpu else None
         exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
         memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
         peak = memory.get("peak_bytes")
@@ -370,7 +401,7 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         cells.append(
             [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
         )
-    headers = ["rank", "trace", "GPU busy", "compute", "communication", "exposed comm.", "CPU", "peak memory"]
+    headers = ["rank", "trace", "GPU busy", "compute Σ", "comm. Σ", "exposed comm.", "CPU", "peak memory"]
     if not markdown:  # the trace names take what is left of TEXT_WIDTH, keeping what tells them apart
         names = fitted_names([c[1] for c in cells], room_for(headers, cells, 1))
         cells = [[c[0], names[c[1]], *c[2:]] for c in cells]
@@ -383,14 +414,34 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
     return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
+def cpu_line(traces: list[Trace]) -> str:
+    """What the CPU column measures, for the header: one source for all, or which traces use which."""
+    groups: dict[str, list[Trace]] = {}
+    for trace in traces:
+        groups.setdefault(trace.cpu_source, []).append(trace)
+
+    def said(source: str, group: list[Trace]) -> str:
+        if source in ("suite", "region"):
+            labels = ", ".join(dict.fromkeys(repr(t.label) for t in group))
+            return f"{CPU_SOURCES[source]} ({labels})"
+        return CPU_SOURCES[source]
+
+    if len(groups) == 1:
+        [(source, group)] = groups.items()
+        return f"CPU = {said(source, group)}."
+    parts = [f"{said(source, group)} for {', '.join(t.name for t in group)}" for source, group in groups.items()]
+    return f"CPU = {'; '.join(parts)}."
+
+
 def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
-        "Per step = median over the profiled steps. GPU busy = kernel+memcpy+memset busy time (not wall); "
-        "CPU = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "Per step = median over the profiled steps. GPU busy = the time at least one stream runs a kernel, "
+        "memcpy or memset (their union over streams, not wall); CPU = the span the line above names. "
+        "launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
@@ -404,6 +455,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
                 f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", TEXT_WIDTH
             )
         ),
+        *([cpu_line(traces)] if args.markdown else textwrap.wrap(cpu_line(traces), TEXT_WIDTH)),
         "",
         table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",
@@ -436,7 +488,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
             cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
     if any(t.has_gpu for t in traces):
-        out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]
+        legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
+        out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
@@ -517,6 +570,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--peak-gbps", type=positive_float, help="the device's peak memory GB/s (default: the datasheet of known GPUs)"
     )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
     return parser.parse_args(argv)
 
 
@@ -527,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = read_all(find_traces(args.paths))
-        baseline = pick_baseline(traces, args.baseline)
+        traces = read_all(find_traces(args.paths), args.region)
+        baseline = pick_baseline(traces, args.baseline, args.region)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
         rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]
