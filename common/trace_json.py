@@ -78,6 +78,14 @@ class _Said:
     fallback = False  # the one line about reading without msgspec was printed
 
 
+def say_fallback() -> None:
+    """Without msgspec, say once (in this process and the ones it forks after) that traces are read with `json`."""
+    if msgspec is None and not _Said.fallback:
+        _Said.fallback = True
+        print("notice: msgspec is not installed: traces are read with the standard library's json (slower; "
+              "`pip install msgspec`)", file=sys.stderr)  # fmt: skip
+
+
 _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
 _RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
@@ -393,10 +401,7 @@ def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> d
     `Event`s of the elements of `traceEvents`, a list at a time, in order, and return the other top-level entries
     ({} for the bare-array form). Raise ValueError naming the file if it is not a trace."""
     path = Path(path)
-    if msgspec is None and not _Said.fallback:
-        _Said.fallback = True
-        print("notice: msgspec is not installed: traces are read with the standard library's json (slower; "
-              "`pip install msgspec`)", file=sys.stderr)  # fmt: skip
+    say_fallback()
     try:
         with _open(path) as fh:
             header = _stream(fh, on_events)
