@@ -267,7 +267,7 @@ class _Stream(io.TextIOBase):
         return self.target.encoding
 
 
-FIGURE = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
+FIGURE = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?(?: ?(?:ns|µs|ms|s)\b)?")  # with its unit: 816 µs ~ 1.02 ms
 TORCH_TABLE_BORDER = re.compile(r"^-{10,}(\s+-{5,})+\s*$")
 PROGRESS = "... "  # common.estimate's progress lines: how long the run has gone, rank 0's to say
 
