@@ -534,7 +534,7 @@ def cpu_line(traces: list[Digest]) -> str:
 
 def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
-    heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
+    heading = (lambda s: f"### {s}") if args.markdown else (lambda s: "\n".join(textwrap.wrap(s, TEXT_WIDTH)))  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
