@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.diagnosis import Diagnosis, diagnose, efficiency, verdict_lines
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
 from common.files import shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
+    BUDGET_LEGEND,
     DASH,
     LAUNCH_HEADERS,
     LAUNCH_LEGEND,
@@ -209,22 +211,27 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
 
 
 def kernel_cells(
-    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None
+    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None, rates: dict | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """A top-kernels table as (headers, cells): time, calls and share, then the launch figures (theoretical
-    occupancy on a GPU of limits `sm`) and the name."""
-    headers = ["µs/step", "calls", "% GPU", "family", *LAUNCH_HEADERS, "kernel"]
-    cells = [
-        [
+    """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
+    record_shapes give (`rates`: common.diagnosis.efficiency; the columns only where some kernel has one), then the
+    launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
+    rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
+    headers = ["µs/step", "calls", "% GPU", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
+               "kernel"]  # fmt: skip
+    cells = []
+    for k in stats:
+        rate = rates.get((k.op.category, k.op.name))
+        shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH] if rates else []
+        cells.append([
             f"{k.us_per_step:.1f}",
             f"{k.calls_per_step:g}",
             f"{k.share:.1f}",
+            *shaped,
             k.op.family,
             *launch_cells(k.op, sm),
             short_name(k.op.name, name_width),
-        ]  # fmt: skip
-        for k in stats
-    ]
+        ])  # fmt: skip
     return headers, cells
 
 
@@ -280,8 +287,11 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
     return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
-def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
-    """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
+def render(
+    traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace, diagnoses: list[Diagnosis]
+) -> str:
+    """The whole report: the summary table and its legend, each trace's verdict, per-step tables, then each
+    trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
@@ -309,6 +319,14 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
     skipped = [t for t in traces if t.skipped]
     if skipped:
         out += ["", *(f"note: {shown_path(t.path)}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+    verdicts = []
+    for row, diagnosis in zip(rows, diagnoses, strict=True):
+        verdicts += ["", *([heading(row.name)] if args.markdown else [row.name]), *gap]
+        lines = verdict_lines(diagnosis, args.explain)
+        verdicts += [f"- {line.strip()}" for line in lines] if args.markdown else lines
+    if not args.markdown:
+        verdicts = [line for v in verdicts for line in textwrap.wrap(v, TEXT_WIDTH, subsequent_indent="      ") or [""]]
+    out += ["", heading("What bounds each trace (--explain: each rule's evidence)"), *verdicts]
     said = [*trace_notes(traces, rows)]
     if not args.markdown:  # a long trace name must not push a note past the terminal's width
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
@@ -319,14 +337,18 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         out += ["", heading("Ranks (per step, medians)"), *gap, *ranks]
     for trace in (t for t in traces if t.phases):
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
-    for trace in traces:
+    shown = False
+    for trace, diagnosis in zip(traces, diagnoses, strict=True):
         if args.per_step or len(trace.steps) > 3:
             out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
-            out.append(step_table(trace, every=args.per_step, markdown=args.markdown))
+            out.append(step_table(trace, every=args.per_step, markdown=args.markdown, budgets=diagnosis.budgets))
+            shown = shown or bool(diagnosis.budgets)
+    if shown:
+        out += ["", *([BUDGET_LEGEND] if args.markdown else textwrap.wrap(BUDGET_LEGEND, TEXT_WIDTH))]
     for trace in (t for t in traces if t.has_gpu):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm)
+        headers, cells = kernel_cells(stats, sm=trace.sm, rates=efficiency(trace, args.peak_tflops))
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
@@ -412,6 +434,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--peak-gbps", type=positive_float, help="the device's peak memory GB/s (default: the datasheet of known GPUs)"
     )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
+    parser.add_argument(
+        "--explain", action="store_true", help="print each rule's evidence under the verdicts (default: off)"
+    )
     return parser.parse_args(argv)
 
 
@@ -432,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             if names[row.name] > 1:  # the same script/tag twice (copies, .json and .json.gz): tell them apart
                 row.name = f"{row.name} ({trace.path})"
         with_ratios(rows, rows[traces.index(baseline)])
-        print(printable(render(traces, rows, baseline, args)))
+        diagnoses = [diagnose(t, args.peak_tflops) for t in traces]
+        print(printable(render(traces, rows, baseline, args, diagnoses)))
         if args.plot:
             plot(rows, args.plot)
             print(f"\nplot: {args.plot.resolve()}")

@@ -109,12 +109,27 @@ def _calls(counts: dict[str, int], limit: int = 3) -> str:
     return text + (f", +{len(ranked) - limit} more" if len(ranked) > limit else "")
 
 
-def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str:
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}" if whole > 0 else DASH
+
+
+BUDGET_HEADERS = ["span µs", "idle%", "host%", "wait%", "copy%", "comm%"]
+BUDGET_LEGEND = (
+    "span = the step's ProfilerStep span; idle% = GPU idle share of it, host% the part waiting for the host to "
+    "launch, wait% the part with work queued but waiting (HTA's kernel and other wait); copy% = memcpy/memset "
+    "not under a kernel; comm% = communication no compute hides"
+)
+
+
+def step_table(trace: Trace, every: bool = False, markdown: bool = False, budgets: list | None = None) -> str:
     """One row per profiled step: CPU time of the annotated region, GPU busy time, kernels, launches,
-    memcpy/memset, and the runtime calls the step makes beyond a typical step. Without `every`, long
-    traces show their first STEP_ROWS_SHOWN steps and a line about the rest."""
+    memcpy/memset, the step's time budget where `budgets` (common.diagnosis, one per step) are given, and the
+    runtime calls the step makes beyond a typical step. Without `every`, long traces show their first
+    STEP_ROWS_SHOWN steps and a line about the rest."""
     gpu = trace.has_gpu
-    headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset", "extra runtime calls"]
+    budgets = budgets if gpu and budgets else None
+    headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset"]
+    headers += [*(BUDGET_HEADERS if budgets else []), "extra runtime calls"]
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
     cells = [
         [
@@ -125,9 +140,10 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if gpu else DASH,
             str(len(s.memset)) if gpu else DASH,
+            *(_budget_cells(budgets[i]) if budgets else []),
             _calls(trace.extra_calls(s)) if gpu else DASH,
         ]
-        for s in steps
+        for i, s in enumerate(steps)
     ]
     if not markdown:  # the calls column takes what is left of TEXT_WIDTH
         cells = fit_last_column(headers, cells)
@@ -135,6 +151,13 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
     return out
+
+
+def _budget_cells(b) -> list[str]:
+    """A step's budget (common.diagnosis.Budget) as the BUDGET_HEADERS cells."""
+    waits = b.kernel_wait + b.other_wait
+    return [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
+            _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip
 
 
 def phase_table(trace: Trace, markdown: bool = False) -> str:

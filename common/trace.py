@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
+from common.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
@@ -47,6 +48,12 @@ KERNEL_LAUNCHES = (
 )  # fmt: skip
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
 COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
+# Runtime and driver calls that block the CPU until the GPU has caught up (a plain cudaMemcpy is synchronous).
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+})  # fmt: skip
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
@@ -65,6 +72,8 @@ class GpuOp:
     shared_bytes: int | None = None  # shared memory per block
     occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
     start: float | None = None  # µs, the trace's clock: when it began on the GPU
+    external: int | str | None = None  # the External id of the cpu_op that launched it (record_shapes' link)
+    launch: tuple | None = None  # its runtime/driver launch: (name, ts, dur, correlation); None where unknown
 
     @property
     def family(self) -> str:
@@ -110,6 +119,7 @@ def gpu_op(event: Event) -> GpuOp:
     args = event.args
     if args is None:
         return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts))
+    external = args.external
     registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
@@ -121,6 +131,7 @@ def gpu_op(event: Event) -> GpuOp:
         None if shared is None else int(shared),
         _number(args.occupancy),
         _number(event.ts),
+        external if isinstance(external, (int, str)) and not isinstance(external, bool) else None,
     )
 
 
@@ -156,6 +167,7 @@ class Step:
     gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
     phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
+    syncs: list[tuple] = field(default_factory=list)  # its SYNC_CALLS: (name, ts, dur, correlation), in time order
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -247,6 +259,9 @@ class Trace:
     distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
     sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
     phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
+    shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
+    cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
+    labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
 
     @property
     def rank(self) -> int | None:
@@ -356,6 +371,10 @@ class _Collector:
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
+        self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
+        from common.trace_json import decoded
+
+        self.decoded = decoded
 
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
@@ -375,6 +394,8 @@ class _Collector:
                 op_ts.append(ts)
                 if ts + dur > ops_end:
                     ops_end = ts + dur
+                if name in SHAPED_OPS and e.args is not None:
+                    self.shaped(name, e.args)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
@@ -383,6 +404,12 @@ class _Collector:
             else:
                 self.launches.append((name, ts, dur, _correlation(e)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
+
+    def shaped(self, name: str, args: object) -> None:
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id)."""
+        ext, get = _id(args.external), self.decoded
+        if ext is not None and args.dims is not None:
+            self.shapes[ext] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
@@ -401,9 +428,9 @@ class _Collector:
         start = min(s for s, _ in spans)
         return [Step(0, start, max(e for _, e in spans) - start)], True
 
-    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> None:
+    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str]]:
         """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
-        slice of the list, counted by Counter in C: no Python work per event."""
+        slice of the list, counted by Counter in C: no Python work per event. The starts and names in time order."""
         ts, names = sorted(self.op_ts), self.op_names
         if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
             order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
@@ -417,6 +444,7 @@ class _Collector:
                 in_names += names[lo:hi]
         for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
             phase.cpu_ops.update(in_names[lo:hi])
+        return ts, names
 
     def guess_label(self, step_at: _Spans) -> str | None:
         """The record_function label: the most common user annotation inside the steps, the longest in all
@@ -474,16 +502,18 @@ class _Collector:
         spans = self.phase_spans(label, step_at) if label else []
         phase_at = _Spans(spans)
 
-        self.count_ops(step_at, phase_at)
+        cpu_starts = self.count_ops(step_at, phase_at)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
                     step.region_us = (step.region_us or 0.0) + dur
         launch_step: dict[object, Step] = {}
+        launch_of: dict[object, tuple] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
         starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
-        for name, ts, _, corr in self.launches:  # the step lookup inlined: a launch per kernel
+        for launch in self.launches:  # the step lookup inlined: a launch per kernel
+            name, ts, _, corr = launch
             i = find(starts, ts) - 1
             if i < 0 or ts > ends[i]:
                 if corr is not None:
@@ -491,12 +521,15 @@ class _Collector:
                 continue
             step = items[i]
             step.runtime[name] += 1
+            if name in SYNC_CALLS:
+                step.syncs.append(launch)
             phase = phase_at(ts) if spans else None
             if phase is not None:
                 phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
                 phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
             if corr is not None:
                 launch_step[corr] = step
+                launch_of[corr] = launch
                 if phase is not None:
                     launch_phase[corr] = phase
 
@@ -512,6 +545,7 @@ class _Collector:
                     left_out.append((corr, op))
                 continue
             step.gpu.append(op)
+            op.launch = launch_of.get(corr)
             phase = launch_phase.get(corr)
             if phase is not None:
                 phase.gpu.append(op)
@@ -532,8 +566,10 @@ class _Collector:
         has_gpu = bool(self.gpu or self.launches)
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
+        for step in steps:
+            step.syncs.sort(key=lambda launch: launch[1])
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases)  # fmt: skip
+                     sm_limits(first), phases, self.shapes, cpu_starts, self.annotations)  # fmt: skip
 
 
 @contextlib.contextmanager
