@@ -117,7 +117,7 @@ BUDGET_HEADERS = ["span µs", "idle%", "host%", "wait%", "copy%", "comm%"]
 BUDGET_LEGEND = (
     "span = the step's ProfilerStep span; idle% = GPU idle share of it, host% the part waiting for the host to "
     "launch, wait% the part with work queued but waiting (HTA's kernel and other wait); copy% = memcpy/memset "
-    "not under a kernel; comm% = communication no compute hides"
+    "not under a kernel; comm% = communication no compute hides (copy% and comm% where a step has any)"
 )
 
 
@@ -129,7 +129,8 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False, budget
     gpu = trace.has_gpu
     budgets = budgets if gpu and budgets else None
     headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset"]
-    headers += [*(BUDGET_HEADERS if budgets else []), "extra runtime calls"]
+    shown = [h for h in BUDGET_HEADERS if budgets and _budget_shown(h, budgets)]
+    headers += [*shown, "extra runtime calls"]
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
     cells = [
         [
@@ -140,7 +141,7 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False, budget
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if gpu else DASH,
             str(len(s.memset)) if gpu else DASH,
-            *(_budget_cells(budgets[i]) if budgets else []),
+            *(_budget_cells(budgets[i], shown) if budgets else []),
             _calls(trace.extra_calls(s)) if gpu else DASH,
         ]
         for i, s in enumerate(steps)
@@ -153,11 +154,21 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False, budget
     return out
 
 
-def _budget_cells(b) -> list[str]:
-    """A step's budget (common.diagnosis.Budget) as the BUDGET_HEADERS cells."""
+def _budget_shown(header: str, budgets: list) -> bool:
+    """copy% and comm% only where some step has copies or communication."""
+    if header == "copy%":
+        return any(b.non_compute for b in budgets)
+    if header == "comm%":
+        return any(b.comm for b in budgets)
+    return True
+
+
+def _budget_cells(b, shown: list[str]) -> list[str]:
+    """A step's budget (common.diagnosis.Budget) as the cells of the `shown` BUDGET_HEADERS."""
     waits = b.kernel_wait + b.other_wait
-    return [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
-            _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip
+    cells = [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
+             _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip
+    return [cell for header, cell in zip(BUDGET_HEADERS, cells, strict=True) if header in shown]
 
 
 def phase_table(trace: Trace, markdown: bool = False) -> str:

@@ -307,4 +307,4 @@ def test_the_per_step_table_shows_the_budget(capsys):
     path = FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz"
     code, out, _ = command(summary.main, capsys, path, "--per-step", "--markdown")
     header = next(line for line in out.splitlines() if line.startswith("| step"))
-    assert "idle%" in header and "host%" in header and "comm%" in header
+    assert "idle%" in header and "host%" in header and "wait%" in header
