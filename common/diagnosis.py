@@ -12,15 +12,17 @@ where their evidence is in the trace. Everything comes from the one pass of comm
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from common.intervals import union_us
-from common.physics import find_peak
-from common.roofline import op_flops
+from common.naming import kernel_family
+from common.physics import Peak, find_peak
+from common.roofline import ShapedOp, op_flops
 from common.tables import num
-from common.trace import GpuOp, Step, Trace
+from common.trace import GpuOp, Step, Trace, no_gc
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -41,7 +43,7 @@ MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused ba
 SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
 
 
-@dataclass
+@dataclass(slots=True)
 class Gap:
     """A time the GPU ran nothing inside a step, and why: "host" (the next op was not launched yet), "kernel"
     (launched, a short wait), "other" (launched, waiting on something else)."""
@@ -84,51 +86,105 @@ class Budget:
         return 100.0 * us / self.span if self.span > 0 else 0.0
 
 
-def _union(ops: list[GpuOp]) -> float:
-    return union_us((op.start, op.start + op.us) for op in ops)
+def _start(op: GpuOp) -> float:
+    return op.start
+
+
+def _length(ops: list[GpuOp]) -> float:
+    """How long at least one of `ops` (in start order) runs: a group of overlapping ops adds its span, a lone op
+    its own duration (exact, to the last bit, for back-to-back ops on one stream)."""
+    total, group_start, group_end, single, size = 0.0, 0.0, -math.inf, 0.0, 0
+    for op in ops:
+        start, us = op.start, op.us
+        if size and start < group_end:
+            if start + us > group_end:
+                group_end = start + us
+            size += 1
+            continue
+        if size:
+            total += single if size == 1 else group_end - group_start
+        group_start, group_end, single, size = start, start + us, us, 1
+    return total + (single if size == 1 else group_end - group_start if size else 0.0)
 
 
 def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: bool = True) -> Budget:
     """The budget of the GPU work `ops` over [start, end]. With `edges`, the time before the first op and after
     the last counts as waiting for the host (nothing was launched yet, or nothing is left); without, the window
-    is the ops' own (HTA's temporal breakdown: first start to last end)."""
-    timed = sorted((op for op in ops if op.start is not None), key=lambda op: op.start)
+    is the ops' own (HTA's temporal breakdown: first start to last end). One pass over the ops in start order
+    (a step's are in that order already) finds the union over streams, the union of the kernels and the gaps;
+    communication, rare, takes a second pass."""
+    timed = [op for op in ops if op.start is not None]
+    if any(b.start < a.start for a, b in zip(timed, timed[1:], strict=False)):
+        timed.sort(key=_start)
     out = Budget(end - start)
     if not timed:
         out.host_wait = max(0.0, end - start) if edges else 0.0
         return out
-    comm = [op for op in timed if op.family == "communication"]
-    others = [op for op in timed if op.family != "communication"]
-    compute = [op for op in others if op.category == "kernel"]
-    out.busy = _union(timed)
-    out.compute = _union(compute)
-    out.non_compute = _union(others) - out.compute
-    out.comm = _union(comm)
-    out.comm_exposed = out.busy - out.compute - out.non_compute
+    gaps = out.gaps
     busy_until = start if edges else timed[0].start
+    busy = 0.0  # the union of every op, and of the kernels, built group by group as the ops come
+    group_start, single, size = 0.0, 0.0, 0
+    kernels, k_start, k_end, k_single, k_size = 0.0, 0.0, -math.inf, 0.0, 0
+    comm = False
+    host = kernel = other = 0.0
     for op in timed:
-        if op.start > busy_until:
-            _wait(out, busy_until, op.start, op, number, start, end)
-        busy_until = max(busy_until, op.start + op.us)
-    if edges and busy_until < end:
-        _wait(out, busy_until, end, None, number, start, end)
+        begin, us = op.start, op.us
+        stop = begin + us
+        if begin > busy_until:
+            if size:
+                busy += single if size == 1 else busy_until - group_start
+            group_start, single, size = begin, us, 0
+            if begin > start and busy_until < end:  # a gap in the window: classed as HTA classes it
+                gap_start, gap_end = max(busy_until, start), min(begin, end)
+                launch = op.launch
+                if launch is None or launch[1] > gap_start:
+                    host += gap_end - gap_start
+                    kind = "host"
+                elif gap_end - gap_start < KERNEL_WAIT_US:
+                    kernel += gap_end - gap_start
+                    kind = "kernel"
+                else:
+                    other += gap_end - gap_start
+                    kind = "other"
+                gaps.append(Gap(gap_start, gap_end, kind, number, op))
+        elif size == 0:
+            group_start, single = begin, us
+        size += 1
+        if stop > busy_until:
+            busy_until = stop
+        if op.category == "kernel":
+            if kernel_family(op.name) == "communication":
+                comm = True
+            if k_size and begin < k_end:
+                if stop > k_end:
+                    k_end = stop
+                k_size += 1
+            else:
+                if k_size:
+                    kernels += k_single if k_size == 1 else k_end - k_start
+                k_start, k_end, k_single, k_size = begin, stop, us, 1
+    busy += single if size == 1 else busy_until - group_start
+    kernels += (k_single if k_size == 1 else k_end - k_start) if k_size else 0.0
+    if edges and busy_until < end:  # nothing left to run: the GPU waits for the host's next step
+        gap_start = max(busy_until, start)
+        host += end - gap_start
+        gaps.append(Gap(gap_start, end, "host", number, None))
+    out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
+    if comm:
+        is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
+        others = [op for op, c in zip(timed, is_comm, strict=True) if not c]
+        out.comm = _length([op for op, c in zip(timed, is_comm, strict=True) if c])
+        out.compute = _length([op for op in others if op.category == "kernel"])
+        out.non_compute = _length(others) - out.compute
+        out.comm_exposed = out.busy - out.compute - out.non_compute
+    else:
+        out.compute = kernels
+        out.non_compute = busy - kernels
     return out
 
 
-def _wait(out: Budget, begin: float, stop: float, after: GpuOp | None, number: int, lo: float, hi: float) -> None:
-    """Add the idle time [begin, stop] (clipped to the window [lo, hi]) to `out`, classed as HTA classes it."""
-    begin, stop = max(begin, lo), min(stop, hi)
-    if stop <= begin:
-        return
-    launched = None if after is None or after.launch is None else after.launch[1]
-    if after is None or launched is None or launched > begin:
-        kind = "host"
-    elif stop - begin < KERNEL_WAIT_US:
-        kind = "kernel"
-    else:
-        kind = "other"
-    setattr(out, f"{kind}_wait", getattr(out, f"{kind}_wait") + stop - begin)
-    out.gaps.append(Gap(begin, stop, kind, number, after))
+def _gap_us(gap: Gap) -> float:
+    return gap.end - gap.start
 
 
 def step_budget(step: Step) -> Budget:
@@ -154,6 +210,7 @@ class Diagnosis:
     budgets: list[Budget]
     rules: list[Rule]
     median: Budget | None
+    rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
 
 
 def _median_budget(budgets: list[Budget]) -> Budget | None:
@@ -168,26 +225,6 @@ def _pct(value: float) -> str:
 
 
 # ---- the per-op roofline: FLOPs from record_shapes, joined to kernels by External id ----
-
-
-def kernel_flops(trace: Trace) -> dict[int, float]:
-    """id(kernel GpuOp) -> the FLOPs it did: its op's FLOPs (from record_shapes) shared among the op's kernels in
-    proportion to their time. Kernels of ops without shapes are absent."""
-    if not trace.shapes:
-        return {}
-    out: dict[int, float] = {}
-    for step in trace.steps:
-        by_op: dict[object, list[GpuOp]] = {}
-        for op in step.gpu:
-            if op.category == "kernel" and op.external in trace.shapes:
-                by_op.setdefault(op.external, []).append(op)
-        for ext, kernels in by_op.items():
-            flops = op_flops(trace.shapes[ext])
-            total = sum(k.us for k in kernels)
-            if flops and total > 0:
-                for k in kernels:
-                    out[id(k)] = flops * k.us / total
-    return out
 
 
 @dataclass
@@ -208,22 +245,38 @@ class Efficiency:
 
 
 def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str, str], Efficiency]:
-    """(category, name) -> the FLOPs and time of that kernel's launches whose op has shapes, and the peak it is
-    measured against (the datasheet's for the trace's GPU, 16-bit or fp32 by the op's inputs; `peak_tflops` wins)."""
-    flops = kernel_flops(trace)
+    """(category, name) -> the FLOPs and time of that kernel's launches whose op has shapes (record_shapes; an op's
+    FLOPs shared among its kernels in proportion to their time), and the peak it is measured against: the
+    datasheet's for the trace's GPU, 16-bit or fp32 by the op's inputs; `peak_tflops` wins."""
+    shapes = trace.shapes
+    if not shapes:
+        return {}
     peak = find_peak(trace.device_name, peak_tflops)
+    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
     out: dict[tuple[str, str], Efficiency] = {}
     for step in trace.steps:
+        by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
-            f = flops.get(id(op))
-            if f is None:
+            if op.external in shapes and op.category == "kernel":
+                by_op.setdefault(op.external, []).append(op)
+        for ext, kernels in by_op.items():
+            shaped = shapes[ext]
+            flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
+            if not flops:
                 continue
-            shaped = trace.shapes[op.external]
-            top = None if peak is None else peak.tflops_fp32 if shaped.fp32 else peak.tflops_16bit
-            e = out.setdefault((op.category, op.name), Efficiency(0.0, 0.0, top or None))
-            e.flops += f
-            e.us += op.us
+            total = sum(k.us for k in kernels)
+            for k in kernels:
+                e = out.get((k.category, k.name))
+                if e is None:
+                    e = out[k.category, k.name] = Efficiency(0.0, 0.0, top)
+                e.flops += flops * k.us / total if total > 0 else 0.0
+                e.us += k.us
     return out
+
+
+def _flops_and_peak(shaped: ShapedOp, peak: Peak | None) -> tuple[float | None, float | None]:
+    top = None if peak is None else peak.tflops_fp32 if shaped.fp32 else peak.tflops_16bit
+    return op_flops(shaped), top or None
 
 
 # ---- the rules ----
@@ -232,6 +285,8 @@ def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str
 def _in_step_syncs(step: Step) -> list[tuple]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize (its last sync, where no
     GPU work was launched after it)."""
+    if not step.syncs:
+        return []
     syncs = list(step.syncs)
     launched = [op.launch[1] for op in step.gpu if op.launch is not None]
     device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
@@ -318,6 +373,8 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
     """Phase (a label inside the step label: forward, backward, optimizer) -> the GPU idle time while its span
     was open on the CPU, over all steps; the key None holds the idle time outside every phase."""
     idle: Counter = Counter()
+    if not trace.phases:
+        return idle
     wanted = set(trace.phases)
     spans = sorted((ts, ts + dur, name) for name, ts, dur, _ in trace.labels if name in wanted)
     starts = [start for start, _, _ in spans]
@@ -360,7 +417,7 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
 def _rule_gaps(trace: Trace, budgets: list[Budget], median: Budget) -> Rule | None:
     if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span:
         return None
-    gaps = sorted((g for b in budgets for g in b.gaps), key=lambda g: -g.us)[:GAPS_SHOWN]
+    gaps = heapq.nlargest(GAPS_SHOWN, (g for b in budgets for g in b.gaps), key=_gap_us)
     if not gaps:
         return None
     return Rule(
@@ -398,8 +455,7 @@ def _rule_first_step(trace: Trace) -> Rule | None:
     )
 
 
-def _rule_far_from_peak(trace: Trace, peak_tflops: float | None, busy: float) -> Rule | None:
-    eff = efficiency(trace, peak_tflops)
+def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
     n = len(trace.steps)
     far = [
         (key, e) for key, e in eff.items()
@@ -464,18 +520,23 @@ def _cpu_lever(trace: Trace, phase: str | None) -> str:
 
 
 def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
-    """The verdict, the per-step budgets and the rules that fire for `trace`."""
+    """The verdict, the per-step budgets and the rules that fire for `trace`. The cyclic garbage collector is
+    paused meanwhile, as while reading: its passes over the trace's millions of objects would cost more than this."""
+    with no_gc():
+        return _diagnose(trace, peak_tflops)
+
+
+def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if not trace.has_gpu:
         cpu = trace.per_step(lambda s: s.region_us)
         line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU per step"
-        return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None)
+        return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = [step_budget(s) for s in trace.steps]
     m = _median_budget(budgets)
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    longest = max((g for b in budgets for g in b.gaps), key=lambda g: g.us, default=None)
-    shares = _family_shares(trace)
-    total = sum(shares.values()) or 1.0
+    longest = max((g for b in budgets for g in b.gaps), key=_gap_us, default=None)
+    eff = efficiency(trace, peak_tflops)
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
         bound = "communication"
         line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of the {human_time(m.span)} step is "
@@ -511,10 +572,11 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
                 "in-place ops instead of copies")  # fmt: skip
     else:
         bound = "GPU"
+        shares = _family_shares(trace)
+        total = sum(shares.values()) or 1.0
         family, us = max(shares.items(), key=lambda kv: kv[1])
         line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of the {human_time(m.span)} step; {family} "
                 f"{_pct(100 * us / total)} of it")  # fmt: skip
-        eff = efficiency(trace, peak_tflops)
         gemm = list(eff.values())
         if gemm and all(e.peak_tflops for e in gemm):
             flops, time_us = sum(e.flops for e in gemm), sum(e.us for e in gemm)
@@ -535,12 +597,12 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
             _rule_short_kernels(trace),
             _rule_gaps(trace, budgets, m),
             _rule_first_step(trace),
-            _rule_far_from_peak(trace, peak_tflops, m.busy),
+            _rule_far_from_peak(trace, eff, m.busy),
             _rule_math_attention(trace),
         )
         if r is not None
     ]
-    return Diagnosis(bound, line, budgets, rules, m)
+    return Diagnosis(bound, line, budgets, rules, m, eff)
 
 
 def budget_line(b: Budget) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Kernel families, portable across GPUs (an A100 runs ampere_*/cutlass_80_* GEMMs, an H100/H200
@@ -18,6 +19,7 @@ FAMILIES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+@functools.cache  # a trace launches few distinct kernels many times
 def kernel_family(name: str) -> str:
     """'communication', 'gemm', 'attention', 'triton', 'softmax', 'reduce', 'pointwise' or 'other'."""
     return next((fam for fam, pattern in FAMILIES if pattern.search(name)), "other")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
-from common.diagnosis import Diagnosis, diagnose, efficiency, verdict_lines
+from common.diagnosis import Diagnosis, diagnose, verdict_lines
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
 from common.files import shown_path, write_whole
 from common.naming import short_name
@@ -345,10 +345,10 @@ def render(
             shown = shown or bool(diagnosis.budgets)
     if shown:
         out += ["", *([BUDGET_LEGEND] if args.markdown else textwrap.wrap(BUDGET_LEGEND, TEXT_WIDTH))]
-    for trace in (t for t in traces if t.has_gpu):
+    for trace, diagnosis in ((t, d) for t, d in zip(traces, diagnoses, strict=True) if t.has_gpu):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm, rates=efficiency(trace, args.peak_tflops))
+        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")

@@ -372,9 +372,10 @@ class _Collector:
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
-        from common.trace_json import decoded
+        self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        from common.trace_json import decoded, raw_key
 
-        self.decoded = decoded
+        self.decoded, self.raw_key = decoded, raw_key
 
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
@@ -394,8 +395,8 @@ class _Collector:
                 op_ts.append(ts)
                 if ts + dur > ops_end:
                     ops_end = ts + dur
-                if name in SHAPED_OPS and e.args is not None:
-                    self.shaped(name, e.args)
+                if name in SHAPED_OPS and (args := e.args) is not None and args.dims is not None:
+                    self.shaped(name, args)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
@@ -406,10 +407,18 @@ class _Collector:
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
     def shaped(self, name: str, args: object) -> None:
-        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id)."""
-        ext, get = _id(args.external), self.decoded
-        if ext is not None and args.dims is not None:
-            self.shapes[ext] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
+        the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
+        ext, key_of = args.external, self.raw_key
+        if not isinstance(ext, (int, str)) or isinstance(ext, bool):
+            return
+        types, concrete = args.types, args.concrete
+        key = (name, key_of(args.dims), types and key_of(types), concrete and key_of(concrete))
+        op = self.distinct_shapes.get(key)
+        if op is None:
+            get = self.decoded
+            op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
+        self.shapes[ext] = op
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
@@ -573,7 +582,7 @@ class _Collector:
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: reading makes millions of objects and no cycles, and the collector's
     passes over them would make the reading cost grow faster than the trace."""
     enabled = gc.isenabled()
@@ -590,7 +599,7 @@ def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) ->
     from common.trace_json import as_events
 
     collector = _Collector()
-    with _no_gc():
+    with no_gc():
         collector.add(as_events(data["traceEvents"]))
         return collector.trace(data, path, label)
 
@@ -600,7 +609,7 @@ def read_trace(path: Path | str, label: str | None = None) -> Trace:
     from common.trace_json import stream_json
 
     collector = _Collector()
-    with _no_gc():
+    with no_gc():
         header = stream_json(path, collector.add)
         trace = collector.trace(header, path, label)
         del collector  # its per-event lists are freed before the garbage collector runs again

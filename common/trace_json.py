@@ -83,6 +83,15 @@ def decoded(value: object) -> object:
         return None
 
 
+def _text_key(value: object) -> object:
+    return repr(value)
+
+
+# A RAW_FIELDS entry (not None) as a hashable key: its bytes (a Raw; `bytes` itself, the fastest call), or its
+# text (decoded already, without msgspec).
+raw_key = bytes if msgspec is not None else _text_key
+
+
 class _Said:
     fallback = False  # the one line about reading without msgspec was printed
 
@@ -122,6 +131,17 @@ def _time(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
+def _as_raw(value: object) -> object:
+    """A RAW_FIELDS entry as msgspec would leave it (a Raw of its JSON), so the reader sees one kind; as it is
+    without msgspec."""
+    if msgspec is None or value is None:
+        return value
+    try:
+        return msgspec.Raw(msgspec.json.encode(value))
+    except (TypeError, ValueError):  # a lone surrogate in a string, a NaN: not an entry the reader can use
+        return None
+
+
 def as_events(items: Iterable[object]) -> list[Event]:
     """The `Event` of each object in `items` (decoded JSON: dicts, as the standard library gives them, NaN
     included), typed as msgspec would type them; the other items dropped."""
@@ -133,7 +153,10 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("ts")),
             _time(item.get("dur")),
             item.get("tid"),
-            Args(*(item["args"].get(key) for key in (*ARGS_FIELDS.values(), *RAW_FIELDS.values())))
+            Args(
+                *(item["args"].get(key) for key in ARGS_FIELDS.values()),
+                *(_as_raw(item["args"].get(key)) for key in RAW_FIELDS.values()),
+            )  # fmt: skip
             if isinstance(item.get("args"), dict)
             else None,
         )
