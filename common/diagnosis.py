@@ -626,3 +626,9 @@ def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
         if explain:
             lines += [f"    {line}" for line in rule.evidence]
     return lines
+
+
+def bound_lines(a: Diagnosis, b: Diagnosis) -> list[str]:
+    """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict."""
+    head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
+    return [head, f"A: {a.verdict}", f"B: {b.verdict}"]

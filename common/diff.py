@@ -4,7 +4,8 @@ Usage:
     uv run python -m common.diff traces/04_a_naive_attention/<tag>.json traces/04_b_inplace_ops_attention/<tag>.json
     uv run python -m common.diff A.json B.json --markdown
 
-Compares trace A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
+Leads with what bounds each trace (common.diagnosis: "bound: CPU → GPU" and each verdict), then compares trace A
+with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
 time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
 the totals, the kernels added, removed or changed (matched by family and a close name, so an A100 and an H200
 trace of one script pair their GEMMs), the CPU ops added or removed, and the runtime calls whose counts
@@ -19,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 from common.cli import OneLineParser, SuiteError, cli
+from common.diagnosis import bound_lines, diagnose
 from common.figures import Row, launch_line, summarize
 from common.naming import short_name
 from common.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
@@ -178,6 +180,15 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     notes = comparability(a, b)
     out += [f"note: {n}; compared anyway" for n in notes]
     out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    bound = bound_lines(diagnose(a), diagnose(b))
+    out += [
+        "",
+        *(
+            bound
+            if markdown
+            else [w for line in bound for w in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="   ")]
+        ),
+    ]
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from helpers import FIXTURES, command, ev
+from helpers import FIXTURES, command, ev, run
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common import summary
+from common import diff, summary
 from common.diagnosis import budget, diagnose, efficiency, verdict_lines
 from common.roofline import ShapedOp, op_flops
 from common.trace import GpuOp, parse, read_trace
@@ -308,3 +308,23 @@ def test_the_per_step_table_shows_the_budget(capsys):
     code, out, _ = command(summary.main, capsys, path, "--per-step", "--markdown")
     header = next(line for line in out.splitlines() if line.startswith("| step"))
     assert "idle%" in header and "host%" in header and "wait%" in header
+
+
+def test_a_scripts_report_prints_the_verdict_of_its_own_run(tmp_path, capsys):
+    threads = torch.get_num_threads()  # a tiny step runs on one thread: put torch's back for the other tests
+    try:
+        assert run("01_matmul_add", tmp_path, "--size", "8") == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "verdict: bound by the CPU: no GPU activity in the trace" in out
+
+
+def test_the_diff_leads_with_the_bound_before_and_after(capsys):
+    a = FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz"
+    b = FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz"
+    code, out, _ = command(diff.main, capsys, a, b)
+    assert code == 0
+    lines = [line for line in out.splitlines() if line and not line.startswith(("diff:", "note:"))]
+    assert lines[0] == "bound: CPU → GPU"
+    assert lines[1].startswith("A: bound by the CPU")
