@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import re
 
+from common.cli import shown
+
 # Kernel families, portable across GPUs (an A100 runs ampere_*/cutlass_80_* GEMMs, an H100/H200
 # nvjet_sm90_*). Checked in order, first match wins: fused attention names contain "cutlass" too.
 # AMD's GEMMs are Tensile's and hipBLASLt's Cijk_* kernels; NCCL's (and ROCm's RCCL) kernels are communication.
@@ -35,9 +37,9 @@ def short_name(name: str, limit: int = 90) -> str:
     """A kernel name without `void`, template arguments and argument list, cut to `limit` characters.
 
     ATen's generic kernels keep a hint of what they compute:
-    `at::native::vectorized_elementwise_kernel<…MulFunctor…>`.
+    `at::native::vectorized_elementwise_kernel<…MulFunctor…>`. Control characters are shown escaped (`\\x1b`).
     """
-    name = re.sub(r"^void\s+", "", name)
+    name = re.sub(r"^void\s+", "", shown(name))
     out, depth = [], 0
     for i, ch in enumerate(name):
         if ch == "<":

@@ -9,11 +9,12 @@ import textwrap
 
 from common.bench import Bench
 from common.diagnosis import diagnose, verdict_lines
-from common.export import TraceFiles, share_lines
+from common.export import TraceFiles
 from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
+from common.share import share_lines
 from common.tables import TEXT_WIDTH, phase_table, step_table
 from common.trace import Trace
 from common.units import human_time

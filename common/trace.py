@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.cli import shown
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
 from common.roofline import SHAPED_OPS, ShapedOp
@@ -271,11 +272,12 @@ class Trace:
 
     @property
     def name(self) -> str:
-        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`."""
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
+        escaped (`shown`): the name is printed."""
         if self.meta.get("script") and self.meta.get("tag"):
-            return f"{self.meta['script']}/{self.meta['tag']}"
+            return shown(f"{self.meta['script']}/{self.meta['tag']}")
         stem = self.path.name.removesuffix(".gz").removesuffix(".json")
-        return f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem
+        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
 
     def per_step(self, value: Callable[[Step], float | None]) -> float | None:
         """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
@@ -333,6 +335,11 @@ def _correlation(event: Event) -> int | str | None:
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
+# Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
+# "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
+# too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
+# record_function label, what today's traces call user_annotation.
+OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
 
 class _Spans:
@@ -384,7 +391,15 @@ class _Collector:
         ops_end, skipped = self.ops_end, 0
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
-            if cat not in KEPT or e.ph != "X" or e.name is None:
+            if cat not in KEPT:
+                if cat == "Operator" and e.name is not None:
+                    cat = "cpu_op" if "::" in e.name else "user_annotation"
+                else:
+                    cat = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                if cat is None:
+                    continue
+                e.cat = cat
+            if e.ph != "X" or e.name is None:
                 continue
             if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
                 skipped += 1
@@ -569,7 +584,7 @@ class _Collector:
                 f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between steps?): "
                 "not counted"
             )
-        props = header.get("deviceProperties") or []
+        props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
         has_gpu = bool(self.gpu or self.launches)

@@ -14,8 +14,8 @@ import pytest
 from helpers import CPU_DTYPE, ROOT, command, run, tiny_gpu_trace, usage_error, written
 
 import common.files
-import common.runtime
-from common.runtime import cpu_available_bytes
+import common.machine
+from common.machine import cpu_available_bytes
 from common.summary import main as summary_main
 
 
@@ -54,7 +54,7 @@ def test_a_cgroup_v1_memory_limit_is_honoured(tmp_path, monkeypatch, capsys):
     limit, usage = tmp_path / "memory.limit_in_bytes", tmp_path / "memory.usage_in_bytes"
     limit.write_text(f"{1 << 30}\n")
     usage.write_text(f"{1 << 29}\n")
-    monkeypatch.setattr(common.runtime, "CGROUP_MEMORY", [(tmp_path / "no-v2", tmp_path / "no-v2"), (limit, usage)])
+    monkeypatch.setattr(common.machine, "CGROUP_MEMORY", [(tmp_path / "no-v2", tmp_path / "no-v2"), (limit, usage)])
     assert cpu_available_bytes() <= 1 << 29
     err = usage_error(lambda: run("01_matmul_add", tmp_path / "traces", "--size", "6000"), capsys)
     assert "these shapes need about" in err and "0.537 GB free" in err
@@ -64,7 +64,7 @@ def test_an_unlimited_cgroup_v1_is_no_limit(tmp_path, monkeypatch):
     limit, usage = tmp_path / "memory.limit_in_bytes", tmp_path / "memory.usage_in_bytes"
     limit.write_text("9223372036854771712\n")  # what v1 reads without a limit
     usage.write_text("4446773248\n")
-    monkeypatch.setattr(common.runtime, "CGROUP_MEMORY", [(limit, usage)])
+    monkeypatch.setattr(common.machine, "CGROUP_MEMORY", [(limit, usage)])
     assert cpu_available_bytes() > 1 << 20
 
 
