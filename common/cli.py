@@ -25,6 +25,12 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 MAX_INT = 2**31 - 1  # larger integers are refused when parsed: no shape, step count or size here needs more
 
 
+REGION_HELP = (  # the summary's and the diff's --region
+    "the record_function label whose span is the CPU column (default: the suite's own label on its traces, "
+    "else the ProfilerStep#N span, or the whole profiled window in a trace without steps)"
+)
+
+
 # What is shown as its escape: C0 controls, DEL and C1, zero-width and bidirectional controls (U+202E turns the
 # rest of a line around), line and paragraph separators, the byte order mark, lone surrogates.
 _OTHER_CONTROLS = "\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff"

@@ -25,7 +25,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from common.cli import OneLineParser, SuiteError, cli
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.diagnosis import bound_lines, diagnose
 from common.figures import Row, launch_line, summarize
 from common.files import not_a_file
@@ -190,7 +190,7 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
         pct = _signed(100 * (tb.gpu_us / ta.gpu_us - 1), 2)
         parts.append(f"GPU busy {human_time(ta.gpu_us)} → {human_time(tb.gpu_us)} per step ({pct}%)")
     elif ta.cpu_us and tb.cpu_us is not None:
-        parts.append(f"CPU region {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
+        parts.append(f"CPU {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
     gone = [n for n in ops_a if ops_a[n] and not ops_b.get(n)]
     new = [n for n in ops_b if ops_b[n] and not ops_a.get(n)]
     if gone:
@@ -243,7 +243,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
     notes = comparability(a, b)
-    out += [f"note: {n}; compared anyway" for n in notes]
+    cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
+    out += [cpu, *(f"note: {n}; compared anyway" for n in notes)]
     out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
     bound = bound_lines(diagnose(a), diagnose(b))
     out += [
@@ -262,7 +263,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
 
     rows = []
     for label, x, y, digits in (
-        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU region", ta.cpu_us, tb.cpu_us, 0),
+        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU", ta.cpu_us, tb.cpu_us, 0),
         ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
         *([("graph launches", ta.graph_launches, tb.graph_launches, 3)] if ta.graph_launches or tb.graph_launches
           else []),
@@ -331,6 +332,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("a", type=Path, metavar="A", help="the trace to compare from (.json or .json.gz)")
     parser.add_argument("b", type=Path, metavar="B", help="the trace to compare to")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of plain text (default: off)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
     return parser.parse_args(argv)
 
 
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             raise SuiteError(f"{path}: {why}")
     try:
-        a, b = read_trace(args.a), read_trace(args.b)
+        a, b = read_trace(args.a, args.region), read_trace(args.b, args.region)
     except ValueError as exc:
         raise SuiteError(str(exc)) from None
     print(printable(render(a, b, args.markdown)))

@@ -171,7 +171,7 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
         f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
     ]
     if guess.seconds > LONG_S and guess.cheaper:
-        command = " ".join(["uv run", f"{run.script}.py", *guess.cheaper])
+        command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
         lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
     elif guess.seconds > LONG_S:
         lines.append("  that is long; smaller shapes run faster")

@@ -68,6 +68,7 @@ class Run:
     peak_tflops: float | None = None
     peak_gbps: float | None = None
     argv: tuple[str, ...] = ()  # the script's flags as given, for the cheaper command a long run suggests
+    launcher: str = "uv run"  # what the commands the run prints put before the script (06: uv run torchrun ...)
     sizes: tuple[tuple[str, int], ...] = ()  # --size and --batch where the script has them: what a cheaper run shrinks
 
     @property

@@ -10,32 +10,43 @@ Usage:
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
 folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
 read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
-exit status is 2 only when none could be read. A trace without profiler steps (a bare `with profile()`)
+exit status is 2 only when none could be read. Several traces are read in parallel, a process per
+usable core, with the same output. A trace without profiler steps (a bare `with profile()`)
 is summarised as one step over the whole trace, and a note says so. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
-profiler steps (ProfilerStep#N). GPU time is GPU busy time: the sum of kernel, memcpy and memset
-durations, not wall time. CPU time is the span of the script's record_function label. TFLOP/s and
+profiler steps (ProfilerStep#N). GPU time is GPU busy time: the time at least one stream runs a kernel,
+memcpy or memset (the union of their intervals over every stream), not wall time. CPU time is the span of
+the script's record_function label on the suite's own traces, of the label --region names, or else of the
+ProfilerStep#N (the whole profiled window in a trace without steps); the header says which. TFLOP/s and
 GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
 time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
-with. "—" marks a figure the trace cannot give, never a zero.
+with. "—" marks a figure the trace cannot give, never a zero. Under the table, each trace's verdict
+(common.diagnosis): what bounds its steps, with its figures and what to try, the median step's time budget
+(GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the host, or kernels waiting),
+and the expert rules that fired; --explain adds each rule's evidence. The per-step table shows each step's
+budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of peak of each GEMM and
+attention kernel, from its op's input shapes.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
-from common.diagnosis import Diagnosis, diagnose, verdict_lines
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.diagnosis import diagnose, verdict_lines
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
@@ -55,7 +66,7 @@ from common.tables import (
     step_table,
     table,
 )
-from common.trace import GpuOp, Step, Trace, read_trace
+from common.trace import CPU_SOURCES, GpuOp, Step, Trace, read_trace
 from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
@@ -85,36 +96,141 @@ def find_traces(paths: list[str]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def read_all(paths: list[Path]) -> list[Trace]:
-    """Each trace of `paths` read, in order. One that cannot be read gets one `notice:` line on stderr naming it
-    and why, and the others are still read; SuiteError when none could be (the one line of a single file's why)."""
+@dataclass
+class Digest:
+    """What the summary prints of one trace, made where the trace was read (a worker process, for a folder): its
+    row, the figures the other traces are compared by, and its own tables, never its events."""
+
+    path: Path
+    name: str
+    row: Row
+    has_gpu: bool
+    step_time: float | None  # the per-step time the default baseline is chosen by (GPU busy, else CPU)
+    notes: list[str]
+    streams: str | None  # streams_line(), for a trace of several streams
+    cpu_source: str  # what its CPU column measures (common.trace.CPU_SOURCES)
+    label: str | None  # the record_function label it measures, if one
+    skipped: int  # events with a bad ts/dur
+    distributed: dict  # the trace's distributedInfo
+    rank: int | None
+    ranked: tuple[float | None, ...]  # rank_figures(), for the rank table
+    steps: int  # how many profiled steps
+    phases: str | None  # the phase table, if the trace has phases
+    per_step: str | None  # the per-step table, if shown
+    kernels: str | None  # the top-kernels table, if the trace has a GPU lane
+    verdict: list[str]  # what bounds its steps (common.diagnosis): the verdict, the budget, the rules that fired
+    budgeted: bool  # its per-step table shows the time budget
+
+
+def digest(trace: Trace, args: argparse.Namespace) -> Digest:
+    """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
+    kernels = None
+    diagnosis = diagnose(trace, args.peak_tflops)
+    if trace.has_gpu:
+        stats = top_kernels(trace, args.top)
+        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
+        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
+            cells = fit_last_column(headers, cells)
+        kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
+    shown = args.per_step or len(trace.steps) > 3
+    return Digest(
+        trace.path,
+        trace.name,
+        summarize(trace, args.peak_tflops, args.peak_gbps),
+        trace.has_gpu,
+        trace.step_time_us()[0],
+        trace.notes,
+        streams_line(trace),
+        trace.cpu_source,
+        trace.label,
+        trace.skipped,
+        trace.distributed,
+        trace.rank,
+        rank_figures(trace) if trace.rank is not None else (),
+        len(trace.steps),
+        phase_table(trace, args.markdown) if trace.phases else None,
+        step_table(trace, every=args.per_step, markdown=args.markdown, budgets=diagnosis.budgets) if shown else None,
+        kernels,
+        verdict_lines(diagnosis, args.explain),
+        shown and bool(diagnosis.budgets),
+    )
+
+
+def read_digest(path: Path, args: argparse.Namespace) -> Digest | str:
+    """The Digest of the trace at `path`, or why it cannot be read (the message names the file)."""
+    try:
+        return digest(read_trace(path, args.region), args)
+    except ValueError as exc:
+        return str(exc)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, as taskset or a container's cpuset sets it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _ignore_interrupts() -> None:
+    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _read_in_parallel(paths: list[Path], args: argparse.Namespace, workers: int) -> list[Digest | str]:
+    """read_digest of each path, a process per core, in the order of `paths`. Ctrl-C (or any failure) ends
+    every worker before it goes on: no process is left behind."""
+    start = "fork" if sys.platform == "linux" else None  # fork: the workers need not import the reader again
+    pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
+    try:
+        results = list(pool.imap(functools.partial(read_digest, args=args), paths))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return results
+
+
+def read_all(paths: list[Path], args: argparse.Namespace) -> list[Digest]:
+    """The Digest of each trace of `paths`, in order: read in this process for one file, else a process per usable
+    core (the output is the same). One that cannot be read gets one `notice:` line on stderr naming it and why, and
+    the others are still read; SuiteError when none could be (the one line of a single file's why)."""
+    workers = min(len(paths), usable_cores())
+    if workers > 1:
+        from common.trace_json import say_fallback
+
+        say_fallback()  # once here, not once per worker
+        results = _read_in_parallel(paths, args, workers)
+    else:
+        results = [read_digest(path, args) for path in paths]
     traces = []
-    for path in paths:
-        try:
-            traces.append(read_trace(path))
-        except ValueError as exc:  # the message names the file and why
-            if len(paths) == 1:
-                raise SuiteError(str(exc)) from None
-            print(f"notice: {exc}; skipped", file=sys.stderr)
+    for result in results:
+        if isinstance(result, Digest):
+            traces.append(result)
+        elif len(paths) == 1:
+            raise SuiteError(result)
+        else:
+            print(f"notice: {result}; skipped", file=sys.stderr)
     if not traces:
         raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
     return traces
 
 
-def slowest(traces: list[Trace]) -> Trace:
+def slowest(traces: list[Digest]) -> Digest:
     """The default baseline: the trace with the most GPU time per step (CPU time if none has a GPU lane)."""
-    gpu = [t for t in traces if t.has_gpu and t.step_time_us()[0] is not None]
-    pool = gpu or [t for t in traces if t.step_time_us()[0] is not None] or traces
-    return max(pool, key=lambda t: t.step_time_us()[0] or 0.0)
+    gpu = [t for t in traces if t.has_gpu and t.step_time is not None]
+    pool = gpu or [t for t in traces if t.step_time is not None] or traces
+    return max(pool, key=lambda t: t.step_time or 0.0)
 
 
-def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
-    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest."""
+def pick_baseline(traces: list[Digest], wanted: str | None, args: argparse.Namespace) -> Digest:
+    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest.
+    A file outside `traces` is read with the CPU column timing --region, as the others."""
     if wanted is None:
         return slowest(traces)
     if Path(wanted).is_file():
         path = Path(wanted).resolve()
-        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path)
+        found = next((t for t in traces if t.path.resolve() == path), None)
+        return found or digest(read_trace(path, args.region), args)
     for match in (lambda t: t.name == wanted, lambda t: t.name.split("/")[-1] == wanted, lambda t: wanted in t.name):
         hits = [t for t in traces if match(t)]
         if len(hits) == 1:
@@ -273,7 +389,7 @@ class KernelStat:
     op: GpuOp
     us_per_step: float  # total over the profiled steps / number of steps
     calls_per_step: float
-    share: float  # % of the trace's GPU busy time
+    share: float  # % of the trace's GPU work summed over streams (more than GPU busy where streams overlap)
 
 
 def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
@@ -290,7 +406,7 @@ def kernel_cells(
     record_shapes give (`rates`: common.diagnosis.efficiency; the columns only where some kernel has one), then the
     launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
     rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
-    headers = ["µs/step", "calls", "% GPU", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
+    headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
                "kernel"]  # fmt: skip
     cells = []
     for k in stats:
@@ -308,15 +424,37 @@ def kernel_cells(
     return headers, cells
 
 
-def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
+def streams_line(trace: Trace) -> str | None:
+    """For a trace whose GPU work ran on several streams: per step (medians), GPU busy (the union), the sum over
+    the streams and each stream's sum, and how long two or more were busy at once; None on one stream."""
+    if not any(len(s.streams) > 1 for s in trace.steps):
+        return None
+    streams = sorted(
+        {op.stream for s in trace.steps for op in s.gpu}, key=lambda x: (not isinstance(x, int), str(x).zfill(20))
+    )
+    each = ", ".join(
+        f"stream {x}: {human_time(trace.per_step(lambda s, x=x: sum(op.us for op in s.gpu if op.stream == x)))}"
+        for x in streams
+    )
+    busy, total = trace.per_step(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.gpu_sum_us)
+    overlap = trace.per_step(lambda s: s.stream_overlap_us)
+    return (
+        f"GPU work on {len(streams)} streams: per step, GPU busy {human_time(busy)} (the union), summed over the "
+        f"streams {human_time(total)} (sums per stream: {each}); two or more busy at once {human_time(overlap)}"
+    )
+
+
+def trace_notes(traces: list[Digest], rows: list[Row]) -> list[str]:
     """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
-    graph launches, its rank."""
+    graph launches, its streams, its rank."""
     lines = []
     for trace, row in zip(traces, rows, strict=True):
         lines += [f"note: {row.name}: {note}" for note in trace.notes]
         launches = launch_line(row)
         if launches:
             lines.append(f"note: {row.name}: per step, {launches}")
+        if trace.streams:
+            lines.append(f"note: {row.name}: {trace.streams}")
         if trace.distributed:
             info = trace.distributed
             world = info.get("world_size", "?")
@@ -328,14 +466,18 @@ def _communication_us(step: Step) -> float:
     return sum(op.us for op in step.kernels if op.family == "communication")
 
 
+def _compute_us(step: Step) -> float:
+    return sum(op.us for op in step.gpu if op.family != "communication")
+
+
 RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
 
 
-def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
+def runs_of(traces: list[Digest]) -> list[tuple[str, list[Digest]]]:
     """The traces of ranks (distributedInfo) grouped by the run they belong to, each run's ranks in order, with the
     run's name. One run is one folder's traces of one world size and backend; where a rank repeats in it (several
     runs side by side, as 06's tags put them), the file name without its `rank<r>` tells the runs apart."""
-    folders: dict[tuple, list[Trace]] = {}
+    folders: dict[tuple, list[Digest]] = {}
     for trace in (t for t in traces if t.rank is not None):
         info = trace.distributed
         key = (trace.path.parent, str(info.get("world_size")), str(info.get("backend")))
@@ -345,7 +487,7 @@ def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
         if len({t.rank for t in members}) == len(members):
             runs.append((f"{folder.name} ({world} ranks)", members))
             continue
-        split: dict[str, list[Trace]] = {}
+        split: dict[str, list[Digest]] = {}
         for trace in members:
             stem = trace.path.name.removesuffix(".gz").removesuffix(".json")
             split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
@@ -353,29 +495,29 @@ def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
     return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
 
 
-def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
-    """For the ranks of one run: a row per rank (GPU busy split into compute and communication, the communication
-    no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than
-    two ranks."""
+def rank_figures(trace: Trace) -> tuple[float | None, ...]:
+    """A rank's figures per step (medians): GPU busy (the union over streams), the sums of compute and of
+    communication kernel time, exposed communication, CPU time and its peak GPU memory in bytes (None where the
+    trace cannot give one)."""
+    busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
+    comm = trace.per_step(_communication_us) if trace.has_gpu else None
+    compute = trace.per_step(_compute_us) if trace.has_gpu else None
+    exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
+    memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
+    peak = memory.get("peak_bytes") if isinstance(memory.get("peak_bytes"), (int, float)) else None
+    return busy, compute, comm, exposed, trace.per_step(lambda s: s.region_us), peak
+
+
+def rank_table(traces: list[Digest], markdown: bool = False) -> list[str]:
+    """For the ranks of one run: a row per rank (GPU busy, the union over streams; the sums of compute and of
+    communication kernel time (Σ), which overlap where streams do; the communication no compute kernel hid; CPU
+    time; peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than two ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
-    cells, gpu, cpu = [], [], []
-    for trace in ranked:
-        busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
-        comm = trace.per_step(_communication_us) if trace.has_gpu else None
-        region = trace.per_step(lambda s: s.region_us)
-        gpu.append(busy)
-        cpu.append(region)
-        compute = None if busy is None or comm is None else busy - comm
-        exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
-        memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
-        peak = memory.get("peak_bytes")
-        times = map(human_time, (busy, compute, comm, exposed, region))
-        cells.append(
-            [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
-        )
-    headers = ["rank", "trace", "GPU busy", "compute", "communication", "exposed comm.", "CPU", "peak memory"]
+    cells = [[str(t.rank), t.name, *map(human_time, t.ranked[:5]), human_bytes(t.ranked[5])] for t in ranked]
+    gpu, cpu = [t.ranked[0] for t in ranked], [t.ranked[4] for t in ranked]
+    headers = ["rank", "trace", "GPU busy", "compute Σ", "comm. Σ", "exposed comm.", "CPU", "peak memory"]
     if not markdown:  # the trace names take what is left of TEXT_WIDTH, keeping what tells them apart
         names = fitted_names([c[1] for c in cells], room_for(headers, cells, 1))
         cells = [[c[0], names[c[1]], *c[2:]] for c in cells]
@@ -388,17 +530,34 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
     return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
-def render(
-    traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace, diagnoses: list[Diagnosis]
-) -> str:
-    """The whole report: the summary table and its legend, each trace's verdict, per-step tables, then each
-    trace's top kernels."""
+def cpu_line(traces: list[Digest]) -> str:
+    """What the CPU column measures, for the header: one source for all, or which traces use which."""
+    groups: dict[str, list[Digest]] = {}
+    for trace in traces:
+        groups.setdefault(trace.cpu_source, []).append(trace)
+
+    def said(source: str, group: list[Digest]) -> str:
+        if source in ("suite", "region"):
+            labels = ", ".join(dict.fromkeys(repr(t.label) for t in group))
+            return f"{CPU_SOURCES[source]} ({labels})"
+        return CPU_SOURCES[source]
+
+    if len(groups) == 1:
+        [(source, group)] = groups.items()
+        return f"CPU = {said(source, group)}."
+    parts = [f"{said(source, group)} for {', '.join(t.name for t in group)}" for source, group in groups.items()]
+    return f"CPU = {'; '.join(parts)}."
+
+
+def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argparse.Namespace) -> str:
+    """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
-        "Per step = median over the profiled steps. GPU busy = kernel+memcpy+memset busy time (not wall); "
-        "CPU = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "Per step = median over the profiled steps. GPU busy = the time at least one stream runs a kernel, "
+        "memcpy or memset (their union over streams, not wall); CPU = the span the line above names. "
+        "launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
@@ -412,6 +571,7 @@ def render(
                 f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", TEXT_WIDTH
             )
         ),
+        *([cpu_line(traces)] if args.markdown else textwrap.wrap(cpu_line(traces), TEXT_WIDTH)),
         "",
         table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",
@@ -421,10 +581,9 @@ def render(
     if skipped:
         out += ["", *(f"note: {shown_path(t.path)}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
     verdicts = []
-    for row, diagnosis in zip(rows, diagnoses, strict=True):
+    for row, trace in zip(rows, traces, strict=True):
         verdicts += ["", *([heading(row.name)] if args.markdown else [row.name]), *gap]
-        lines = verdict_lines(diagnosis, args.explain)
-        verdicts += [f"- {line.strip()}" for line in lines] if args.markdown else lines
+        verdicts += [f"- {line.strip()}" for line in trace.verdict] if args.markdown else trace.verdict
     if not args.markdown:
         verdicts = [line for v in verdicts for line in textwrap.wrap(v, TEXT_WIDTH, subsequent_indent="      ") or [""]]
     out += ["", heading("What bounds each trace (--explain: each rule's evidence)"), *verdicts]
@@ -439,24 +598,17 @@ def render(
             title = f"Ranks of {run} (per step, medians)"
             out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
     for trace in (t for t in traces if t.phases):
-        out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
-    shown = False
-    for trace, diagnosis in zip(traces, diagnoses, strict=True):
-        if args.per_step or len(trace.steps) > 3:
-            out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
-            out.append(step_table(trace, every=args.per_step, markdown=args.markdown, budgets=diagnosis.budgets))
-            shown = shown or bool(diagnosis.budgets)
-    if shown:
+        out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, trace.phases]
+    for trace in (t for t in traces if t.per_step):
+        out += ["", heading(f"Per profiled step of {trace.name}"), *gap, trace.per_step]
+    if any(t.budgeted for t in traces):
         out += ["", *([BUDGET_LEGEND] if args.markdown else textwrap.wrap(BUDGET_LEGEND, TEXT_WIDTH))]
-    for trace, diagnosis in ((t, d) for t, d in zip(traces, diagnoses, strict=True) if t.has_gpu):
-        out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
-        stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
-        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
-            cells = fit_last_column(headers, cells)
-        out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
+    for trace in (t for t in traces if t.kernels is not None):
+        out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {trace.steps} steps)"), *gap]
+        out.append(trace.kernels)
     if any(t.has_gpu for t in traces):
-        out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]
+        legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
+        out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
@@ -537,6 +689,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--peak-gbps", type=positive_float, help="the device's peak memory GB/s (default: the datasheet of known GPUs)"
     )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
     parser.add_argument(
         "--explain", action="store_true", help="print each rule's evidence under the verdicts (default: off)"
     )
@@ -550,18 +703,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = read_all(find_traces(args.paths))
-        baseline = pick_baseline(traces, args.baseline)
+        traces = read_all(find_traces(args.paths), args)
+        baseline = pick_baseline(traces, args.baseline, args)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
-        rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]
+        rows = [t.row for t in traces]
         names = Counter(r.name for r in rows)
         for row, trace in zip(rows, traces, strict=True):
             if names[row.name] > 1:  # the same script/tag twice (copies, .json and .json.gz): tell them apart
                 row.name = f"{row.name} ({trace.path})"
         with_ratios(rows, rows[traces.index(baseline)])
-        diagnoses = [diagnose(t, args.peak_tflops) for t in traces]
-        print(printable(render(traces, rows, baseline, args, diagnoses)))
+        print(printable(render(traces, rows, baseline, args)))
         if args.plot:
             plot(rows, args.plot)
             print(f"\nplot: {args.plot.resolve()}")

@@ -137,21 +137,24 @@ BUDGET_LEGEND = (
 
 
 def step_table(trace: Trace, every: bool = False, markdown: bool = False, budgets: list | None = None) -> str:
-    """One row per profiled step: CPU time of the annotated region, GPU busy time, kernels, launches,
-    memcpy/memset, the step's time budget where `budgets` (common.diagnosis, one per step) are given, and the
-    runtime calls the step makes beyond a typical step. Without `every`, long traces show their first
-    STEP_ROWS_SHOWN steps and a line about the rest."""
+    """One row per profiled step: CPU time (Trace.cpu_source), GPU busy time (the union over streams; with
+    several streams, also how long two or more were busy at once), kernels, launches, memcpy/memset, the step's
+    time budget where `budgets` (common.diagnosis, one per step) are given, and the runtime calls the step makes
+    beyond a typical step. Without `every`, long traces show their first STEP_ROWS_SHOWN steps and a line about
+    the rest."""
     gpu = trace.has_gpu
     budgets = budgets if gpu and budgets else None
-    headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset"]
+    streams = gpu and any(len(s.streams) > 1 for s in trace.steps)  # then: how long two or more were busy at once
     shown = [h for h in BUDGET_HEADERS if budgets and _budget_shown(h, budgets)]
-    headers += [*shown, "extra runtime calls"]
+    headers = ["step", "CPU µs", "GPU µs", *(["overlap µs"] if streams else []), "kernels", "launches", "memcpy",
+               "memset", *shown, "extra runtime calls"]  # fmt: skip
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
     cells = [
         [
             f"#{s.number}",
             num(s.region_us, 4),
             num(s.gpu_busy_us, 4) if gpu else DASH,
+            *([num(s.stream_overlap_us, 4)] if streams else []),
             str(len(s.kernels)) if gpu else DASH,
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if gpu else DASH,

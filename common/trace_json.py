@@ -101,12 +101,17 @@ class _Said:
     fallback = False  # the one line about reading without msgspec was printed
 
 
-def _stdlib_stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
-    """Without msgspec: `json` reads the whole trace, then its events are handed to `on_events` in one list."""
-    if not _Said.fallback:
+def say_fallback() -> None:
+    """Without msgspec, say once (in this process and the ones it forks after) that traces are read with `json`."""
+    if msgspec is None and not _Said.fallback:
         _Said.fallback = True
         print("notice: msgspec is not installed: traces are read with the standard library's json (slower, "
               "holds the whole file; `pip install msgspec`)", file=sys.stderr)  # fmt: skip
+
+
+def _stdlib_stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
+    """Without msgspec: `json` reads the whole trace, then its events are handed to `on_events` in one list."""
+    say_fallback()
     value = json.loads(fh.read().removeprefix(_BOM))
     if isinstance(value, list):
         value = {"traceEvents": value}

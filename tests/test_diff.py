@@ -103,7 +103,8 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager.json"
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
-    assert code == 0 and "aten::clone" in headline_of(out) and "CPU region" in out
+    assert code == 0 and "aten::clone" in headline_of(out) and "CPU" in out
+    assert out.splitlines()[1] == "CPU = record_function 'attn_fwd' (the suite's label)"
     assert "GPU busy" not in out and "peak MB" not in out  # GPU figures are absent on the CPU, never zero
 
 

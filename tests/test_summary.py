@@ -21,11 +21,13 @@ from common.trace import parse
 
 
 def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:
-    """The tiny GPU trace with its kernel times scaled by `scale` and suite metadata for `tag`."""
+    """The tiny GPU trace with its GPU work `scale` times as long (and as late, so a stream still runs one thing at
+    a time) and suite metadata for `tag`."""
     data = tiny_gpu_trace()
     for e in data["traceEvents"]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
             e["dur"] *= scale
+            e["ts"] *= scale
     data["suite"] = {"script": "04_x", "tag": tag, "label": "fwd", "dtype": "bf16", "flops": 312e6, "bytes": 2039e3}
     return data
 
