@@ -325,6 +325,15 @@ def test_the_diff_leads_with_the_bound_before_and_after(capsys):
     b = FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz"
     code, out, _ = command(diff.main, capsys, a, b)
     assert code == 0
-    lines = [line for line in out.splitlines() if line and not line.startswith(("diff:", "note:"))]
-    assert lines[0] == "bound: CPU → GPU"
-    assert lines[1].startswith("A: bound by the CPU")
+    header, bounds = out.split("\n\n")[:2]  # the title, what the CPU column is and the notes; then the bounds
+    assert bounds.splitlines()[0] == "bound: CPU → GPU"
+    assert bounds.splitlines()[1].startswith("A: bound by the CPU")
+
+
+def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
+    for tag in ("8_1024_768_12_3072_amp_bf16_cold_eager", "1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled"):
+        trace = fixture("05_training_step", tag)
+        for b, step in zip(diagnose(trace).budgets, trace.steps, strict=True):
+            assert b.busy == pytest.approx(step.gpu_busy_us, abs=1e-6)
+    two_streams = parse(rank_trace(0, overlap=True))
+    assert diagnose(two_streams).budgets[0].busy == pytest.approx(two_streams.steps[0].gpu_busy_us)
