@@ -91,7 +91,8 @@ def hta_worker(trace: Path) -> None:
         "idle": float(temporal["idle_time(us)"]) / window,
         "compute": float(temporal["compute_time(us)"]) / window,
         "non-compute": float(temporal["non_compute_time(us)"]) / window,
-        **{f"{kind} wait": float(waits.get(kind, 0.0)) / window for kind in ("host", "kernel")},
+        "host wait": float(waits.get("host_wait", 0.0)) / window,  # HTA's IdleTimeType names, lower case
+        "kernel wait": float(waits.get("kernel_wait", 0.0)) / window,
         "other wait": float(waits.get("other", 0.0)) / window,
     }
     print(json.dumps({"steps": steps, "load_s": load_s, "breakdown": breakdown}))
