@@ -307,7 +307,7 @@ def _rule_syncs(trace: Trace) -> Rule | None:
     inside: Counter = Counter()
     us = 0.0
     for step in trace.steps:
-        for name, ts, dur, _ in _in_step_syncs(step):
+        for name, ts, dur, *_ in _in_step_syncs(step):
             calls[name] += 1
             us += dur
             op = _op_before(trace, ts)

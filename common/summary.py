@@ -47,7 +47,7 @@ from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.diagnosis import diagnose, verdict_lines
-from common.figures import CALLS, Row, launch_line, summarize, with_ratios
+from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
@@ -105,6 +105,7 @@ class Digest:
     name: str
     row: Row
     has_gpu: bool
+    gpu_activity: bool  # False: launches but no GPU event in the whole trace
     step_time: float | None  # the per-step time the default baseline is chosen by (GPU busy, else CPU)
     notes: list[str]
     streams: str | None  # streams_line(), for a trace of several streams
@@ -117,7 +118,7 @@ class Digest:
     steps: int  # how many profiled steps
     phases: str | None  # the phase table, if the trace has phases
     per_step: str | None  # the per-step table, if shown
-    kernels: str | None  # the top-kernels table, if the trace has a GPU lane
+    kernels: str | None  # the top-kernels table, if the trace has a GPU lane and GPU activity
     verdict: list[str]  # what bounds its steps (common.diagnosis): the verdict, the budget, the rules that fired
     budgeted: bool  # its per-step table shows the time budget
 
@@ -126,7 +127,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
     kernels = None
     diagnosis = diagnose(trace, args.peak_tflops)
-    if trace.has_gpu:
+    if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
         headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
@@ -138,6 +139,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         trace.name,
         summarize(trace, args.peak_tflops, args.peak_gbps),
         trace.has_gpu,
+        trace.gpu_activity,
         trace.step_time_us()[0],
         trace.notes,
         streams_line(trace),
@@ -336,8 +338,9 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
     default text table fits TEXT_WIDTH: long trace names lose words of their script name, then the tag words that
     all of their script's rows share, then their middle (fitted_names); ratios below 0.001 read "< 0.001"."""
-    if wide:
-        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
+    if wide:  # the launch API columns add up to `launches`: the two of the posts, then any other seen
+        apis = [*LAUNCH_COLUMNS, *sorted({api for r in rows for api in r.launch_apis} - set(LAUNCH_COLUMNS))]
+        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *apis, *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
         cells = [
             [
@@ -347,6 +350,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
                 human_time(r.gpu_us),
                 human_time(r.cpu_us),
                 num(r.launches),
+                *(DASH if r.launches is None else num(r.launch_apis.get(api, 0)) for api in apis),
                 *(num(v) for v in r.calls.values()),
                 num(r.peak_mb, 4),
                 num(r.tflops),
@@ -372,7 +376,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             num(r.peak_mb, 4),
             num(r.tflops),
             num(r.pct_flops, 2),
-            _ratio(r.gpu_ratio if r.gpu_ratio is not None else r.cpu_ratio),
+            _ratio(r.ratio),
         ]  # fmt: skip
         for r in rows
     ]
@@ -499,10 +503,11 @@ def rank_figures(trace: Trace) -> tuple[float | None, ...]:
     """A rank's figures per step (medians): GPU busy (the union over streams), the sums of compute and of
     communication kernel time, exposed communication, CPU time and its peak GPU memory in bytes (None where the
     trace cannot give one)."""
-    busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
-    comm = trace.per_step(_communication_us) if trace.has_gpu else None
-    compute = trace.per_step(_compute_us) if trace.has_gpu else None
-    exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
+    gpu = trace.has_gpu and trace.gpu_activity  # launches without GPU events give no GPU figure, never a zero
+    busy = trace.per_step(lambda s: s.gpu_busy_us) if gpu else None
+    comm = trace.per_step(_communication_us) if gpu else None
+    compute = trace.per_step(_compute_us) if gpu else None
+    exposed = trace.per_step(lambda s: s.exposed_communication_us) if gpu else None
     memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
     peak = memory.get("peak_bytes") if isinstance(memory.get("peak_bytes"), (int, float)) else None
     return busy, compute, comm, exposed, trace.per_step(lambda s: s.region_us), peak
@@ -606,12 +611,16 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
     for trace in (t for t in traces if t.kernels is not None):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {trace.steps} steps)"), *gap]
         out.append(trace.kernels)
-    if any(t.has_gpu for t in traces):
+    if any(t.kernels is not None for t in traces):
         legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
         out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
+        out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
+    unrecorded = [t.name for t in traces if t.has_gpu and not t.gpu_activity]
+    if unrecorded:
+        line = f"No GPU activity recorded (launches only), so no kernels to list: {', '.join(unrecorded)}"
         out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
 
