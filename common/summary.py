@@ -11,8 +11,10 @@ PATH is a trace (.json or .json.gz) or a folder searched for them; a path that d
 folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
 read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
 exit status is 2 only when none could be read. Several traces are read in parallel, a process per
-usable core, with the same output. A trace without profiler steps (a bare `with profile()`)
-is summarised as one step over the whole trace, and a note says so. The baseline
+usable core, with the same output. A trace without profiler steps (a bare `with profile()`) is
+summarised as one step over the whole trace, and a note says so. One event (or run of whitespace)
+larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded
+whatever a file holds. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
