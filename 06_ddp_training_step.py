@@ -33,20 +33,19 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.block import AMP, AMP_DTYPE_HELP, SHAPE, block_work, check_shape, make_batch
-from common.cli import cli, positive_float
+from common.cli import cli
 from common.ddp import (
-    STARTUP_S,
     TORCHRUN,
-    bucket_cap_mb,
+    add_ddp_flags,
     ddp_memory,
     expected_buckets,
     not_launched,
     one_verdict,
     rank_line,
+    read_together,
     start_process_group,
     torchrun_launch,
 )
-from common.files import shown_path
 from common.guess import Expect, expect_kernels, expect_op
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
@@ -146,24 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     launch = torchrun_launch(SCRIPT)  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, checked; None without them
     parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
     add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
-    ddp = parser.add_argument_group("data parallel")
-    ddp.add_argument(
-        "--bucket-cap-mb",
-        type=bucket_cap_mb,
-        default=None,
-        help="DDP's gradient bucket size in MiB (default: DDP's, 25, with a first bucket of 1 MiB)",
-    )
-    ddp.add_argument(
-        "--startup-timeout",
-        type=positive_float,
-        default=STARTUP_S,
-        help=f"seconds a rank waits for the others to join; then one line names the missing (default: {STARTUP_S:g})",
-    )
-    ddp.add_argument(
-        "--no-overlap",
-        action="store_true",
-        help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
-    )
+    add_ddp_flags(parser)  # --bucket-cap-mb, --no-overlap, --startup-timeout
     args = parser.parse_args(argv)
     if launch is None:
         raise not_launched(SCRIPT)
@@ -194,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 
-        with recording(run, tag, "train_step", work, meta) as rec:
+        with recording(run, tag, work, meta) as rec:
             if args.warmup:  # a few unprofiled steps first, so set-up costs stay out of the trace
                 rec.warm_up(lambda: train_step(model, x, target, optimizer, amp, not args.no_overlap))
             with profile(
@@ -219,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         with one_verdict(launch):  # rank 0's report; another rank prints only what differs from it
             code = finish(rec, guessed, weights[-1], weights[0], what=what)
             if last:
-                folder = shown_path(run.traces_dir)
-                print(f"the traces of ranks 0 to {last} together: uv run python -m common.summary {folder}")
+                print(read_together(run.traces_dir, launch))
         return code
     finally:
         dist.destroy_process_group()

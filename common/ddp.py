@@ -29,13 +29,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.block import AMP, parameter_count, saved_for_backward
-from common.cli import SuiteError, on_exit
+from common.cli import SuiteError, on_exit, positive_float
+from common.files import shown_path
 from common.private_api import ddp_bucket_caps
 
 TORCHRUN = "uv run torchrun --standalone --nproc-per-node"  # how every command this suite prints starts 06
@@ -115,22 +117,45 @@ def torchrun_launch(script: str) -> Launch | None:
 
 def follow_launcher() -> None:
     """End this rank when the process that started it (torchrun) dies, even by SIGKILL: on Linux the kernel
-    sends SIGTERM at once (prctl PR_SET_PDEATHSIG); everywhere a thread that sees the parent change sends it
-    too, and a second SIGTERM LAUNCHER_GONE_S later, which ends the run even inside a long native call
-    (common.interrupts)."""
-    parent = os.getppid()
+    sends SIGTERM at once (prctl PR_SET_PDEATHSIG), elsewhere a thread that sees the parent change sends it;
+    that thread sends a second SIGTERM LAUNCHER_GONE_S later, which ends the run even inside a long native
+    call (common.interrupts)."""
+    parent, told = os.getppid(), False
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            told = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM) == 0
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not told:
+            os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(LAUNCHER_GONE_S)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def add_ddp_flags(parser: argparse.ArgumentParser) -> None:
+    """06's own flags: DDP's bucket size, overlap or not, and how long the start-up waits."""
+    ddp = parser.add_argument_group("data parallel")
+    ddp.add_argument(
+        "--bucket-cap-mb",
+        type=bucket_cap_mb,
+        default=None,
+        help="DDP's gradient bucket size in MiB (default: DDP's, 25, with a first bucket of 1 MiB)",
+    )
+    ddp.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
+    )
+    ddp.add_argument(
+        "--startup-timeout",
+        type=positive_float,
+        default=STARTUP_S,
+        help=f"seconds a rank waits for the others to join; then one line names the missing (default: {STARTUP_S:g})",
+    )
 
 
 def bucket_cap_mb(text: str) -> float:
@@ -152,16 +177,19 @@ def start_process_group(launch: Launch, backend: str, timeout_s: float) -> None:
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     deadline = time.monotonic() + timeout_s
+    master = launch.rank == 0 and not agent_store  # without torchrun's agent, rank 0 serves the store
     store = None
-    while store is None:
+    while store is None:  # tries of 2 s at most, so that a signal ends the wait between two
         try:
             store = dist.TCPStore(
-                addr, port, launch.world_size, is_master=launch.rank == 0 and not agent_store,
-                timeout=timedelta(seconds=max(1.0, min(2.0, deadline - time.monotonic()))), wait_for_workers=False,
+                addr, port, launch.world_size, is_master=master, wait_for_workers=False,
+                timeout=timedelta(seconds=max(1.0, min(2.0, deadline - time.monotonic()))),
             )  # fmt: skip
         except (RuntimeError, ValueError, OSError) as exc:  # DistNetworkError, DistStoreError are RuntimeErrors
-            if time.monotonic() > deadline:
-                raise SuiteError(f"rank {launch.rank} could not reach the store at {addr}:{port}: {exc}") from None
+            if master or time.monotonic() > deadline:
+                doing, why = "open" if master else "reach", (str(exc).splitlines() or [""])[0]
+                raise SuiteError(f"rank {launch.rank} could not {doing} the store at {addr}:{port}: {why}") from None
+    store.set_timeout(timedelta(seconds=timeout_s))  # for the process group's own start-up through it
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     joined = dist.PrefixStore(f"06_ddp/joined/{attempt}/", store)
     joined.set(str(launch.rank), "1")
@@ -238,6 +266,12 @@ def rank_line(launch: Launch, backend: str) -> str:
     return line
 
 
+def read_together(folder: Path, launch: Launch) -> str:
+    """The line after the report: where the ranks' traces are read side by side."""
+    last = launch.world_size - 1
+    return f"the traces of ranks 0 to {last} together: uv run python -m common.summary {shown_path(folder)}"
+
+
 class _Stream(io.TextIOBase):
     """sys.stdout or sys.stderr of one rank, as `_Voice` routes it."""
 
@@ -267,7 +301,9 @@ class _Stream(io.TextIOBase):
         return self.target.encoding
 
 
-FIGURE = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?(?: ?(?:ns|µs|ms|s)\b)?")  # with its unit: 816 µs ~ 1.02 ms
+FIGURE = re.compile(  # a number with its unit, if any: 987 µs and 1.07 ms are the same word here
+    r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?(?:\s*(?:[nµu]s|ms|s|%|[KMGT]i?B|B|[GT]FLOP(?:/s)?|[KMGT]B/s|×|x)(?![A-Za-z]))?"
+)
 TORCH_TABLE_BORDER = re.compile(r"^-{10,}(\s+-{5,})+\s*$")
 PROGRESS = "... "  # common.estimate's progress lines: how long the run has gone, rank 0's to say
 

@@ -11,7 +11,8 @@ counts changed. Kernels are paired by their exact name first; then, within a fam
 instantiations of one template chosen among by their calls and time; then by a close name, so an A100 and an
 H200 trace of one script pair their GEMMs. A copy pairs only with a copy the same way (never DtoH with DtoD),
 and the headline calls a kernel whose template runs in both traces "one instantiation of", never gone or new.
-Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON.
+Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one
+larger than 64 MiB is refused, naming the byte where it starts).
 """
 
 from __future__ import annotations

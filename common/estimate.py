@@ -132,7 +132,7 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
 
 def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
     """How long this run will take on the CPU, or None on a GPU and for a run too small to take long."""
-    calls = run.schedule.steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
+    calls = run.planned_steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
     small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None

@@ -293,6 +293,23 @@ def test_rank_0_prints_the_report_and_another_rank_only_what_differs(two_ranks):
     assert [line for line in lines if line.startswith("[rank 1]")] == []  # rank 1 did what rank 0 did
 
 
+def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figures_do(capsys):
+    from common.ddp import Launch, _Voice
+
+    voice = _Voice(Launch(rank=1, local_rank=1, world_size=2, local_world_size=2))
+    table = [
+        "-" * 30 + "  " + "-" * 12,
+        "aten::mm   4.71%   697.816us",
+        "-" * 30 + "  " + "-" * 12,
+        "Self CPU time total: 1ms",
+    ]
+    rank0 = ["step time: 3.98 ms CPU", "forward     987 µs  —", "  [ ok ] aten::mm  guess 15  trace 15", *table]
+    mine = ["step time: 12.1 ms CPU", "forward    1.07 ms  —", "  [MISS] aten::mm  guess 15  trace 16", *table[:1]]
+    mine.append("c10d::allreduce_  8%")
+    voice.say_differences([*mine, *table[1:], "... 10.2 s: profiled steps"], rank0)
+    assert capsys.readouterr().out.splitlines() == ["[rank 1]   [MISS] aten::mm  guess 15  trace 16"]
+
+
 def test_the_check_line_reads_as_a_sentence(two_ranks):
     _, out = two_ranks
     assert "check: rank 1's out_proj weight (rank 0's is the reference) matches the reference (max |diff| 0," in out
