@@ -299,8 +299,9 @@ def test_the_summary_shows_a_row_per_phase_with_graph_launches(capsys):
 def test_the_diff_leads_with_the_kernel_count_and_shows_the_phases(before, after, headline, capsys):
     assert diff_main([str(H200 / f"{before}.json.gz"), str(H200 / f"{after}.json.gz")]) == 0
     out = capsys.readouterr().out
-    first_paragraph = " ".join(out.split("\n\n")[1].split())  # the headline, wrapped at 120 columns
-    assert headline in first_paragraph
+    paragraphs = out.split("\n\n")  # the bounds lead, then the headline, wrapped at 120 columns
+    after_bounds = next(i for i, p in enumerate(paragraphs) if p.startswith("bound: ")) + 1
+    assert headline in " ".join(paragraphs[after_bounds].split())
     assert "Phases per step (medians)" in out and "A launches" in out
 
 
