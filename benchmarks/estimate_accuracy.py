@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(c.line for c in commands))
         return 0
     print(f"{len(commands)} README commands on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
-    print("| command | estimate | run | run / estimate | measuring the rates | wall (process) |")
+    print("| command | estimate | run | run / estimate | before it (rates, profiler import) | wall (process) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     worst = 1.0
     for command in commands:
