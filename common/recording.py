@@ -23,7 +23,7 @@ from common.cli import SuiteError, on_exit
 from common.estimate import Progress, estimate, estimate_lines, progress
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
-from common.interrupts import forget
+from common.interrupts import atomic
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.report import exit_code, print_bench, print_files, print_report
@@ -46,12 +46,14 @@ class Recording:
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
     def keep(self) -> None:
-        """The output is checked: its files stay, whatever happens next (an interrupt while printing)."""
-        self.checked = True
-        forget(self.files.json, self.files.txt, self.files.pickle)
+        """The output is checked: rename its files into place (replacing an earlier run's), and from that
+        moment they stay, whatever happens next (an interrupt while printing, another rank failing)."""
+        with atomic():
+            self.files.commit()
+            self.checked = True
 
     def discard_unchecked(self) -> None:
-        """When the run ends (common.cli) before its output was checked, remove what it wrote."""
+        """When the run ends (common.cli) before its output was checked, remove its temporaries."""
         if not self.checked:
             self.files.discard()
 
@@ -99,8 +101,9 @@ class Recording:
 def recording(run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
     """The guard around a script's profiler block: the run's estimate before it starts (common.estimate;
     printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
-    memory watch over the steps, and no file left under a final name if anything in the block fails or is
-    interrupted. `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
+    memory watch over the steps, and no file of this run under a final name if anything in the block fails or
+    is interrupted (an earlier run's files stay as they were). `meta`: more entries for the trace's `suite`
+    metadata (a rank, say)."""
     rec = Recording(run, tag, label, work, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
     guess = estimate(run, work, WARMUP_CALLS if run.warm else 0)
@@ -130,7 +133,7 @@ def finish(
     """The tail of every script, and its exit code.
 
     Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
-    trace is removed, not kept), read the trace back, print guess vs trace with the report, time the
+    trace is not kept), read the trace back, print guess vs trace with the report, time the
     step without the profiler under --bench (`bench` is the step), and print the files written.
     `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
     """
@@ -139,7 +142,7 @@ def finish(
         check_close(output, expected, run.dtype, what or rec.label)
     except SuiteError as exc:
         files.discard()
-        raise SuiteError(f"{exc}: its trace is removed") from None
+        raise SuiteError(f"{exc}: its trace is not kept") from None
     rec.keep()
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess)
