@@ -79,16 +79,22 @@ class Run:
         return torch.cuda.get_device_name(self.device) if self.on_gpu else "cpu"
 
     def tag(self, *parts: object) -> str:
-        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled.
-
-        A non-default schedule adds `wWuUaA`, so runs with other flags sit side by side:
-        `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`, `64_bf16_cold_eager_w0u0a20`.
+        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled, and a word
+        for each other shared flag that changes the trace, so runs with other flags sit side by side: a
+        non-default schedule adds `wWuUaA`, `--memory` adds `memory` (its trace holds the `[memory]` events),
+        `--threads N` on the CPU `threadsN`: `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`,
+        `64_bf16_cold_eager_w0u0a20`, `64_bf16_cold_eager_memory_threads2`. Flags that change only what is
+        printed (`--bench`, `--per-step`, `--strict`, the peaks) add nothing.
         """
         words = [str(p) for p in parts]
         words += [self.dtype_name, "warm" if self.warm else "cold", "compiled" if self.compiled else "eager"]
         if not self.schedule.is_default:
             s = self.schedule
             words.append(f"w{s.wait}u{s.warmup}a{s.active}")
+        if self.memory:
+            words.append("memory")
+        if self.threads and not self.on_gpu:  # a GPU run leaves the CPU threads as torch sets them
+            words.append(f"threads{self.threads}")
         return "_".join(words)
 
     def describe(self) -> str:
@@ -127,7 +133,8 @@ def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser
         "--threads",
         type=positive_int,
         default=None,
-        help="CPU threads (default: torch's, which is the core count, or 1 for a step under 10 MFLOP)",
+        help="CPU threads, at most the cores this process may use (default: torch's, which is the core count, "
+        "or 1 for a step under 10 MFLOP)",
     )
 
     mode = parser.add_argument_group("how the step runs")
@@ -285,6 +292,26 @@ def resolve_dtype(name: str | None, device: torch.device) -> tuple[str, str | No
             f"  {EMULATED_COST}; --dtype fp32 is the fast one here"
         )
     return name, None
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask (narrowed by `taskset`, a container's cpuset,
+    a batch scheduler), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_threads(threads: int | None) -> int | None:
+    """Refuse, in one line, more --threads than the cores this process may use: OpenMP threads beyond them
+    only wait for a core (see fit_machine: a spin-waiting thread can stall a 20 µs step for 8 ms), so the
+    trace would show the waits, not the work."""
+    cores = cpu_cores()
+    if threads is not None and threads > cores:
+        raise SuiteError(f"--threads {threads}: this process may run on {cores} CPU core(s) "
+                         f"(os.sched_getaffinity); use --threads {cores} or fewer")  # fmt: skip
+    return threads
 
 
 def check_nameable(folder: Path) -> Path:
@@ -484,7 +511,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         bench=args.bench,
         per_step=args.per_step,
         memory=args.memory,
-        threads=args.threads,
+        threads=check_threads(args.threads),
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
         argv=tuple(getattr(args, "argv", ())),

@@ -42,6 +42,16 @@ def test_tag_encodes_dtype_warmth_mode_and_a_non_default_schedule(tmp_path):
     assert make_run(tmp_path, schedule=Schedule(0, 0, 20)).tag(64) == "64_bf16_cold_eager_w0u0a20"
 
 
+def test_tag_encodes_memory_and_cpu_threads_but_not_what_is_only_printed(tmp_path):
+    assert make_run(tmp_path, memory=True).tag(64) == "64_bf16_cold_eager_memory"
+    assert make_run(tmp_path, threads=2).tag(64) == "64_bf16_cold_eager_threads2"
+    assert make_run(tmp_path, memory=True, threads=1, schedule=Schedule(0, 0, 20)).tag(64) == (
+        "64_bf16_cold_eager_w0u0a20_memory_threads1"
+    )
+    printed_only = {"bench": True, "per_step": True, "strict": True, "peak_tflops": 9.0, "peak_gbps": 9.0}
+    assert make_run(tmp_path, **printed_only).tag(64) == "64_bf16_cold_eager"
+
+
 def test_table_falls_back_when_the_gpu_sort_key_is_refused():
     class Averages:
         def table(self, sort_by=None, row_limit=-1):
