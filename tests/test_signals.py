@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import start_script
+from helpers import DEFAULT_SIGNALS, ROOT, start_script
 
 from common.trace import read_trace
 
@@ -108,3 +108,78 @@ def test_a_signal_ignored_when_the_run_starts_stays_ignored(tmp_path, launcher, 
     assert proc.returncode == 0, err
     assert "interrupted" not in err and "\ntrace: " in out
     assert [p.suffix for p in sorted((tmp_path / "01_matmul_add").iterdir())] == [".json", ".txt"]
+
+
+# 06 on the CPU: two gloo ranks under torchrun; one SIGINT to torchrun, which passes it on to both ranks
+TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
+
+
+def start_torchrun(traces: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    return subprocess.Popen(
+        [sys.executable, "-c", DEFAULT_SIGNALS, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "40", "--device", "cpu",
+         "--traces-dir", str(traces)],
+        cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def earlier_06(tmp_path_factory) -> dict[str, bytes]:
+    traces = tmp_path_factory.mktemp("earlier-ddp")
+    proc = start_torchrun(traces)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    earlier = files(traces / "06_ddp_training_step")
+    assert len(earlier) == 4  # rank 0's and rank 1's .json and .txt
+    return earlier
+
+
+def rerun_06_and_interrupt(tmp_path: Path, earlier: dict[str, bytes], when: str, delay_ms: int) -> dict[str, bytes]:
+    """Rerun 06 into a folder holding `earlier`'s files; once `when` happens (a temporary appears, or rank 0's
+    .json is replaced) and `delay_ms` later, send torchrun one SIGINT; what the folder holds once it ends."""
+    folder = tmp_path / "06_ddp_training_step"
+    folder.mkdir()
+    for name, data in earlier.items():
+        (folder / name).write_bytes(data)
+    rank0 = folder / next(n for n in earlier if n.endswith("_rank0.json"))
+    before = rank0.stat().st_ino
+    proc = start_torchrun(tmp_path)
+    if when == "temporary":
+        wait_for_temporary(proc, folder)
+    else:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while rank0.stat().st_ino == before:  # the rename gives the name a new file
+            assert proc.poll() is None and time.monotonic() < deadline, "rank 0's trace was never replaced"
+            time.sleep(POLL_S)
+    time.sleep(delay_ms / 1000)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=HANG_GUARD_S)
+    return files(folder)
+
+
+def assert_each_rank_whole(earlier: dict[str, bytes], after: dict[str, bytes], folder: Path) -> list[int]:
+    """Every rank has its .json and .txt: both the earlier run's, byte for byte, or both new with a whole trace.
+    The ranks whose files are new."""
+    assert sorted(after) == sorted(earlier), f"files lost: {sorted(set(earlier) - set(after))}"
+    new = []
+    for rank in (0, 1):
+        names = sorted(n for n in after if n.rsplit(".", 1)[0].endswith(f"_rank{rank}"))
+        replaced = [n for n in names if after[n] != earlier[n]]
+        assert replaced in ([], names), f"rank {rank}: one file replaced without the other: {replaced}"
+        if replaced:
+            new.append(rank)
+            assert len(read_trace(folder / names[0]).steps) == 40
+    return new
+
+
+@pytest.mark.parametrize("delay_ms", [0, 20])
+def test_once_a_rank_has_replaced_its_trace_one_ctrl_c_to_torchrun_keeps_it(tmp_path, earlier_06, delay_ms):
+    after = rerun_06_and_interrupt(tmp_path, earlier_06, "rank 0 replaced", delay_ms)
+    assert 0 in assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
+
+
+@pytest.mark.parametrize("delay_ms", [0, 150])
+def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_path, earlier_06, delay_ms):
+    after = rerun_06_and_interrupt(tmp_path, earlier_06, "temporary", delay_ms)
+    assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
