@@ -7,14 +7,16 @@ Usage:
 
 The kernel is kernels-community/flash-attn3 on Hopper (sm90) and kernels-community/flash-attn2 on other
 GPUs (sm80+). Without the Hub (offline, HF_HUB_OFFLINE=1, kernel not cached) an installed FlashAttention
-package with the same API (flash_attn_interface, flash_attn) is used, saying so; otherwise the run stops
+package with the same API (FA3's flash_attn_interface, FA4's flash_attn.cute from `pip install flash-attn-4`,
+FA2's flash_attn, in that order) is used, saying so; otherwise the run stops
 and says how to get the kernel (e.g. `hf download kernels-community/flash-attn3 --local-dir flash-attn3` on
 a machine with a network, then --kernel-dir flash-attn3: that works without `kernels`). Never SDPA: that
 is 04_c. It needs a CUDA GPU.
 
 Writes traces/04_d_kernels_attention/<tag>.json (Chrome trace) and .txt (profiler table), the tag being
 <batch>_<heads>_<seq>_<head_dim>_<source>_<dtype>_<cold|warm>_<eager|compiled> and the source hub-<repo name>,
-pkg-<module> or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager.
+pkg-<module> (dots as underscores) or local, e.g. 8_16_1024_64_hub-flash-attn2_bf16_cold_eager or
+8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager.
 """
 
 import torch
@@ -43,14 +45,22 @@ from common.runtime import add_shape_flags, fit_machine, make_parser, setup, sha
 def flash_attention(flash_attn_func, q, k, v):
     # q, k, v: [batch, seq, heads, head_dim], the kernel's own layout: nothing to transpose
     out = flash_attn_func(q, k, v, causal=True)
-    return out[0] if isinstance(out, tuple) else out  # flash-attn3 may return (out, softmax_lse)
+    return out[0] if isinstance(out, tuple) else out  # FA3 and FA4 return (out, softmax_lse), FA2 out
 
 
-def guess() -> list[Expect]:
-    """What one profiled step should show, written down before looking."""
+# FA4's Hopper forward kernel: the CuTe DSL names it after the class whose `kernel` method it compiled.
+FA4_KERNEL = r"FlashAttentionForwardSm90"
+
+
+def guess(source: str = "local") -> list[Expect]:
+    """What one profiled step should show, written down before looking; `source` is the tag's kernel source."""
+    fa4 = source == "pkg-flash_attn_cute"
     return [
         expect_kernels("attention", 1, "one fused kernel: q @ k.T, mask, softmax, @ v"),
+        *([expect_kernels(FA4_KERNEL, 1, "FA4's CuTe DSL kernel for sm90, compiled on the first call")] if fa4 else []),
+        expect_kernels("any", 1, "nothing else on the GPU: no layout copies, no set-up kernels"),
         expect_kernels("gemm", 0, "no separate GEMMs"),
+        expect_kernels("pointwise", 0, "no mask kernel: the causal mask is applied inside the tiles"),
         expect_kernels("softmax", 0, "no softmax kernel: scores never reach memory"),
         expect_op("aten::transpose", 0, "no transposes: q, k, v come as [B, S, H, D]"),
         expect_op("aten::scaled_dot_product_attention", 0, "the Hub kernel called directly, not SDPA"),
@@ -122,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                 prof.step()
         # The reference works in [B, H, S, D]; the layout changes happen here, outside the profiled steps.
         expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), run.reference_dtype).transpose(1, 2)
-    return finish(rec, guess(), out, expected, lambda: fn(flash_attn_func, q, k, v), what=f"flash_attn_func ({source})")
+    return finish(
+        rec, guess(source), out, expected, lambda: fn(flash_attn_func, q, k, v), what=f"flash_attn_func ({source})"
+    )
 
 
 if __name__ == "__main__":

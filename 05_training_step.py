@@ -27,23 +27,28 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.block import (
     AMP,
     AMP_DTYPE_HELP,
-    BESIDES_GEMMS,
     SHAPE,
     block_memory,
     block_reference,
     block_work,
     check_shape,
     describe_step,
-    expect_graph_launches,
-    expect_kernel_launches,
-    in_phase,
     make_batch,
     memory_lines,
     require_cuda_graphs,
     saved_for_backward,
 )
 from common.cli import cli
-from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.guess import (
+    BESIDES_GEMMS,
+    Expect,
+    expect_graph_launches,
+    expect_kernel_launches,
+    expect_kernels,
+    expect_memcpy,
+    expect_op,
+    in_phase,
+)
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 

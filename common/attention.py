@@ -126,8 +126,17 @@ def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
 
 FLASH_ATTN2, FLASH_ATTN3 = "kernels-community/flash-attn2", "kernels-community/flash-attn3"
 FLASH_VERSION = 1
-FLASH_PACKAGES = ("flash_attn_interface", "flash_attn")  # pip-installed FA3 and FA2: the same [B, S, H, D] API
-FLASH_MAX_HEAD_DIM = 256  # FlashAttention 2 and 3 support head_dim up to 256, in multiples of 8
+# pip-installed FlashAttention, tried in this order; each flash_attn_func takes q, k, v as [B, S, H, D] (fp16 or bf16)
+# and causal=. FA3 (`flash_attn_interface`) and FA4 (`flash-attn-4`'s `flash_attn.cute`, CuTe DSL kernels compiled
+# just in time on first call) return (out, softmax_lse), FA4's lse None unless asked for or a gradient is needed;
+# FA2 (`flash_attn`) returns out. FA4 goes before FA2: it installs into FA2's `flash_attn` namespace.
+FLASH_PACKAGES = {
+    "flash_attn_interface": "FlashAttention 3",
+    "flash_attn.cute": "FlashAttention 4, CuTe DSL, compiled on first call",
+    "flash_attn": "FlashAttention 2",
+}
+FA4_COMPILE_WARNING = r"Argument aux_data \(position \d+\) cannot be converted to a JitArgument"  # 4.0.0b36
+FLASH_MAX_HEAD_DIM = 256  # FA2, FA3 and FA4 on Hopper: head_dim up to 256, in multiples of 8
 
 
 def require_flash(run: Run, head_dim: int) -> None:
@@ -160,17 +169,32 @@ def flash_attn_func_of(module: ModuleType, where: str) -> Callable[..., object]:
 
 def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[..., object], str]:
     """After the Hub kernel failed to load: `flash_attn_func` of an installed FlashAttention package (saying
-    so) and its source tag `pkg-<module>`; else one line with the ways to get the kernel onto this machine."""
-    for name in FLASH_PACKAGES:
+    so) and its source tag `pkg-<module>` (dots as underscores: `pkg-flash_attn_cute`); else one line with the
+    ways to get the kernel onto this machine. A package that is there but fails to import is one line too."""
+    for name, what in FLASH_PACKAGES.items():
         try:
             module = importlib.import_module(name)
-        except ImportError:
+        except ImportError as exc:
+            if _absent(exc, name):
+                continue
+            raise SuiteError(f"the installed {name} package ({what}) does not import: {exc}") from None
+        func = getattr(module, "flash_attn_func", None)
+        if func is None:  # e.g. `flash_attn` as the bare namespace FA4 leaves behind
             continue
+        if name == "flash_attn.cute":  # its compile warns, in 600 characters, that one argument stays Python-side
+            warnings.filterwarnings("ignore", message=FA4_COMPILE_WARNING, category=UserWarning)
         print(f"notice: {hub_failure}")
-        print(f"notice: using the installed {name} package instead (FlashAttention, same [B, S, H, D] API)")
-        return flash_attn_func_of(module, name), f"pkg-{name}"
+        print(f"notice: using the installed {name} package instead ({what}; the same [B, S, H, D] API)")
+        return func, "pkg-" + name.replace(".", "_")
     folder = repo_id.split("/")[-1]
     raise SuiteError(
         f"{hub_failure}; or, on a machine with a network, `hf download {repo_id} --local-dir "
         f"{folder}` and pass --kernel-dir {folder}"
     )
+
+
+def _absent(exc: ImportError, name: str) -> bool:
+    """Whether importing `name` failed because `name` itself (or a package above it) is not installed,
+    rather than something it needs."""
+    parts = name.split(".")
+    return exc.name in {".".join(parts[: i + 1]) for i in range(len(parts))}

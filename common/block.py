@@ -1,14 +1,7 @@
 """The decoder-block family (05_training_step.py): shape flags, the batch, the higher-precision reference, the
-physics and memory of one training step, the bytes autograd saves for the backward, and guesses per phase.
-
-A training step's trace has phases: the record_function labels `forward`, `backward` and `optimizer` directly
-inside the step's label. The reader (common.trace) gives each phase its own GPU work and CPU ops; `in_phase`
-turns any guess line of common.guess into one about a single phase.
-"""
+physics and memory of one training step, and the bytes autograd saves for the backward."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,10 +10,8 @@ from torch import nn
 from common.attention import reference_attention
 from common.checks import reference_dtype
 from common.cli import SuiteError
-from common.guess import Expect
 from common.physics import Work
 from common.runtime import Run
-from common.trace import Step
 from common.units import human_bytes
 
 # The post's shape: flag -> (default, help); see runtime.add_shape_flags.
@@ -32,9 +23,6 @@ SHAPE = {
     "hidden": (3072, "MLP gate/up width"),
 }
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
-GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
-KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
-BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
 
 
 # --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs
@@ -193,41 +181,3 @@ def memory_lines(block: nn.Module, optimizer: torch.optim.Optimizer, saved: dict
         f"{human_bytes(2 * moment * n)})",
         f"saved for the backward (eager, worked out per tensor in common/block.py): {human_bytes(sum(saved.values()))}",
     ]
-
-
-@dataclass(frozen=True)
-class PhaseExpect(Expect):
-    """A guess line about one phase of the step (its record_function label inside the step's label)."""
-
-    phase: str = ""
-
-    @property
-    def title(self) -> str:
-        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
-            return f"{self.phase}: kernels {BESIDES_GEMMS}"
-        return f"{self.phase}: {super().title}"
-
-    def observe(self, step: Step) -> int:
-        phase = step.phase(self.phase)
-        if self.kind == "launch":
-            return phase.graph_launches if self.key == GRAPH_LAUNCH else phase.kernel_launches
-        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
-            return sum(op.category == "kernel" and op.family != "gemm" for op in phase.gpu)
-        only = Step(step.number, step.start_us, step.dur_us, phase.cpu_us, phase.cpu_ops, phase.gpu)
-        return Expect.observe(self, only)
-
-
-def in_phase(phase: str, *lines: Expect) -> list[Expect]:
-    """The guess `lines` (expect_kernels, expect_op, ...), each about phase `phase` of the step only."""
-    return [PhaseExpect(**{**vars(line), "phase": phase}) for line in lines]
-
-
-def expect_kernel_launches(count: int, why: str, at_least: bool = False) -> Expect:
-    """Guess `count` kernel launches (any launch API, graph launches not included), for one phase (`in_phase`)."""
-    return Expect("launch", KERNEL_LAUNCH, count, why, at_least)
-
-
-def expect_graph_launches(count: int, why: str) -> Expect:
-    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels, for one
-    phase (`in_phase`)."""
-    return Expect("launch", GRAPH_LAUNCH, count, why)

@@ -1,23 +1,106 @@
 """The command-line contract of the whole suite, scripts and summary alike.
 
 Bad input or a machine that cannot do the job: one `error: ...` line on stderr and exit 2.
-Ctrl-C: one `interrupted` line and exit 130. Never a traceback for either. This module never
-imports torch, so `python -m common.summary` starts without it.
+Ctrl-C: one `interrupted` line and exit 130. Never a traceback for either. While a `cli` main runs, what
+it prints goes through one guard (`GuardedStream`): a control character (ESC, BEL, the C1 set, DEL, bidi
+overrides) from a trace or a path is shown as its escape (`\\x1b`), so a trace cannot drive the terminal, and
+on a terminal whose encoding lacks a character the suite prints (`LC_ALL=C`) an ASCII stand-in is printed
+(`×` -> `x`, `→` -> `->`, `µ` -> `u`, `—` -> `-`, others as `\\u` escapes), never a UnicodeEncodeError. This
+module never imports torch, so `python -m common.summary` starts without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import functools
 import os
 import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 MAX_INT = 2**31 - 1  # larger integers are refused when parsed: no shape, step count or size here needs more
+
+
+REGION_HELP = (  # the summary's and the diff's --region
+    "the record_function label whose span is the CPU column (default: the suite's own label on its traces, "
+    "else the ProfilerStep#N span, or the whole profiled window in a trace without steps)"
+)
+
+
+# What is shown as its escape: C0 controls, DEL and C1, zero-width and bidirectional controls (U+202E turns the
+# rest of a line around), line and paragraph separators, the byte order mark, lone surrogates.
+_OTHER_CONTROLS = "\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff"
+_CONTROL = re.compile(f"[\x00-\x1f{_OTHER_CONTROLS}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f{_OTHER_CONTROLS}]")
+# ASCII stand-ins for the characters the suite's own lines use, on a terminal that cannot show them.
+STAND_INS = {"×": "x", "→": "->", "µ": "u", "μ": "u", "—": "-", "–": "-", "−": "-", "…": "...", "Δ": "d",
+             "÷": "/", "∞": "inf", "²": "^2", "³": "^3", "≥": ">=", "≤": "<=", "≈": "~", "±": "+-"}  # fmt: skip
+_STAND_IN_ERRORS = "common.cli.stand_in"
+
+
+def _escape(found: re.Match[str]) -> str:
+    return found[0].encode("unicode_escape").decode("ascii")
+
+
+def shown(text: str, newlines: bool = False) -> str:
+    """`text` (from a trace or a path: untrusted) with every control character as its escape (`\\x1b`,
+    `\\u202e`, `\\n`); with `newlines` the line breaks are kept (a whole report)."""
+    return (_CONTROL_BUT_NEWLINE if newlines else _CONTROL).sub(_escape, text)
+
+
+def _stand_in(exc: UnicodeError) -> tuple[str, int]:
+    """Encoding error handler: each character the encoding lacks as its STAND_INS entry, else a \\u escape."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start : exc.end]
+    return "".join(STAND_INS.get(c) or c.encode("ascii", "backslashreplace").decode("ascii") for c in bad), exc.end
+
+
+codecs.register_error(_STAND_IN_ERRORS, _stand_in)
+
+
+class GuardedStream:
+    """A text stream (stdout, stderr) that writes what it is given with its control characters escaped (line
+    breaks kept) and the characters its encoding lacks as ASCII stand-ins; the rest is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        try:
+            self._recode = not codecs.lookup(encoding).name.startswith("utf")
+        except LookupError:
+            self._recode = True
+        self._encoding = encoding if self._recode else "utf-8"
+
+    def write(self, text: str) -> int:
+        text = shown(text, newlines=True)
+        if self._recode:
+            text = text.encode(self._encoding, _STAND_IN_ERRORS).decode(self._encoding)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
+
+
+def _guard_output() -> Callable[[], None]:
+    """Put sys.stdout and sys.stderr behind GuardedStream; return what puts the old ones back."""
+    old = sys.stdout, sys.stderr
+    if sys.stdout is not None and not isinstance(sys.stdout, GuardedStream):
+        sys.stdout = GuardedStream(sys.stdout)
+    if sys.stderr is not None and not isinstance(sys.stderr, GuardedStream):
+        sys.stderr = GuardedStream(sys.stderr)
+
+    def restore() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, GuardedStream):
+                stream.flush()
+        sys.stdout, sys.stderr = old
+
+    return restore
 
 
 class SuiteError(Exception):
@@ -98,8 +181,8 @@ def positive_float(text: str) -> float:
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    """Print `error: <message>` to stderr and exit with `code`."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print `error: <message>` to stderr, on one line (a line break in it escaped), and exit with `code`."""
+    print(f"error: {shown(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 
@@ -123,6 +206,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
 
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
+        restore_output = _guard_output()
         try:
             return main(argv)
         except BrokenPipeError:  # `... | head` closed stdout: stop quietly, as other command-line tools do
@@ -151,5 +235,6 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
         finally:
             while _CLEANUPS:
                 _CLEANUPS.pop()()
+            restore_output()
 
     return wrapper

@@ -6,30 +6,81 @@ Usage:
 
 Compares trace A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
 time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
-the totals, the kernels added, removed or changed (matched by family and a close name, so an A100 and an H200
-trace of one script pair their GEMMs), the CPU ops added or removed, and the runtime calls whose counts
-changed. Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON.
+the totals, the kernels added, removed or changed, the CPU ops added or removed, and the runtime calls whose
+counts changed. Kernels are paired by their exact name first; then, within a family, by their short name, the
+instantiations of one template chosen among by their calls and time; then by a close name, so an A100 and an
+H200 trace of one script pair their GEMMs. A copy pairs only with a copy the same way (never DtoH with DtoD),
+and the headline calls a kernel whose template runs in both traces "one instantiation of", never gone or new.
+Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import itertools
+import math
+import re
 import textwrap
 from pathlib import Path
 
-from common.cli import OneLineParser, SuiteError, cli
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.figures import Row, launch_line, summarize
+from common.files import not_a_file
 from common.naming import short_name
 from common.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
 CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
+ASSIGN_EXACTLY = 7  # instantiations of one template on the shorter side up to which every pairing is tried
+_COPY = re.compile(r"Memcpy (\w+)")
 
 
 def _short(op: GpuOp) -> str:
     return short_name(op.name, 200)
+
+
+def _direction(op: GpuOp) -> str | None:
+    """A copy's direction (`HtoD`, `DtoH`, `DtoD`, `PtoP`, ...) from its name; None for anything else."""
+    found = _COPY.match(op.name) if op.category == "gpu_memcpy" else None
+    return found.group(1) if found else None
+
+
+def _may_pair(u: KernelUse, v: KernelUse) -> bool:
+    """Two uses that may be the same work: a copy only with a copy the same way."""
+    return _direction(u.op) == _direction(v.op)
+
+
+def _cost(u: KernelUse, v: KernelUse) -> float:
+    """How unlike two uses are: the relative differences of their calls and of their time per step, added."""
+
+    def apart(x: float, y: float) -> float:
+        return abs(x - y) / max(abs(x), abs(y), 1e-9)
+
+    return apart(u.calls, v.calls) + apart(u.us, v.us)
+
+
+def _assign(left: list[KernelUse], right: list[KernelUse]) -> list[tuple[int, int]]:
+    """Pairs (i, j) of `left` and `right`, as many as the shorter side has, of the least total _cost: every
+    assignment tried where the shorter side has up to ASSIGN_EXACTLY, else the cheapest pair first, then the next."""
+    flip = len(left) > len(right)
+    short, long = (right, left) if flip else (left, right)
+    cost = [[_cost(a, b) for b in long] for a in short]
+    if len(short) <= ASSIGN_EXACTLY and math.perm(len(long), len(short)) <= 50_000:
+        best = min(
+            itertools.permutations(range(len(long)), len(short)),
+            key=lambda cols: sum(cost[i][j] for i, j in enumerate(cols)),
+        )
+        pairs = list(enumerate(best))
+    else:
+        pairs, used_i, used_j = [], set(), set()
+        for _, i, j in sorted((cost[i][j], i, j) for i in range(len(short)) for j in range(len(long))):
+            if i not in used_i and j not in used_j:
+                pairs.append((i, j))
+                used_i.add(i)
+                used_j.add(j)
+    return [(j, i) for i, j in pairs] if flip else pairs
 
 
 def match_kernels(
@@ -37,22 +88,27 @@ def match_kernels(
 ) -> list[tuple[KernelUse | None, KernelUse | None]]:
     """Pairs (A's use, B's use) of the same kernel; (x, None) is removed, (None, y) added.
 
-    Same family first, then the same short name, then the closest name (difflib ratio >= CLOSE_NAME); a
-    family left with one kernel on each side pairs them too (the same job, another build or GPU)."""
-    pairs: list[tuple[KernelUse | None, KernelUse | None]] = []
+    The exact name first; then, within a family, the same short name, the instantiations of one template chosen
+    among by their calls and time (the pairs of least total difference); then the closest name (difflib ratio >=
+    CLOSE_NAME); a family left with one kernel on each side pairs them too (the same job, another build or GPU).
+    A copy pairs only with a copy the same way (never DtoH with DtoD)."""
+    pairs: list[tuple[KernelUse | None, KernelUse | None]] = [(a[k], b[k]) for k in a if k in b]
     families = {u.op.family for u in (*a.values(), *b.values())}
     for family in sorted(families):
-        left = [u for u in a.values() if u.op.family == family]
-        right = [u for u in b.values() if u.op.family == family]
-        for u in list(left):
-            same = next((v for v in right if _short(v.op) == _short(u.op)), None)
-            if same:
-                pairs.append((u, same))
-                left.remove(u)
-                right.remove(same)
+        left = [u for k, u in a.items() if k not in b and u.op.family == family]
+        right = [v for k, v in b.items() if k not in a and v.op.family == family]
+        for name in dict.fromkeys(_short(u.op) for u in left):
+            mine = [u for u in left if _short(u.op) == name]
+            theirs = [v for v in right if _short(v.op) == name and _may_pair(mine[0], v)]
+            if not theirs:
+                continue
+            for i, j in _assign(mine, theirs):
+                pairs.append((mine[i], theirs[j]))
+                left.remove(mine[i])
+                right.remove(theirs[j])
         scored = sorted(
             ((difflib.SequenceMatcher(None, _short(u.op), _short(v.op)).ratio(), i, j) for i, u in enumerate(left)
-             for j, v in enumerate(right)),
+             for j, v in enumerate(right) if _may_pair(u, v)),
             reverse=True,
         )  # fmt: skip
         used_l, used_r = set(), set()
@@ -63,7 +119,7 @@ def match_kernels(
                 used_r.add(j)
         left = [u for i, u in enumerate(left) if i not in used_l]
         right = [v for j, v in enumerate(right) if j not in used_r]
-        if len(left) == 1 and len(right) == 1 and family != "other":
+        if len(left) == 1 and len(right) == 1 and family != "other" and _may_pair(left[0], right[0]):
             pairs.append((left[0], right[0]))
         else:
             pairs += [(u, None) for u in left] + [(None, v) for v in right]
@@ -83,21 +139,30 @@ def _signed_time(us: float) -> str:
     return ("−" if us < 0 else "+") + human_time(abs(us)) if us else "0"
 
 
-def _listed(uses: list[KernelUse], limit: int = 2) -> str:
-    """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest."""
-    shown = ", ".join(f"{short_name(u.op.name, 70)} ({human_time(u.us)})" for u in uses[:limit])
+def _listed(uses: list[KernelUse], kept: set[str], limit: int = 2) -> str:
+    """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest; a kernel whose short name is in `kept`
+    (the other trace runs another instantiation of its template) is 'one instantiation of ...', never gone or new."""
+
+    def named(u: KernelUse) -> str:
+        again = u.op.category == "kernel" and _short(u.op) in kept
+        return ("one instantiation of " if again else "") + short_name(u.op.name, 70)
+
+    shown = ", ".join(f"{named(u)} ({human_time(u.us)})" for u in uses[:limit])
     return shown + (f" and {len(uses) - limit} more" if len(uses) > limit else "")
 
 
 def _ops(names: list[str], ops: dict[str, float], limit: int = 3) -> str:
     """The ops a reader looks for first (aten::), the most called first."""
     ranked = sorted(names, key=lambda n: (not n.startswith("aten::"), -ops[n], n))
-    return ", ".join(ranked[:limit]) + (" and more" if len(ranked) > limit else "")
+    shown = ", ".join(printable(n, newlines=False) for n in ranked[:limit])
+    return shown + (" and more" if len(ranked) > limit else "")
 
 
 def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
     """One sentence: what GPU work went or came (the largest first), the GPU time that makes, the kernel count,
     and the CPU ops that went or came."""
+    in_a = {_short(u.op) for u, _ in pairs if u}
+    in_b = {_short(v.op) for _, v in pairs if v}
     removed = sorted((u for u, v in pairs if v is None), key=lambda u: -u.us)
     added = sorted((v for u, v in pairs if u is None), key=lambda v: -v.us)
     parts = []
@@ -109,9 +174,9 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
                 f"{short_name(u.op.name, 50)} → {short_name(v.op.name, 70)} ({human_time(u.us)} → {human_time(v.us)})"
             )
     if removed:
-        parts.append(f"gone: {_listed(removed)}")
+        parts.append(f"gone: {_listed(removed, in_b)}")
     if added:
-        parts.append(f"new: {_listed(added)}")
+        parts.append(f"new: {_listed(added, in_a)}")
     if not parts:
         changed = sorted(((u, v) for u, v in pairs if u and v), key=lambda p: -abs(p[1].us - p[0].us))
         if changed:
@@ -123,7 +188,7 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
         pct = _signed(100 * (tb.gpu_us / ta.gpu_us - 1), 2)
         parts.append(f"GPU busy {human_time(ta.gpu_us)} → {human_time(tb.gpu_us)} per step ({pct}%)")
     elif ta.cpu_us and tb.cpu_us is not None:
-        parts.append(f"CPU region {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
+        parts.append(f"CPU {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
     gone = [n for n in ops_a if ops_a[n] and not ops_b.get(n)]
     new = [n for n in ops_b if ops_b[n] and not ops_a.get(n)]
     if gone:
@@ -176,7 +241,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
     notes = comparability(a, b)
-    out += [f"note: {n}; compared anyway" for n in notes]
+    cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
+    out += [cpu, *(f"note: {n}; compared anyway" for n in notes)]
     out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
@@ -186,7 +252,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
 
     rows = []
     for label, x, y, digits in (
-        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU region", ta.cpu_us, tb.cpu_us, 0),
+        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU", ta.cpu_us, tb.cpu_us, 0),
         ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
         *([("graph launches", ta.graph_launches, tb.graph_launches, 3)] if ta.graph_launches or tb.graph_launches
           else []),
@@ -255,6 +321,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("a", type=Path, metavar="A", help="the trace to compare from (.json or .json.gz)")
     parser.add_argument("b", type=Path, metavar="B", help="the trace to compare to")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of plain text (default: off)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
     return parser.parse_args(argv)
 
 
@@ -263,10 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     """Print the diff of two traces; 0 on success, 2 on bad input."""
     args = parse_args(argv)
     for path in (args.a, args.b):
-        if not path.is_file():
-            raise SuiteError(f"{path}: no such trace file")
+        why = not_a_file(path, missing="no such trace file")
+        if why:
+            raise SuiteError(f"{path}: {why}")
     try:
-        a, b = read_trace(args.a), read_trace(args.b)
+        a, b = read_trace(args.a, args.region), read_trace(args.b, args.region)
     except ValueError as exc:
         raise SuiteError(str(exc)) from None
     print(printable(render(a, b, args.markdown)))

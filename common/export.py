@@ -21,7 +21,7 @@ import torch
 from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
-from common.files import normal_mode, shown_path
+from common.files import normal_mode
 from common.interrupts import atomic, forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
@@ -202,47 +202,3 @@ class TraceFiles:
             tmp.unlink(missing_ok=True)
             forget(tmp)
         self.ready = []
-
-
-LOGIN_COMMAND = "uvx --from huggingface_hub hf auth login"
-
-
-def hub_token_path() -> Path:
-    """Where huggingface_hub keeps the login token: $HF_TOKEN_PATH, else $HF_HOME/token, else
-    ~/.cache/huggingface/token (under $XDG_CACHE_HOME when set), as `huggingface_hub.constants` reads it."""
-    if os.environ.get("HF_TOKEN_PATH"):
-        return Path(os.path.expanduser(os.environ["HF_TOKEN_PATH"]))
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
-    home = os.environ.get("HF_HOME") or os.path.join(cache, "huggingface")
-    return Path(os.path.expanduser(home)) / "token"
-
-
-def hub_token_found() -> bool:
-    """Whether trace-util will find a Hub token, looked up as huggingface_hub does but offline and without
-    importing it: a CI token exchange (HF_OIDC_RESOURCE), HF_TOKEN (or the older HUGGING_FACE_HUB_TOKEN),
-    then the token file that `hf auth login` writes."""
-    if any(os.environ.get(name, "").strip() for name in ("HF_OIDC_RESOURCE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")):
-        return True
-    try:
-        return bool(hub_token_path().read_text().strip())
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command line; 0.1.0 runs on 3.9 to 3.13
-
-
-def share_command(traces_root: Path) -> str:
-    """The trace-util command that uploads `traces_root` to a Hub bucket and prints Perfetto links.
-
-    Pinned to 0.1.0: a bare `uvx trace-util` resolves 0.2.0 on Python 3.12+, which rejects this form."""
-    return f"uvx --from {SHARE_TOOL} trace-util {shown_path(traces_root)} -b traces"
-
-
-def share_lines(traces_root: Path) -> list[str]:
-    """How to open or share the traces: Perfetto, then trace-util, after the login where there is no token."""
-    lines = ["open the trace at https://ui.perfetto.dev (drag the .json in)"]
-    if not hub_token_found():
-        lines.append(f"to share, log in to the Hub once: {LOGIN_COMMAND}")
-    lines.append(f"share {shown_path(traces_root)}/ as Perfetto links: {share_command(traces_root)}")
-    return lines

@@ -1,11 +1,40 @@
 """Files the suite writes, written as a normal write would leave them, but whole: the mode the umask gives
-(not mkstemp's 0600), and under the final name only once every byte is on disk. No torch here."""
+(not mkstemp's 0600), and under the final name only once every byte is on disk; and what a path the suite is
+asked to read is, when it is not a regular file. No torch here."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+_KINDS = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")]  # fmt: skip
+
+
+def kind_of(mode: int) -> str:
+    """What a file of `mode` (st_mode) is, in words: 'a named pipe', 'a character device', ..., 'a regular file'."""
+    other = "a regular file" if stat.S_ISREG(mode) else "a file of an unknown kind"
+    return next((kind for test, kind in _KINDS if test(mode)), other)
+
+
+def not_a_file(path: Path, missing: str = "no such file or folder") -> str | None:
+    """Why `path` cannot be read as a file, in words (`missing`, 'a folder, where a trace file was wanted', 'not a
+    regular file (a character device)'), or None for a regular file. Only stat: a named pipe is never opened
+    (opening one waits for a writer)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return missing if not path.is_symlink() else f"a link to {os.readlink(path)}, which does not exist"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder, where a trace file was wanted"
+    link = f", through a link to {os.path.realpath(path)}" if path.is_symlink() else ""
+    return f"not a regular file ({kind_of(mode)}{link})"
 
 
 def shown_path(path: Path) -> Path:

@@ -1,4 +1,9 @@
-"""Guess first, then look: a script's prediction of one profiled step, checked against its trace."""
+"""Guess first, then look: a script's prediction of one profiled step, checked against its trace.
+
+A training step's trace has phases: the record_function labels `forward`, `backward` and `optimizer` directly
+inside the step's label. The reader (common.trace) gives each phase its own GPU work and CPU ops; `in_phase`
+turns any guess line into one about a single phase.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,16 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from common.cli import SuiteError
 from common.naming import FAMILIES, short_name
 from common.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cells, text_table
 from common.trace import Step, Trace
 
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
+GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels
+KERNEL_LAUNCH = "kernel launches"  # every kernel launch call (cudaLaunchKernel, cuLaunchKernel[Ex], ...)
+BESIDES_GEMMS = "besides GEMMs"  # expect_kernels(BESIDES_GEMMS, ...) in a phase: every kernel not of the gemm family
+PHASE_ONLY = {("launch", KERNEL_LAUNCH), ("launch", GRAPH_LAUNCH), ("kernel", BESIDES_GEMMS)}  # counted per phase
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,8 @@ class Expect:
 
     def observe(self, step: Step) -> int:
         """How many this step shows."""
+        if (self.kind, self.key) in PHASE_ONLY:
+            raise SuiteError(self.blind())
         if self.kind == "kernel":
             if self.key == ANY:
                 return len(step.kernels)
@@ -54,6 +66,11 @@ class Expect:
         if self.kind == "launch":
             return step.calls(self.key)
         raise ValueError(f"unknown guess kind {self.kind!r}")
+
+    def blind(self) -> str:
+        """Why this line, a phase's count outside `in_phase`, can observe nothing."""
+        return (f"the guess line '{self.title}' counts one phase's work, so on a whole step it observes "
+                "nothing: wrap it in in_phase(...)")  # fmt: skip
 
     def holds(self, seen: int) -> bool:
         return seen >= self.count if self.at_least else seen == self.count
@@ -80,6 +97,44 @@ def expect_launches(call: str, count: int, why: str, at_least: bool = False) -> 
 
 
 @dataclass(frozen=True)
+class PhaseExpect(Expect):
+    """A guess line about one phase of the step (its record_function label inside the step's label)."""
+
+    phase: str = ""
+
+    @property
+    def title(self) -> str:
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return f"{self.phase}: kernels {BESIDES_GEMMS}"
+        return f"{self.phase}: {super().title}"
+
+    def observe(self, step: Step) -> int:
+        phase = step.phase(self.phase)
+        if self.kind == "launch":
+            return phase.graph_launches if self.key == GRAPH_LAUNCH else phase.kernel_launches
+        if self.kind == "kernel" and self.key == BESIDES_GEMMS:
+            return sum(op.category == "kernel" and op.family != "gemm" for op in phase.gpu)
+        only = Step(step.number, step.start_us, step.dur_us, phase.cpu_us, phase.cpu_ops, phase.gpu)
+        return Expect.observe(self, only)
+
+
+def in_phase(phase: str, *lines: Expect) -> list[Expect]:
+    """The guess `lines` (expect_kernels, expect_op, ...), each about phase `phase` of the step only."""
+    return [PhaseExpect(**{**vars(line), "phase": phase}) for line in lines]
+
+
+def expect_kernel_launches(count: int, why: str, at_least: bool = False) -> Expect:
+    """Guess `count` kernel launches (any launch API, graph launches not included), for one phase (`in_phase`)."""
+    return Expect("launch", KERNEL_LAUNCH, count, why, at_least)
+
+
+def expect_graph_launches(count: int, why: str) -> Expect:
+    """Guess `count` CUDA graph launches (cudaGraphLaunch), each replaying a whole graph of kernels, for one
+    phase (`in_phase`)."""
+    return Expect("launch", GRAPH_LAUNCH, count, why)
+
+
+@dataclass(frozen=True)
 class Verdict:
     expect: Expect
     seen: list[int] | None  # one count per profiled step; None when not checked (no GPU lane)
@@ -94,7 +149,12 @@ class Verdict:
 
 
 def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:
-    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace."""
+    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace.
+
+    A line that can observe nothing (a phase's count, outside `in_phase`) is refused, on the CPU too."""
+    blind = [e for e in guess if (e.kind, e.key) in PHASE_ONLY and not isinstance(e, PhaseExpect)]
+    if blind:
+        raise SuiteError(blind[0].blind())
     return [
         Verdict(e, None if e.needs_gpu and not trace.has_gpu else [e.observe(s) for s in trace.steps]) for e in guess
     ]

@@ -6,11 +6,12 @@ Every function here prints and returns nothing, except `exit_code`, which prints
 from __future__ import annotations
 
 from common.bench import Bench
-from common.export import TraceFiles, share_lines
+from common.export import TraceFiles
 from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
+from common.share import share_lines
 from common.tables import phase_table, step_table
 from common.trace import Trace
 from common.units import human_time

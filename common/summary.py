@@ -8,13 +8,17 @@ Usage:
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
-folder without traces is skipped with a notice (no traces at all is an error); a file that is not a
-trace or a trace without profiler steps stops the run with one `error:` line (exit 2). The baseline
+folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
+read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
+exit status is 2 only when none could be read. A trace without profiler steps (a bare `with profile()`)
+is summarised as one step over the whole trace, and a note says so. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
-profiler steps (ProfilerStep#N). GPU time is GPU busy time: the sum of kernel, memcpy and memset
-durations, not wall time. CPU time is the span of the script's record_function label. TFLOP/s and
+profiler steps (ProfilerStep#N). GPU time is GPU busy time: the time at least one stream runs a kernel,
+memcpy or memset (the union of their intervals over every stream), not wall time. CPU time is the span of
+the script's record_function label on the suite's own traces, of the label --region names, or else of the
+ProfilerStep#N (the whole profiled window in a trace without steps); the header says which. TFLOP/s and
 GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
 time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
 with. "—" marks a figure the trace cannot give, never a zero.
@@ -25,15 +29,16 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sys
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.figures import CALLS, Row, launch_line, summarize, with_ratios
-from common.files import shown_path, write_whole
+from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
@@ -50,7 +55,7 @@ from common.tables import (
     step_table,
     table,
 )
-from common.trace import GpuOp, Step, Trace, read_trace
+from common.trace import CPU_SOURCES, GpuOp, Step, Trace, read_trace
 from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
@@ -66,18 +71,35 @@ def find_traces(paths: list[str]) -> list[Path]:
             inside = sorted(
                 p
                 for p in path.rglob("*")
-                if p.is_file() and not p.name.startswith(".") and p.name.endswith((".json", ".json.gz"))
+                if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith((".json", ".json.gz"))
             )
             if not inside:
                 print(f"notice: {path}: no *.json or *.json.gz traces in this folder, skipped", file=sys.stderr)
             found += inside
         elif path.is_file():
             found.append(path)
-        else:  # e.g. the folder of a script not run yet, or refused here: the other paths still count
-            print(f"notice: {path}: no such file or folder, skipped", file=sys.stderr)
+        else:  # e.g. the folder of a script not run yet, a pipe or a device: the other paths still count
+            print(f"notice: {path}: {not_a_file(path)}, skipped", file=sys.stderr)
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))
+
+
+def read_all(paths: list[Path], region: str | None = None) -> list[Trace]:
+    """Each trace of `paths` read, in order, the CPU column timing `region` (--region) where given. One that cannot
+    be read gets one `notice:` line on stderr naming it and why, and the others are still read; SuiteError when
+    none could be (the one line of a single file's why)."""
+    traces = []
+    for path in paths:
+        try:
+            traces.append(read_trace(path, region))
+        except ValueError as exc:  # the message names the file and why
+            if len(paths) == 1:
+                raise SuiteError(str(exc)) from None
+            print(f"notice: {exc}; skipped", file=sys.stderr)
+    if not traces:
+        raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
+    return traces
 
 
 def slowest(traces: list[Trace]) -> Trace:
@@ -87,13 +109,14 @@ def slowest(traces: list[Trace]) -> Trace:
     return max(pool, key=lambda t: t.step_time_us()[0] or 0.0)
 
 
-def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
-    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest."""
+def pick_baseline(traces: list[Trace], wanted: str | None, region: str | None = None) -> Trace:
+    """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest.
+    A file outside `traces` is read with the CPU column timing `region` (--region), as the others."""
     if wanted is None:
         return slowest(traces)
     if Path(wanted).is_file():
         path = Path(wanted).resolve()
-        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path)
+        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path, region)
     for match in (lambda t: t.name == wanted, lambda t: t.name.split("/")[-1] == wanted, lambda t: wanted in t.name):
         hits = [t for t in traces if match(t)]
         if len(hits) == 1:
@@ -108,8 +131,13 @@ def pick_baseline(traces: list[Trace], wanted: str | None) -> Trace:
 
 
 def _ratio(value: float | None) -> str:
-    """A time ratio with three significant digits ("1.00", "0.260", "214"), or the dash."""
-    return DASH if value is None else f"{value:#.3g}".rstrip(".")
+    """A time ratio with three significant digits ("1.00", "0.260", "214", "1,250"), "< 0.001" below a
+    thousandth (never an exponent), or the dash."""
+    if value is None:
+        return DASH
+    if 0 < value < 0.001:
+        return "< 0.001"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:#.3g}".rstrip(".")
 
 
 def short_trace_names(names: list[str]) -> dict[str, str]:
@@ -129,22 +157,71 @@ def short_trace_names(names: list[str]) -> dict[str, str]:
     }
 
 
-def fit_first_column(headers: list[str], cells: list[list[str]], width: int = TEXT_WIDTH) -> list[list[str]]:
-    """`cells` with the first column's long entries cut in the middle (…) so the text table fits `width`."""
-    room = room_for(headers, cells, 0, width)
+def without_shared_words(tags: list[str], room: int) -> list[str]:
+    """The tags with words (between `_`) that every one of them has left out, each run of them one `…`, the last
+    such word first, as few as make every tag fit `room`: what is left tells the tags apart
+    (`1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled` among the H200's 05 tags ->
+    `1_128_768_12_…_cudagraphs_…_compiled`)."""
+    words = [tag.split("_") for tag in tags]
+    shared = set.intersection(*map(set, words)) if len(tags) > 1 else set()
+    order = [w for w in reversed(dict.fromkeys(words[0])) if w in shared]  # the last shared word goes first
+    out = tags
+    for k in range(1, len(order) + 1):
+        gone = set(order[:k])
+        out = []
+        for tag_words in words:
+            kept: list[str] = []
+            for word in tag_words:
+                if word not in gone:
+                    kept.append(word)
+                elif not kept or kept[-1] != "…":
+                    kept.append("…")
+            out.append("_".join(kept))
+        if all(len(tag) <= room for tag in out):
+            break
+    return out
 
-    def cut(text: str) -> str:
-        if len(text) <= room:
-            return text
-        keep = room - 1
-        return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
 
-    return [[cut(c[0]), *c[1:]] for c in cells]
+def _cut_middle(text: str, room: int) -> str:
+    if len(text) <= room:
+        return text
+    keep = room - 1
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
+
+
+def fitted_names(names: list[str], room: int) -> dict[str, str]:
+    """Each of `names` (distinct) made to fit `room` characters, keeping what tells it from the others: the script
+    cut to its fewest telling words; where a script's names are still too long, the tag words all of them share
+    left out (`…`); only then a cut in the middle. No two come out alike (a clash is numbered)."""
+    if all(len(name) <= room for name in names):
+        return {name: name for name in names}
+    short = short_trace_names(names)
+    scripts: dict[str, list[str]] = {}
+    for name in names:
+        scripts.setdefault(name.split("/")[0] if "/" in name else "", []).append(name)
+    fitted = {}
+    for script, members in scripts.items():
+        if not script or all(len(short[n]) <= room for n in members):
+            fitted.update({n: short[n] for n in members})
+            continue
+        head = short[members[0]].split("/")[0]
+        tags = without_shared_words([n.split("/", 1)[1] for n in members], room - len(head) - 1)
+        fitted.update({n: f"{head}/{tag}" for n, tag in zip(members, tags, strict=True)})
+    fitted = {n: _cut_middle(text, room) for n, text in fitted.items()}
+    clashes = Counter(fitted.values())
+    numbered: Counter = Counter()
+    for name in names:
+        if clashes[fitted[name]] > 1:
+            numbered[fitted[name]] += 1
+            mark = f" #{numbered[fitted[name]]}"
+            fitted[name] = _cut_middle(fitted[name], room - len(mark)) + mark
+    return fitted
 
 
 def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
-    default text table fits TEXT_WIDTH: long trace names lose words of their script name, then their middle."""
+    default text table fits TEXT_WIDTH: long trace names lose words of their script name, then the tag words that
+    all of their script's rows share, then their middle (fitted_names); ratios below 0.001 read "< 0.001"."""
     if wide:
         headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
@@ -187,8 +264,8 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     ]
     if markdown or len(max((c[0] for c in cells), key=len, default="")) <= room_for(headers, cells, 0):
         return headers, cells
-    short = short_trace_names([r.name for r in rows])
-    return headers, fit_first_column(headers, [[short[c[0]], *c[1:]] for c in cells])
+    names = fitted_names([r.name for r in rows], room_for(headers, cells, 0))
+    return headers, [[names[c[0]], *c[1:]] for c in cells]
 
 
 @dataclass
@@ -198,7 +275,7 @@ class KernelStat:
     op: GpuOp
     us_per_step: float  # total over the profiled steps / number of steps
     calls_per_step: float
-    share: float  # % of the trace's GPU busy time
+    share: float  # % of the trace's GPU work summed over streams (more than GPU busy where streams overlap)
 
 
 def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
@@ -213,7 +290,7 @@ def kernel_cells(
 ) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells): time, calls and share, then the launch figures (theoretical
     occupancy on a GPU of limits `sm`) and the name."""
-    headers = ["µs/step", "calls", "% GPU", "family", *LAUNCH_HEADERS, "kernel"]
+    headers = ["µs/step", "calls", "% sum", "family", *LAUNCH_HEADERS, "kernel"]
     cells = [
         [
             f"{k.us_per_step:.1f}",
@@ -228,15 +305,38 @@ def kernel_cells(
     return headers, cells
 
 
+def streams_line(trace: Trace) -> str | None:
+    """For a trace whose GPU work ran on several streams: per step (medians), GPU busy (the union), the sum over
+    the streams and each stream's sum, and how long two or more were busy at once; None on one stream."""
+    if not any(len(s.streams) > 1 for s in trace.steps):
+        return None
+    streams = sorted(
+        {op.stream for s in trace.steps for op in s.gpu}, key=lambda x: (not isinstance(x, int), str(x).zfill(20))
+    )
+    each = ", ".join(
+        f"stream {x}: {human_time(trace.per_step(lambda s, x=x: sum(op.us for op in s.gpu if op.stream == x)))}"
+        for x in streams
+    )
+    busy, total = trace.per_step(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.gpu_sum_us)
+    overlap = trace.per_step(lambda s: s.stream_overlap_us)
+    return (
+        f"GPU work on {len(streams)} streams: per step, GPU busy {human_time(busy)} (the union), summed over the "
+        f"streams {human_time(total)} (sums per stream: {each}); two or more busy at once {human_time(overlap)}"
+    )
+
+
 def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
     """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
-    graph launches, its rank."""
+    graph launches, its streams, its rank."""
     lines = []
     for trace, row in zip(traces, rows, strict=True):
         lines += [f"note: {row.name}: {note}" for note in trace.notes]
         launches = launch_line(row)
         if launches:
             lines.append(f"note: {row.name}: per step, {launches}")
+        streams = streams_line(trace)
+        if streams:
+            lines.append(f"note: {row.name}: {streams}")
         if trace.distributed:
             info = trace.distributed
             world = info.get("world_size", "?")
@@ -248,10 +348,39 @@ def _communication_us(step: Step) -> float:
     return sum(op.us for op in step.kernels if op.family == "communication")
 
 
+def _compute_us(step: Step) -> float:
+    return sum(op.us for op in step.gpu if op.family != "communication")
+
+
+RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
+
+
+def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
+    """The traces of ranks (distributedInfo) grouped by the run they belong to, each run's ranks in order, with the
+    run's name. One run is one folder's traces of one world size and backend; where a rank repeats in it (several
+    runs side by side, as 06's tags put them), the file name without its `rank<r>` tells the runs apart."""
+    folders: dict[tuple, list[Trace]] = {}
+    for trace in (t for t in traces if t.rank is not None):
+        info = trace.distributed
+        key = (trace.path.parent, str(info.get("world_size")), str(info.get("backend")))
+        folders.setdefault(key, []).append(trace)
+    runs = []
+    for (folder, world, _), members in folders.items():
+        if len({t.rank for t in members}) == len(members):
+            runs.append((f"{folder.name} ({world} ranks)", members))
+            continue
+        split: dict[str, list[Trace]] = {}
+        for trace in members:
+            stem = trace.path.name.removesuffix(".gz").removesuffix(".json")
+            split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
+        runs += [(f"{folder.name}/{stem} ({world} ranks)", group) for stem, group in split.items()]
+    return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
+
+
 def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
-    """For traces of two or more ranks: a row per rank (GPU busy split into compute and communication, the
-    communication no compute kernel hid, CPU time, peak GPU memory), then the spread, slowest ÷ fastest rank;
-    [] for fewer ranks."""
+    """For the ranks of one run: a row per rank (GPU busy, the union over streams; the sums of compute and of
+    communication kernel time (Σ), which overlap where streams do; the communication no compute kernel hid; CPU
+    time; peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than two ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
@@ -262,7 +391,7 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         region = trace.per_step(lambda s: s.region_us)
         gpu.append(busy)
         cpu.append(region)
-        compute = None if busy is None or comm is None else busy - comm
+        compute = trace.per_step(_compute_us) if trace.has_gpu else None
         exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
         memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
         peak = memory.get("peak_bytes")
@@ -270,7 +399,10 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
         cells.append(
             [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
         )
-    headers = ["rank", "trace", "GPU busy", "compute", "communication", "exposed comm.", "CPU", "peak memory"]
+    headers = ["rank", "trace", "GPU busy", "compute Σ", "comm. Σ", "exposed comm.", "CPU", "peak memory"]
+    if not markdown:  # the trace names take what is left of TEXT_WIDTH, keeping what tells them apart
+        names = fitted_names([c[1] for c in cells], room_for(headers, cells, 1))
+        cells = [[c[0], names[c[1]], *c[2:]] for c in cells]
 
     def spread(values: list[float | None]) -> str:
         known = [v for v in values if v is not None]
@@ -280,14 +412,34 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
     return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
+def cpu_line(traces: list[Trace]) -> str:
+    """What the CPU column measures, for the header: one source for all, or which traces use which."""
+    groups: dict[str, list[Trace]] = {}
+    for trace in traces:
+        groups.setdefault(trace.cpu_source, []).append(trace)
+
+    def said(source: str, group: list[Trace]) -> str:
+        if source in ("suite", "region"):
+            labels = ", ".join(dict.fromkeys(repr(t.label) for t in group))
+            return f"{CPU_SOURCES[source]} ({labels})"
+        return CPU_SOURCES[source]
+
+    if len(groups) == 1:
+        [(source, group)] = groups.items()
+        return f"CPU = {said(source, group)}."
+    parts = [f"{said(source, group)} for {', '.join(t.name for t in group)}" for source, group in groups.items()]
+    return f"CPU = {'; '.join(parts)}."
+
+
 def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (
-        "Per step = median over the profiled steps. GPU busy = kernel+memcpy+memset busy time (not wall); "
-        "CPU = the annotated region. launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        "Per step = median over the profiled steps. GPU busy = the time at least one stream runs a kernel, "
+        "memcpy or memset (their union over streams, not wall); CPU = the span the line above names. "
+        "launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
@@ -301,6 +453,7 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
                 f"Per-step summary of {len(rows)} trace(s); baseline {baseline.name} ({why})", TEXT_WIDTH
             )
         ),
+        *([cpu_line(traces)] if args.markdown else textwrap.wrap(cpu_line(traces), TEXT_WIDTH)),
         "",
         table(*table_cells(rows, args.wide, args.markdown), LEFT, args.markdown),
         "",
@@ -314,9 +467,11 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
     if said:
         out += ["", *said]
-    ranks = rank_table(traces, args.markdown)
-    if ranks:
-        out += ["", heading("Ranks (per step, medians)"), *gap, *ranks]
+    for run, members in runs_of(traces):  # a spread compares the ranks of one run only
+        ranks = rank_table(members, args.markdown)
+        if ranks:
+            title = f"Ranks of {run} (per step, medians)"
+            out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
     for trace in (t for t in traces if t.phases):
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
     for trace in traces:
@@ -331,7 +486,8 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
             cells = fit_last_column(headers, cells)
         out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
     if any(t.has_gpu for t in traces):
-        out += ["", *([LAUNCH_LEGEND] if args.markdown else textwrap.wrap(LAUNCH_LEGEND, TEXT_WIDTH))]
+        legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
+        out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
@@ -412,6 +568,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--peak-gbps", type=positive_float, help="the device's peak memory GB/s (default: the datasheet of known GPUs)"
     )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
     return parser.parse_args(argv)
 
 
@@ -422,8 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = [read_trace(p) for p in find_traces(args.paths)]
-        baseline = pick_baseline(traces, args.baseline)
+        traces = read_all(find_traces(args.paths), args.region)
+        baseline = pick_baseline(traces, args.baseline, args.region)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
         rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]

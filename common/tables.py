@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from common.cli import shown
 from common.occupancy import SmLimits
 from common.trace import GpuOp, Trace
 from common.units import human_time
@@ -28,13 +29,25 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
 
-def printable(text: str) -> str:
-    """`text` with what UTF-8 cannot write (a lone surrogate from a trace's names) as a backslash escape."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def printable(text: str, newlines: bool = True) -> str:
+    """`text` with every control character (ESC, BEL, C1, DEL, bidi overrides, a lone surrogate from a trace's
+    names) as its backslash escape, so a trace's names cannot drive the terminal; line breaks are kept unless
+    `newlines` is False (a table cell, a name: one line)."""
+    return shown(text, newlines)
+
+
+def _markdown_cell(text: str) -> str:
+    """A Markdown table cell showing `text` as it is: controls escaped, and `\\`, `|` and backticks too, so a
+    name can neither end its cell nor open a code span."""
+    text = printable(text, newlines=False).replace("\\", "\\\\")
+    return text.replace("|", "\\|").replace("`", "\\`")
 
 
 def text_table(headers: list[str], cells: list[list[str]], left: set[str]) -> str:
-    """An aligned plain-text table: the `left` columns left-aligned, the others (numbers) right-aligned."""
+    """An aligned plain-text table: the `left` columns left-aligned, the others (numbers) right-aligned; a cell's
+    control characters (a line break too) are shown as escapes."""
+    headers = [printable(h, newlines=False) for h in headers]
+    cells = [[printable(c, newlines=False) for c in row] for row in cells]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     align_left = [h in left for h in headers]
 
@@ -49,7 +62,7 @@ def markdown_table(headers: list[str], cells: list[list[str]], left: set[str]) -
     """A GitHub-flavoured Markdown table (the `left` columns left-aligned, numbers right-aligned)."""
     align = ["---" if h in left else "---:" for h in headers]
     rows = [headers, align, *cells]
-    return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows)
+    return "\n".join("| " + " | ".join(map(_markdown_cell, r)) + " |" for r in rows)
 
 
 def table(headers: list[str], cells: list[list[str]], left: set[str], markdown: bool = False) -> str:
@@ -63,7 +76,9 @@ def room_for(headers: list[str], cells: list[list[str]], column: int, width: int
 
 
 def fit_last_column(headers: list[str], cells: list[list[str]]) -> list[list[str]]:
-    """`cells` with the last column cut (ending in …) to what is left of TEXT_WIDTH by the others."""
+    """`cells` with the last column cut (ending in …) to what is left of TEXT_WIDTH by the others (measured as
+    printed: control characters escaped)."""
+    cells = [[printable(c, newlines=False) for c in row] for row in cells]
     room = room_for(headers, cells, len(headers) - 1)
     return [[*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"] for row in cells]
 
@@ -110,17 +125,21 @@ def _calls(counts: dict[str, int], limit: int = 3) -> str:
 
 
 def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str:
-    """One row per profiled step: CPU time of the annotated region, GPU busy time, kernels, launches,
-    memcpy/memset, and the runtime calls the step makes beyond a typical step. Without `every`, long
-    traces show their first STEP_ROWS_SHOWN steps and a line about the rest."""
+    """One row per profiled step: CPU time (Trace.cpu_source), GPU busy time (the union over streams; with
+    several streams, also how long two or more were busy at once), kernels, launches, memcpy/memset, and the
+    runtime calls the step makes beyond a typical step. Without `every`, long traces show their first
+    STEP_ROWS_SHOWN steps and a line about the rest."""
     gpu = trace.has_gpu
-    headers = ["step", "CPU µs", "GPU µs", "kernels", "launches", "memcpy", "memset", "extra runtime calls"]
+    streams = gpu and any(len(s.streams) > 1 for s in trace.steps)  # then: how long two or more were busy at once
+    headers = ["step", "CPU µs", "GPU µs", *(["overlap µs"] if streams else []), "kernels", "launches", "memcpy",
+               "memset", "extra runtime calls"]  # fmt: skip
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
     cells = [
         [
             f"#{s.number}",
             num(s.region_us, 4),
             num(s.gpu_busy_us, 4) if gpu else DASH,
+            *([num(s.stream_overlap_us, 4)] if streams else []),
             str(len(s.kernels)) if gpu else DASH,
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if gpu else DASH,

@@ -6,8 +6,11 @@ any stream, through the `correlation` id it shares with its `cuda_runtime`/`cuda
 replayed from a CUDA graph carries its cudaGraphLaunch's id). Work launched outside the profiled steps is
 counted in no step, and the trace's notes say how much was left out; only a trace without any
 correlation id has its GPU work placed by time, and its notes say so. A trace without ProfilerStep#N
-events (a bare `with profile()`) is one step over the whole trace. Within a step, the record_function
-labels directly inside the step's label are its phases (forward, backward, optimizer). Launches, GPU work
+events (a bare `with profile()`) is one step over the whole trace. GPU busy is the union of the GPU work's
+intervals over every stream (common.intervals). A step's CPU time is the span of a record_function label
+only where the suite wrote it (its metadata) or the reader names it (`region`), else the step's own span.
+Within a step, the record_function labels directly inside that label (or inside the one label that wraps
+each step's work, or inside the step) are its phases (forward, backward, optimizer). Launches, GPU work
 and labels are assigned to steps by binary search over the step start times; the CPU ops, most of a trace,
 are sorted by time once (they are mostly written in time order, so that is near linear) and each step's ops
 counted as one slice. Reading costs time about linear in the number of events, and keeps no object per CPU op.
@@ -28,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.cli import shown
+from common.intervals import merged as merged_intervals
+from common.intervals import overlap_us, union_us
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
 from common.units import human_time
@@ -47,6 +53,12 @@ KERNEL_LAUNCHES = (
 )  # fmt: skip
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
 COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
+CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
+    "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
+    "region": "the record_function label named by --region",
+    "step": "the ProfilerStep#N span",  # a trace the suite did not write
+    "window": "the whole profiled window",  # ... without steps
+}
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
@@ -65,6 +77,7 @@ class GpuOp:
     shared_bytes: int | None = None  # shared memory per block
     occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
     start: float | None = None  # µs, the trace's clock: when it began on the GPU
+    stream: int | str | None = None  # the GPU stream it ran on (the event's tid in Kineto's traces)
 
     @property
     def family(self) -> str:
@@ -105,11 +118,35 @@ def _number(value: object) -> float | None:
     return float(value) if type(value) in NUMBERS and math.isfinite(value) else None
 
 
+def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
+    """The (start, end) of each op that has a start time, in µs from the first start (common.intervals says why)."""
+    first = min((op.start for op in ops if op.start is not None), default=0.0)
+    return [(op.start - first, op.start - first + op.us) for op in ops if op.start is not None]
+
+
+def busy_us(ops: list[GpuOp]) -> float:
+    """GPU busy time of `ops` (µs): the union of their intervals over every stream, the time at least one stream
+    is busy (common.intervals); an op without a start time adds its duration."""
+    return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
+
+
+def stream_overlap_us(ops: list[GpuOp]) -> float:
+    """How long two or more streams are busy at once (µs) in `ops`; 0 on one stream."""
+    streams: dict[object, list[GpuOp]] = {}
+    for op in ops:
+        if op.start is not None:
+            streams.setdefault(op.stream, []).append(op)
+    if len(streams) < 2:
+        return 0.0
+    first = min(op.start for op in ops if op.start is not None)
+    return overlap_us([(op.start - first, op.start - first + op.us) for op in group] for group in streams.values())
+
+
 def gpu_op(event: Event) -> GpuOp:
     """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event."""
     args = event.args
     if args is None:
-        return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts))
+        return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
     registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
@@ -121,6 +158,7 @@ def gpu_op(event: Event) -> GpuOp:
         None if shared is None else int(shared),
         _number(args.occupancy),
         _number(event.ts),
+        _id(event.tid),
     )
 
 
@@ -131,7 +169,6 @@ class Phase:
 
     name: str
     cpu_us: float = 0.0  # the span(s) of the label in this step
-    gpu_busy_us: float = 0.0  # kernel, memcpy and memset time of what the phase launched
     kernels: int = 0
     kernel_launches: int = 0
     graph_launches: int = 0
@@ -143,6 +180,11 @@ class Phase:
         """Kernel launches plus CUDA graph launches."""
         return self.kernel_launches + self.graph_launches
 
+    @property
+    def gpu_busy_us(self) -> float:
+        """GPU busy time of what the phase launched: the union of its kernel, memcpy and memset intervals."""
+        return busy_us(self.gpu)
+
 
 @dataclass
 class Step:
@@ -151,7 +193,7 @@ class Step:
     number: int
     start_us: float
     dur_us: float
-    region_us: float | None = None  # CPU time of the record_function label inside the step
+    region_us: float | None = None  # CPU time: the span of the timed label in the step, else the step's own span
     cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
     gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
@@ -174,22 +216,32 @@ class Step:
 
     @property
     def gpu_busy_us(self) -> float:
-        """Sum of kernel, memcpy and memset durations (GPU busy time, not wall)."""
+        """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
+        intervals over every stream, not wall time). On one stream it is the sum of their durations."""
+        return busy_us(self.gpu)
+
+    @property
+    def gpu_sum_us(self) -> float:
+        """The sum of kernel, memcpy and memset durations over every stream (more than busy where streams overlap)."""
         return sum(op.us for op in self.gpu)
+
+    @property
+    def streams(self) -> set:
+        """The GPU streams this step's work ran on."""
+        return {op.stream for op in self.gpu}
+
+    @property
+    def stream_overlap_us(self) -> float:
+        """How long two or more streams were busy at once in this step (0 on one stream)."""
+        return stream_overlap_us(self.gpu)
 
     @property
     def exposed_communication_us(self) -> float:
         """Communication kernel time (NCCL) during which no compute kernel ran on any stream: what the
         overlap with the backward did not hide. Compute intervals are merged first, so each moment counts once."""
-        compute = sorted(
+        merged = merged_intervals(
             (op.start, op.start + op.us) for op in self.gpu if op.family != "communication" and op.start is not None
         )
-        merged: list[list[float]] = []
-        for begin, end in compute:
-            if merged and begin <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([begin, end])
         exposed = 0.0
         for op in self.gpu:
             if op.family != "communication":
@@ -236,7 +288,7 @@ class Trace:
     """A loaded trace: its file, its steps, the label and whether it has a GPU lane."""
 
     path: Path
-    label: str | None
+    label: str | None  # the record_function label the CPU column times (the suite's, or --region); else None
     steps: list[Step]
     has_gpu: bool
     device_name: str | None
@@ -247,6 +299,18 @@ class Trace:
     distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
     sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
     phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
+    cpu_source: str = "step"  # what the CPU column measures (Step.region_us): a key of CPU_SOURCES
+    phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
+
+    @property
+    def cpu_what(self) -> str:
+        """What this trace's CPU column is the span of, in words: "record_function 'fwd' (the suite's label)",
+        "the ProfilerStep#N span", ..."""
+        if self.cpu_source == "suite":
+            return f"record_function {self.label!r} (the suite's label)"
+        if self.cpu_source == "region":
+            return f"record_function {self.label!r} (--region)"
+        return CPU_SOURCES[self.cpu_source]
 
     @property
     def rank(self) -> int | None:
@@ -256,11 +320,12 @@ class Trace:
 
     @property
     def name(self) -> str:
-        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`."""
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
+        escaped (`shown`): the name is printed."""
         if self.meta.get("script") and self.meta.get("tag"):
-            return f"{self.meta['script']}/{self.meta['tag']}"
+            return shown(f"{self.meta['script']}/{self.meta['tag']}")
         stem = self.path.name.removesuffix(".gz").removesuffix(".json")
-        return f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem
+        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
 
     def per_step(self, value: Callable[[Step], float | None]) -> float | None:
         """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
@@ -301,7 +366,7 @@ class Trace:
 
     def step_time_us(self) -> tuple[float | None, str]:
         """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy
-        time where the trace has a GPU lane, else ("CPU") the median span of the annotated region."""
+        time where the trace has a GPU lane, else ("CPU") the median CPU time (Trace.cpu_source)."""
         if self.has_gpu:
             return self.per_step(lambda s: s.gpu_busy_us), "GPU"
         return self.per_step(lambda s: s.region_us), "CPU"
@@ -318,6 +383,11 @@ def _correlation(event: Event) -> int | str | None:
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
+# Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
+# "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
+# too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
+# record_function label, what today's traces call user_annotation.
+OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
 
 class _Spans:
@@ -364,7 +434,15 @@ class _Collector:
         ops_end, skipped = self.ops_end, 0
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
-            if cat not in KEPT or e.ph != "X" or e.name is None:
+            if cat not in KEPT:
+                if cat == "Operator" and e.name is not None:
+                    cat = "cpu_op" if "::" in e.name else "user_annotation"
+                else:
+                    cat = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                if cat is None:
+                    continue
+                e.cat = cat
+            if e.ph != "X" or e.name is None:
                 continue
             if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
                 skipped += 1
@@ -418,60 +496,82 @@ class _Collector:
         for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
             phase.cpu_ops.update(in_names[lo:hi])
 
-    def guess_label(self, step_at: _Spans) -> str | None:
-        """The record_function label: the most common user annotation inside the steps, the longest in all
-        of those tied (train_step, not the forward inside it)."""
-        counts: Counter = Counter()
-        total: Counter = Counter()
-        for name, ts, dur, _ in self.annotations:
-            if not STEP_NAME.match(name) and step_at(ts):
-                counts[name] += 1
-                total[name] += dur
-        return max(counts, key=lambda n: (counts[n], total[n]), default=None)
-
-    def phase_spans(self, label: str, step_at: _Spans) -> list[tuple[float, float, Phase]]:
-        """The record_function labels directly inside each span of `label` on its thread: (start, end, phase),
-        one Phase per step and name, its CPU time summed over its spans."""
-        outer = sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
-        if not outer:
-            return []
+    def children(self, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
+        """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
+        each thread apart: (span index, tid) -> [(start, -duration, name)] of its top-level labels, in time order.
+        Steps, the label `skip` itself and torch.compile's own annotations are no labels here."""
         starts = [start for start, _, _ in outer]
-        inside: dict[int, list[tuple[float, float, str]]] = {}
+        inside: dict[tuple, list[tuple[float, float, str]]] = {}
         for name, ts, dur, tid in self.annotations:
-            if name == label or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
+            if name == skip or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
                 continue
             i = bisect.bisect_right(starts, ts) - 1
-            if i >= 0 and ts + dur <= outer[i][1] and tid == outer[i][2]:
-                inside.setdefault(i, []).append((ts, -dur, name))
-        spans: list[tuple[float, float, Phase]] = []
-        for children in inside.values():
+            if i >= 0 and ts + dur <= outer[i][1] and outer[i][2] in (None, tid):
+                inside.setdefault((i, tid), []).append((ts, -dur, name))
+        top: dict[tuple, list] = {}
+        for key, labels in inside.items():
             last_end = -math.inf
-            for ts, neg_dur, name in sorted(children):
+            for ts, neg_dur, name in sorted(labels):
+                if ts >= last_end:  # not nested in the label before it
+                    top.setdefault(key, []).append((ts, neg_dur, name))
+                    last_end = ts - neg_dur
+        return top
+
+    def outline(self, steps: list[Step], whole: bool) -> tuple[str | None, list[tuple[float, float, object]]]:
+        """Where a step's phases are, without a named label: inside the one label that wraps every step's work
+        (train_step, if each step holds that label alone), else directly inside the steps. (that label or None,
+        its spans or the steps' spans as (start, end, tid))."""
+        tids = {(ts, dur): tid for name, ts, dur, tid in self.annotations if STEP_NAME.match(name)}
+        outer = [(s.start_us, s.start_us + s.dur_us, None if whole else tids.get((s.start_us, s.dur_us)))
+                 for s in steps]  # fmt: skip
+        tops = self.children(outer, None)
+        names = {name for labels in tops.values() for _, _, name in labels}
+        if len(names) == 1 and all(len(labels) == 1 for labels in tops.values()):
+            [wrapper] = names
+            return wrapper, self.spans_of(wrapper)
+        return None, outer
+
+    def spans_of(self, label: str) -> list[tuple[float, float, object]]:
+        """Every span of the record_function `label`, as (start, end, tid), in time order."""
+        return sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
+
+    def phase_spans(
+        self, outer: list[tuple[float, float, object]], label: str | None, step_at: _Spans
+    ) -> list[tuple[float, float, Phase]]:
+        """The record_function labels directly inside each span of `outer` ((start, end, tid): the spans of
+        `label`, or the steps) on its thread: (start, end, phase), one Phase per step and name, its CPU time
+        summed over its spans."""
+        spans: list[tuple[float, float, Phase]] = []
+        for labels in self.children(outer, label).values():
+            for ts, neg_dur, name in labels:
                 step = step_at(ts)
-                if ts < last_end or step is None:
-                    continue  # nested in the phase before it, or outside the steps
-                last_end = ts - neg_dur
+                if step is None:
+                    continue  # outside the steps
                 phase = step.phases.setdefault(name, Phase(name))
                 phase.cpu_us += -neg_dur
-                spans.append((ts, last_end, phase))
+                spans.append((ts, ts - neg_dur, phase))
         return spans
 
-    def trace(self, header: dict, path: Path | str, label: str | None) -> Trace:
-        """Split the collected events into profiler steps (one step over the whole trace if it has none)."""
+    def trace(self, header: dict, path: Path | str, region: str | None) -> Trace:
+        """Split the collected events into profiler steps (one step over the whole trace if it has none). The CPU
+        column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
+        the step's own span (the whole profiled window where there are no steps)."""
         steps, whole = self.steps(path)
         notes = []
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
-        if not label:
-            label = meta.get("label") if isinstance(meta.get("label"), str) else None
-        if not label:
-            label = self.guess_label(step_at)
+        label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
         if whole:
-            cpu = f"CPU time is record_function {label!r}" if label else "CPU time is the span of the whole trace"
-            notes.append(f"no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step; {cpu}")
-            if not label:
-                steps[0].region_us = steps[0].dur_us
-        spans = self.phase_spans(label, step_at) if label else []
+            notes.append("no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step")
+        if label:
+            cpu = "region" if region else "suite"
+            outer, parent = self.spans_of(label), label
+        else:
+            cpu = "window" if whole else "step"
+            parent, outer = self.outline(steps, whole)
+            for step in steps:
+                step.region_us = step.dur_us
+        spans = self.phase_spans(outer, parent, step_at)
         phase_at = _Spans(spans)
 
         self.count_ops(step_at, phase_at)
@@ -479,6 +579,8 @@ class _Collector:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
                     step.region_us = (step.region_us or 0.0) + dur
+            if region and all(step.region_us is None for step in steps):
+                notes.append(f"record_function {region!r} (--region) is in no profiled step: no CPU figure")
         launch_step: dict[object, Step] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
@@ -515,7 +617,6 @@ class _Collector:
             phase = launch_phase.get(corr)
             if phase is not None:
                 phase.gpu.append(op)
-                phase.gpu_busy_us += op.us
                 phase.kernels += op.category == "kernel"
         if left_out:
             first = steps[0].start_us
@@ -526,14 +627,14 @@ class _Collector:
                 f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between steps?): "
                 "not counted"
             )
-        props = header.get("deviceProperties") or []
+        props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
         has_gpu = bool(self.gpu or self.launches)
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases)  # fmt: skip
+                     sm_limits(first), phases, cpu, parent)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -549,23 +650,25 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def parse(data: dict, path: Path | str = "<trace>", label: str | None = None) -> Trace:
-    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps; ValueError if it has no events."""
+def parse(data: dict, path: Path | str = "<trace>", region: str | None = None) -> Trace:
+    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps, the CPU column timing the
+    record_function `region` where given; ValueError if it has no events."""
     from common.trace_json import as_events
 
     collector = _Collector()
     with _no_gc():
         collector.add(as_events(data["traceEvents"]))
-        return collector.trace(data, path, label)
+        return collector.trace(data, path, region)
 
 
-def read_trace(path: Path | str, label: str | None = None) -> Trace:
-    """Read one exported trace file, streaming its events: time and memory grow linearly with its size."""
+def read_trace(path: Path | str, region: str | None = None) -> Trace:
+    """Read one exported trace file, streaming its events: time and memory grow linearly with its size. The CPU
+    column times the record_function `region` where given (else the suite's label, else the step's span)."""
     from common.trace_json import stream_json
 
     collector = _Collector()
     with _no_gc():
         header = stream_json(path, collector.add)
-        trace = collector.trace(header, path, label)
+        trace = collector.trace(header, path, region)
         del collector  # its per-event lists are freed before the garbage collector runs again
     return trace

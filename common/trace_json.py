@@ -17,16 +17,21 @@ first read says so in one line on stderr.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
+import os
 import re
+import stat
 import sys
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import make_dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from common.files import kind_of
 
 try:
     import msgspec
@@ -73,7 +78,7 @@ def _stdlib_stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> di
         _Said.fallback = True
         print("notice: msgspec is not installed: traces are read with the standard library's json (slower, "
               "holds the whole file; `pip install msgspec`)", file=sys.stderr)  # fmt: skip
-    value = json.loads(fh.read())
+    value = json.loads(fh.read().removeprefix(_BOM))
     if isinstance(value, list):
         value = {"traceEvents": value}
     if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
@@ -92,6 +97,8 @@ _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _CUT_TRIES = 2  # how many of the last cuts of a block are tried
 _TAIL_AFTER = 1 << 16  # how far from a block's end the last cuts are looked for first
 _PREFIX = b'{"traceEvents": ['
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some editors put first
 
 
 def _text(value: object) -> str | None:
@@ -260,6 +267,8 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
     """Hand the events of the trace in `fh` to `on_events`, a block's run at a time; the other top-level entries,
     None if it has no events."""
     blocks = _Blocks(fh)
+    if blocks.fill(len(_BOM)) and blocks.buf.startswith(_BOM):
+        blocks.drop(len(_BOM))
     found = _header(blocks)
     if found is None:
         return None
@@ -282,8 +291,27 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
     return {**header, **rest}
 
 
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+class _NotAFileError(ValueError):
+    """The path is a pipe, a device, a folder: not a file to read a trace from."""
+
+
+@contextlib.contextmanager
+def _open(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes, gunzipped where they start with gzip's magic bytes (whatever the name: `.json.GZ`
+    too). A named pipe or a device is refused unread: it is opened without waiting (O_NONBLOCK: opening a pipe
+    would wait for a writer), and its kind checked before any read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as raw:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _NotAFileError(f"not a regular file ({kind_of(mode)})")
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        if raw.peek(len(_GZIP_MAGIC))[: len(_GZIP_MAGIC)] != _GZIP_MAGIC:
+            yield raw
+            return
+        with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            yield unzipped
 
 
 def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> dict:
@@ -294,6 +322,8 @@ def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> d
     try:
         with _open(path) as fh:
             header = (_stream if msgspec is not None else _stdlib_stream)(fh, on_events)
+    except _NotAFileError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     except (OSError, EOFError, zlib.error, ValueError) as exc:

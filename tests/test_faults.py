@@ -261,7 +261,7 @@ def test_events_with_nan_negative_or_infinite_durations_are_skipped_and_counted(
     data["traceEvents"].append(ev("user_annotation", "ProfilerStep#9", 500, float("inf")))
     path = tmp_path / "odd.json"
     path.write_text(json.dumps(data))  # json writes NaN and Infinity, as Python reads them back
-    trace = read_trace(path)
+    trace = read_trace(path, region="fwd")
     assert trace.skipped == 3 and [s.number for s in trace.steps] == [2, 3]
     assert trace.steps[0].region_us == 80  # the good steps keep their figures
     code, out, _ = summary(capsys, path)
@@ -301,7 +301,7 @@ def test_two_traces_with_the_same_name_are_told_apart_by_path(tmp_path, capsys):
 def test_ctrl_c_in_the_summary_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     import common.summary
 
-    def interrupted(path):
+    def interrupted(path, region=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(common.summary, "read_trace", interrupted)

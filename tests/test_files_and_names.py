@@ -15,8 +15,8 @@ import pytest
 from helpers import CPU_DTYPE, ROOT, command, run, tiny_gpu_trace, usage_error, written
 
 import common.files
-import common.runtime
-from common.runtime import cpu_available_bytes
+import common.machine
+from common.machine import cpu_available_bytes
 from common.summary import main as summary_main
 
 
@@ -121,8 +121,8 @@ def test_the_memory_check_reads_the_process_own_cgroup_and_its_ancestors(tmp_pat
 def test_a_cgroup_limit_refuses_shapes_in_one_line_before_allocating(tmp_path, monkeypatch, capsys):
     files = {f"{M1}/jobs/job7/memory.limit_in_bytes": 1 << 30, f"{M1}/jobs/job7/memory.usage_in_bytes": 1 << 29}
     proc, root = fake_machine(tmp_path, V1_CGROUP, V1_MOUNTS, files)
-    monkeypatch.setattr(common.runtime, "PROC", proc)
-    monkeypatch.setattr(common.runtime, "FILESYSTEM_ROOT", root)
+    monkeypatch.setattr(common.machine, "PROC", proc)
+    monkeypatch.setattr(common.machine, "FILESYSTEM_ROOT", root)
     err = usage_error(lambda: run("01_matmul_add", tmp_path / "traces", "--size", "6000"), capsys)
     assert "these shapes need about" in err and "0.537 GB free" in err
 

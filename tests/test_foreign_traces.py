@@ -105,20 +105,22 @@ def test_a_bare_profile_on_the_cpu_is_one_step_over_the_whole_trace(tmp_path):
     assert trace.whole_trace and len(trace.steps) == 1 and trace.label is None
     assert trace.steps[0].cpu_ops["aten::mm"] == 1 and trace.steps[0].cpu_ops["aten::add"] == 1
     assert trace.steps[0].region_us == trace.steps[0].dur_us > 0
-    assert trace.notes == [
-        "no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step; "
-        "CPU time is the span of the whole trace"
-    ]
+    assert trace.notes == ["no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step"]
+    assert trace.cpu_what == "the whole profiled window"
 
 
-def test_a_bare_profile_with_a_record_function_label_times_the_label(tmp_path):
+def test_a_bare_profile_with_a_record_function_label_times_the_label_only_when_named(tmp_path):
     x = torch.randn(32, 32)
-    with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("fwd"):
-        torch.add(x @ x, x)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        y = x @ x
+        with record_function("fwd"):
+            torch.add(y, x)
     prof.export_chrome_trace(str(tmp_path / "bare.json"))
     trace = read_trace(tmp_path / "bare.json")
-    assert trace.label == "fwd" and trace.steps[0].region_us > 0
-    assert trace.notes[0].endswith("the whole trace is summarised as one step; CPU time is record_function 'fwd'")
+    assert trace.label is None and trace.steps[0].region_us == trace.steps[0].dur_us
+    named = read_trace(tmp_path / "bare.json", region="fwd")
+    assert named.label == "fwd" and 0 < named.steps[0].region_us < trace.steps[0].dur_us
+    assert named.cpu_what == "record_function 'fwd' (--region)"
 
 
 def test_a_bare_profile_on_the_h200_counts_its_kernels_and_launches():
@@ -245,8 +247,8 @@ def rank_trace(rank: int, nccl_us: float, cpu_us: float) -> dict:
     events = []
     for n, start in ((2, 0), (3, 1000)):
         events += [
-            ev("user_annotation", f"ProfilerStep#{n}", start, 900),
-            ev("user_annotation", "ddp_step", start + 1, cpu_us),
+            ev("user_annotation", f"ProfilerStep#{n}", start, cpu_us),
+            ev("user_annotation", "ddp_step", start + 1, cpu_us - 2),
             ev("cuda_runtime", "cudaLaunchKernel", start + 2, 3, correlation=10 * n),
             ev("cuda_runtime", "cudaLaunchKernel", start + 6, 3, correlation=10 * n + 1),
             ev("kernel", "nvjet_sm90_tst_128x128_64x4", start + 5, 100, tid=7, correlation=10 * n),
@@ -295,7 +297,7 @@ def test_a_backward_pass_inside_the_step_counts_its_ops_every_step(tmp_path):
                     loss.backward()
             prof.step()
     trace = read_trace(tmp_path / "backward.json")
-    assert trace.label == "train_step" and trace.phases == ["forward", "backward"]
+    assert trace.phase_parent == "train_step" and trace.phases == ["forward", "backward"]
     assert per_step(trace, lambda s: s.cpu_ops["aten::mm"]) == {2}  # x @ w, and its gradient x.T @ grad
     assert all(s.phase("forward").cpu_us > 0 and s.phase("backward").cpu_us > 0 for s in trace.steps)
 
@@ -330,7 +332,7 @@ def phased_trace() -> dict:
 
 def test_phases_are_the_labels_directly_inside_the_step_label_in_order():
     trace = parse(phased_trace())
-    assert trace.label == "train_step" and trace.phases == ["forward", "backward", "optimizer"]
+    assert trace.phase_parent == "train_step" and trace.phases == ["forward", "backward", "optimizer"]
 
 
 def test_a_phase_has_its_cpu_span_and_the_gpu_work_launched_inside_it_from_any_thread():

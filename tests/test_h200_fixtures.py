@@ -38,8 +38,8 @@ def guess_for(script_module, script: str, tag: str) -> list:
         return script_module.guess(compiled, "x" in tag.split("_")[0])
     if script == "04_c_sdpa_attention":
         return script_module.guess(tag.split("_")[4], compiled, True, "_fp32_" not in tag)
-    if script == "04_d_kernels_attention":
-        return script_module.guess()
+    if script == "04_d_kernels_attention":  # <batch>_<heads>_<seq>_<head_dim>_<source>_<dtype>_<cold|warm>_<mode>
+        return script_module.guess("_".join(tag.split("_")[4:-3]))
     if script == "05_training_step":
         variant = "cudagraphs" if "_cudagraphs_" in tag else "compile" if compiled else "eager"
         return script_module.guess(variant, "amp" if "_amp_" in tag else tag.split("_")[5], "_fusedadamw_" in tag, True)
@@ -47,7 +47,7 @@ def guess_for(script_module, script: str, tag: str) -> list:
 
 
 def test_the_fixtures_are_real_gpu_traces_of_their_schedule():
-    assert len(ALL) >= 17
+    assert len(ALL) >= 21
     for path in ALL:
         trace = read_trace(path)
         assert trace.has_gpu and trace.device_name == "NVIDIA H200", path
@@ -137,6 +137,34 @@ def test_flash_attention_fed_its_own_layout_is_one_kernel_without_transposes():
     assert per_step(trace, lambda s: tuple(k.family for k in s.kernels)) == {("attention",)}
     assert per_step(trace, lambda s: s.cpu_ops["aten::transpose"]) == {0}
     assert per_step(trace, lambda s: s.cpu_ops["aten::scaled_dot_product_attention"]) == {0}
+
+
+@pytest.mark.parametrize("seq", [1024, 4096])
+def test_fa4_from_pypi_is_one_cute_dsl_kernel_per_step_with_no_mask_or_softmax_kernel(seq):
+    """04_d without the Hub on flash-attn-4 4.0.0b36: FA4's sm90 forward kernel, JIT-compiled by the CuTe DSL,
+    launched once per step through cudaLaunchKernelExC, fed [B, S, H, D] (no transposes, no SDPA)."""
+    script = load_script("04_d_kernels_attention")
+    trace = fixture("04_d_kernels_attention", f"8_16_{seq}_64_pkg-flash_attn_cute_bf16_cold_eager")
+    names = per_step(trace, lambda s: tuple(k.name for k in s.kernels))
+    assert len(names) == 1 and len(kernels := next(iter(names))) == 1
+    assert re.search(script.FA4_KERNEL, kernels[0]) and kernels[0].startswith("kernel_cutlass_kernel_flash_attncute")
+    assert per_step(trace, lambda s: s.calls("cudaLaunchKernelExC")) == {1}
+    assert per_step(trace, lambda s: s.cpu_ops["FlashAttnFunc"]) == {1}
+    assert per_step(
+        trace, lambda s: s.cpu_ops["aten::transpose"] + s.cpu_ops["aten::scaled_dot_product_attention"]
+    ) == {0}
+
+
+def test_fa4_beats_sdpas_flash_and_trails_cudnn_at_seq_1024_and_leads_both_at_4096():
+    """GPU busy per step on the H200: at seq 1024 cuDNN < FA4 < SDPA's FA2; at seq 4096 FA4 < cuDNN < FA2."""
+
+    def busy(script: str, tag: str) -> float:
+        return fixture(script, tag).per_step(lambda s: s.gpu_busy_us)
+
+    for seq, order in ((1024, ("cudnn", "fa4", "flash")), (4096, ("fa4", "cudnn", "flash"))):
+        times = {b: busy("04_c_sdpa_attention", f"8_16_{seq}_64_{b}_bf16_cold_eager") for b in ("flash", "cudnn")}
+        times["fa4"] = busy("04_d_kernels_attention", f"8_16_{seq}_64_pkg-flash_attn_cute_bf16_cold_eager")
+        assert tuple(sorted(times, key=times.get)) == order, (seq, times)
 
 
 def test_the_summary_of_all_fixtures_runs_and_names_every_trace(capsys):

@@ -14,6 +14,7 @@ import torch
 from helpers import run
 
 import common.estimate
+import common.machine
 import common.runtime
 from common.estimate import estimate, estimate_lines, progress, with_flag
 from common.physics import Work
@@ -43,7 +44,7 @@ def avx2_only(monkeypatch):
     """A CPU like the issue's: AVX2 and FMA, no AVX512-BF16 or AMX."""
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    monkeypatch.setattr(common.runtime, "cpu_flags", lambda: {"avx", "avx2", "fma"})
+    monkeypatch.setattr(common.machine, "cpu_flags", lambda: {"avx", "avx2", "fma"})
 
 
 def test_a_cpu_without_native_bf16_runs_fp32_by_default_and_says_why(tmp_path, capsys, avx2_only):
@@ -56,7 +57,7 @@ def test_a_cpu_without_native_bf16_runs_fp32_by_default_and_says_why(tmp_path, c
 def test_bf16_stays_the_default_on_a_cpu_with_native_bf16(monkeypatch):
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     for flag in ("avx512_bf16", "amx_bf16", "bf16"):  # x86 AVX512-BF16, x86 AMX, Arm
-        monkeypatch.setattr(common.runtime, "cpu_flags", lambda flag=flag: {"avx2", flag})
+        monkeypatch.setattr(common.machine, "cpu_flags", lambda flag=flag: {"avx2", flag})
         assert resolve_dtype(None, CPU) == ("bf16", None)
 
 
@@ -65,7 +66,7 @@ def test_bf16_stays_the_default_on_a_gpu(avx2_only):
 
 
 def test_onednn_held_below_bf16_counts_as_no_native_bf16(monkeypatch):
-    monkeypatch.setattr(common.runtime, "cpu_flags", lambda: {"avx512_bf16"})
+    monkeypatch.setattr(common.machine, "cpu_flags", lambda: {"avx512_bf16"})
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     name, notice = resolve_dtype(None, CPU)
     assert name == "fp32" and "ONEDNN_MAX_CPU_ISA=AVX2" in notice

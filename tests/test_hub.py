@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import socket
 import sys
+import warnings
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -203,15 +207,80 @@ def test_get_local_kernel_arguments_follow_its_signature(tmp_path):
 def test_offline_flash_attn_uses_an_installed_package_saying_so(offline, monkeypatch, tmp_path, capsys):
     (tmp_path / "toy_flash_pkg.py").write_text(TOY_FLASH_ATTN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(attention, "FLASH_PACKAGES", ("no_such_flash_package", "toy_flash_pkg"))
+    monkeypatch.setattr(attention, "FLASH_PACKAGES", {"no_such_flash_package": "none", "toy_flash_pkg": "a toy"})
     func, source = attention.installed_flash_attn(hub.HubError("the Hub is unreachable"), FLASH_ATTN3)
     assert source == "pkg-toy_flash_pkg" and func.__module__ == "toy_flash_pkg"
     assert "using the installed toy_flash_pkg package instead" in capsys.readouterr().out
 
 
+def fa4_stand_in(monkeypatch, cute_dir: Path | None = None) -> list[dict]:
+    """FlashAttention 4 as `pip install flash-attn-4` leaves it, put in sys.modules: `flash_attn` a bare namespace
+    package (no flash_attn_func of its own) and `flash_attn.cute.flash_attn_func(q, k, v, ..., causal=...)` on
+    [B, S, H, D], returning (out, lse) with lse None when neither asked for nor needed for a gradient, as
+    flash_attn/cute/interface.py does. No FA3 (`flash_attn_interface`) is installed. With `cute_dir`, the
+    namespace's path is that folder and `flash_attn.cute` is imported from it instead. Returns the calls' kwargs."""
+    calls: list[dict] = []
+
+    def flash_attn_func(q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False, **kwargs):
+        calls.append({"causal": causal, **kwargs})
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=softmax_scale)
+        return out.transpose(1, 2), None
+
+    namespace = ModuleType("flash_attn")
+    namespace.__path__ = [str(cute_dir)] if cute_dir else []
+    monkeypatch.setitem(sys.modules, "flash_attn", namespace)
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)  # import flash_attn_interface: not installed
+    if cute_dir is None:
+        cute = ModuleType("flash_attn.cute")
+        cute.flash_attn_func = flash_attn_func
+        monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    return calls
+
+
+def test_offline_flash_attn_takes_fa4s_flash_attn_cute_not_the_bare_flash_attn_namespace(offline, monkeypatch, capsys):
+    fa4_stand_in(monkeypatch)
+    func, source = attention.installed_flash_attn(hub.HubError("the Hub is unreachable"), FLASH_ATTN3)
+    assert source == "pkg-flash_attn_cute" and func is sys.modules["flash_attn.cute"].flash_attn_func
+    assert "using the installed flash_attn.cute package instead (FlashAttention 4" in capsys.readouterr().out
+
+
+def test_fa4s_out_and_lse_pair_gives_the_causal_reference_output(monkeypatch):
+    calls = fa4_stand_in(monkeypatch)
+    cpu = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
+    q, k, v = attention.make_qkv(2, 3, 16, 8, cpu, layout="bshd")
+    func, _ = attention.installed_flash_attn(hub.HubError("offline"), FLASH_ATTN3)
+    out = load_script("04_d_kernels_attention").flash_attention(func, q, k, v)
+    expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)
+    assert calls == [{"causal": True}]  # no return_lse: FA4 then allocates no lse
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_fa4s_compile_time_aux_data_warning_is_silenced_and_no_other(monkeypatch):
+    fa4_stand_in(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        attention.installed_flash_attn(hub.HubError("offline"), FLASH_ATTN3)
+        warnings.warn(
+            "Argument aux_data (position 17) cannot be converted to a JitArgument for function 'cutlass___call___'",
+            UserWarning,
+            stacklevel=1,
+        )
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["another warning"]
+
+
+def test_an_installed_fa4_that_lacks_a_dependency_is_one_line_naming_it(offline, monkeypatch, tmp_path):
+    (tmp_path / "cute").mkdir()
+    (tmp_path / "cute" / "__init__.py").write_text("import cutlass_dsl_not_installed_here\n")
+    fa4_stand_in(monkeypatch, cute_dir=tmp_path)
+    message = failure(lambda: attention.installed_flash_attn(hub.HubError("offline"), FLASH_ATTN3))
+    assert message.startswith("the installed flash_attn.cute package (FlashAttention 4")
+    assert message.endswith("does not import: No module named 'cutlass_dsl_not_installed_here'")
+
+
 @needs_kernels
 def test_offline_flash_attn_without_any_kernel_says_how_to_get_one(offline, no_network, monkeypatch):
-    monkeypatch.setattr(attention, "FLASH_PACKAGES", ("no_such_flash_package",))
+    monkeypatch.setattr(attention, "FLASH_PACKAGES", {"no_such_flash_package": "none"})
 
     def load() -> None:
         try:
@@ -277,3 +346,24 @@ def test_kernels_attention_with_a_fused_local_kernel_matches_its_guess(tmp_path)
     for step in trace.steps:
         assert [k.family for k in step.kernels] == ["attention"]
         assert step.cpu_ops["aten::transpose"] == 0
+
+
+def fa4_installed() -> bool:
+    """Whether flash-attn-4's `flash_attn.cute` is installed, found without importing it."""
+    try:
+        return importlib.util.find_spec("flash_attn.cute") is not None
+    except ImportError:  # no `flash_attn` at all
+        return False
+
+
+@pytest.mark.gpu
+@requires_cuda
+@needs_kernels
+@pytest.mark.skipif(not fa4_installed(), reason="needs flash-attn-4 (flash_attn.cute)")
+def test_kernels_attention_offline_runs_fa4s_kernel_and_its_guess_holds(offline, tmp_path):
+    """No Hub: 04_d takes the installed FA4, its output matches the reference, and --strict holds its guess."""
+    script = load_script("04_d_kernels_attention")
+    assert script.main(["--strict", "--traces-dir", str(tmp_path)]) == 0
+    trace = read_trace(tmp_path / "04_d_kernels_attention" / "8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager.json")
+    for step in trace.steps:
+        assert len(step.kernels) == 1 and re.search(script.FA4_KERNEL, step.kernels[0].name)

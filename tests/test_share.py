@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from common.export import LOGIN_COMMAND, hub_token_path, share_command, share_lines
+from common.share import LOGIN_COMMAND, hub_token_path, share_command, share_lines
 
 USAGE_ERRORS = ("Usage:", "usage:", "No such option", "Missing argument", "No solution found", "unsatisfiable")
 

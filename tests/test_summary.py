@@ -16,16 +16,18 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.figures import summarize
 from common.naming import short_name
-from common.summary import main, top_kernels
+from common.summary import _ratio, fitted_names, main, top_kernels
 from common.trace import parse
 
 
 def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:
-    """The tiny GPU trace with its kernel times scaled by `scale` and suite metadata for `tag`."""
+    """The tiny GPU trace with its GPU work `scale` times as long (and as late, so a stream still runs one thing at
+    a time) and suite metadata for `tag`."""
     data = tiny_gpu_trace()
     for e in data["traceEvents"]:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
             e["dur"] *= scale
+            e["ts"] *= scale
     data["suite"] = {"script": "04_x", "tag": tag, "label": "fwd", "dtype": "bf16", "flops": 312e6, "bytes": 2039e3}
     return data
 
@@ -152,6 +154,27 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path, capsys):
         assert err.startswith("error: ") and why in err and str(path) in err
 
 
+def test_an_unreadable_file_in_a_folder_is_one_line_and_the_others_are_summarised(traces, tmp_path, capsys):
+    bad = bad_input(tmp_path)
+    for path in bad.values():
+        shutil.copy(path, traces / "04_x" / path.name)
+    code, out, err = summary(capsys, traces)
+    assert code == 0 and "04_x/a_fast" in out and "04_x/b_slow" in out and "01_x/8_bf16_cold_eager" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 2, err
+    for why, path in bad.items():
+        assert sum(why in line and str(traces / "04_x" / path.name) in line for line in lines) == 1, (why, err)
+
+
+def test_a_folder_of_only_unreadable_files_names_each_and_exits_2(tmp_path, capsys):
+    bad = bad_input(tmp_path)
+    code, out, err = summary(capsys, *bad.values())
+    lines = err.strip().splitlines()
+    assert (code, out) == (2, "") and len(lines) == 3, err
+    assert all(why in line for why, line in zip(bad, lines, strict=False))
+    assert lines[-1].startswith("error: none of the 2 traces could be read")
+
+
 def test_missing_paths_and_empty_folders_are_skipped_with_a_notice(traces, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, out, err = summary(capsys, traces / "04_x", tmp_path / "empty", tmp_path / "missing")
@@ -214,3 +237,76 @@ def test_the_summary_and_the_diff_start_without_torch():
     probe = "import sys, common.summary, common.diff; sys.exit('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_help_says_unreadable_files_are_skipped_and_a_trace_without_steps_is_one_step(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "stops the run" not in text
+    assert "exit status is 2 only when none could be read" in text and "one step over the whole trace" in text
+
+
+def test_shortened_names_keep_the_words_that_tell_the_rows_apart(capsys):
+    fixtures = ROOT / "tests" / "fixtures" / "h200"
+    code, out, _ = summary(capsys, fixtures)
+    lines = out.split("\n\n")[1].splitlines()[2:]
+    names = [line.split("  ")[0] for line in lines]
+    assert code == 0 and len(names) == len(set(names)) == len(list(fixtures.rglob("*.json.gz"))), names
+    assert all(len(line) <= 120 for line in out.splitlines())
+    training = [n for n in names if n.startswith("05/")]
+    assert sum("cudagraphs" in n for n in training) == 2 and sum(n.endswith("_eager") for n in training) == 2
+
+
+def test_names_sharing_their_words_but_one_are_cut_to_that_word():
+    tags = ["1_128_768_12_3072_amp_bf16_cold_eager", "1_128_768_12_3072_fused_amp_bf16_cold_eager"]
+    names = fitted_names([f"05_training_step/{t}" for t in tags], 26)
+    assert sorted(names.values()) == ["05/1_128_768_12_…", "05/1_128_768_12_…_fused_…"]
+
+
+def test_a_tiny_ratio_prints_as_less_than_a_thousandth_never_an_exponent():
+    assert [_ratio(v) for v in (3.38e-05, 0.00106, 0.26, 1.0, 214.0, 12_345.0, None)] == [
+        "< 0.001", "0.00106", "0.260", "1.00", "214", "12,345", "—"]  # fmt: skip
+
+
+def ddp_rank(tag: str, rank: int, cpu_us: float) -> dict:
+    """One rank of a two-rank run of 06 as the suite writes it: a GEMM and an all-reduce per step."""
+    events = []
+    for n, start in ((2, 0), (3, 1000)):
+        events += [
+            ev("user_annotation", f"ProfilerStep#{n}", start, 900),
+            ev("user_annotation", "train_step", start + 1, cpu_us),
+            ev("cuda_runtime", "cudaLaunchKernel", start + 2, 3, correlation=10 * n),
+            ev("cuda_runtime", "cudaLaunchKernel", start + 6, 3, correlation=10 * n + 1),
+            ev("kernel", "nvjet_sm90_tst_128x128_64x4", start + 5, 100, tid=7, correlation=10 * n),
+            ev("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)", start + 110, 50, tid=8,
+               correlation=10 * n + 1),
+        ]  # fmt: skip
+    meta = {"script": "06_ddp_training_step", "tag": f"{tag}_rank{rank}", "label": "train_step", "rank": rank,
+            "world_size": 2, "backend": "nccl"}  # fmt: skip
+    info = {"backend": "nccl", "rank": rank, "world_size": 2}
+    return {
+        "traceEvents": events,
+        "distributedInfo": info,
+        "suite": meta,
+        "deviceProperties": [{"name": "NVIDIA H200"}],
+    }
+
+
+def test_a_folder_of_three_ddp_runs_has_a_rank_table_and_a_spread_per_run(tmp_path, capsys):
+    folder = tmp_path / "06_ddp_training_step"
+    folder.mkdir()
+    runs = {"cap25_overlap": 400, "cap25_nooverlap": 500, "cap5_overlap": 600}
+    for words, cpu in runs.items():
+        tag = f"8_1024_768_12_3072_{words}_amp_bf16_cold_eager"
+        for rank in (0, 1):
+            (folder / f"{tag}_rank{rank}.json").write_text(json.dumps(ddp_rank(tag, rank, cpu * (1 + rank / 100))))
+    code, out, _ = summary(capsys, folder)
+    assert code == 0
+    assert all(len(line) <= 120 for line in out.splitlines()), max(out.splitlines(), key=len)
+    titles = [line for line in out.splitlines() if line.startswith("Ranks of ")]
+    assert len(titles) == 3 and all("(2 ranks)" in t for t in titles)
+    assert sorted(w for w in runs if any(w + "_" in t for t in titles)) == sorted(runs)
+    assert out.count("spread, slowest ÷ fastest rank: GPU 1×, CPU 1.01×") == 3  # never 1.5×: across runs
+    names = [line.split("  ")[0] for line in out.split("\n\n")[1].splitlines()[2:]]
+    assert len(names) == len(set(names)) == 6, names

@@ -55,15 +55,17 @@ def test_runtime_and_driver_calls_are_counted_per_step():
 
 
 def test_cpu_ops_nested_ones_included_and_the_region_per_step():
-    first, second = parse(tiny_gpu_trace()).steps
+    first, second = parse(tiny_gpu_trace(), region="fwd").steps
     assert first.cpu_ops == {"aten::matmul": 1, "aten::mm": 1, "aten::add": 1}
     assert second.cpu_ops == {"aten::mm": 1}
     assert (first.region_us, second.region_us) == (80, 40)
 
 
-def test_label_is_guessed_without_metadata_and_the_device_comes_from_its_properties():
+def test_without_metadata_no_label_is_guessed_the_cpu_time_is_the_step_span_and_the_device_from_its_properties():
     trace = parse(tiny_gpu_trace())
-    assert trace.label == "fwd" and trace.has_gpu and trace.device_name == "NVIDIA A100-SXM4-80GB"
+    assert trace.label is None and trace.cpu_what == "the ProfilerStep#N span"
+    assert [s.region_us for s in trace.steps] == [100, 50]
+    assert trace.has_gpu and trace.device_name == "NVIDIA A100-SXM4-80GB"
 
 
 def test_cpu_only_trace_has_no_gpu_lane_and_reads_its_metadata():
@@ -102,7 +104,7 @@ def test_cpu_ops_go_to_the_step_and_phase_a_lookup_of_each_op_by_start_time_give
         events += [ev("cpu_op", rng.choice(["aten::mm", "aten::add", "aten::relu"]), ts, 0.5) for ts in times]
         t = end + rng.choice([0, 0, 2])  # the next step starts as this one ends, or after a gap
     rng.shuffle(events)  # an autograd thread's ops are written out of time order
-    trace = parse({"traceEvents": events}, label="train_step")
+    trace = parse({"traceEvents": events}, region="train_step")
 
     def latest(spans, ts):
         i = bisect.bisect_right([span[0] for span in spans], ts) - 1
@@ -174,7 +176,7 @@ def test_cpu_op_counts_per_step_agree_with_prof_events(tmp_path):
     steps = [e for e in prof.events() if e.name.startswith("ProfilerStep")]
     expected = [sum(1 for e in prof.events() if not e.is_user_annotation and step_root(e) is s) for s in steps]
     trace = read_trace(path)
-    assert len(trace.steps) == 3 and trace.label == "fwd" and not trace.has_gpu
+    assert len(trace.steps) == 3 and trace.label is None and not trace.has_gpu
     assert [sum(s.cpu_ops.values()) for s in trace.steps] == expected
     assert all(s.cpu_ops["aten::mm"] == 1 and s.cpu_ops["aten::add"] == 1 for s in trace.steps)
 

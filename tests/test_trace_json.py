@@ -61,7 +61,7 @@ def test_nan_and_infinity_tokens_anywhere_are_read_and_their_events_skipped(tmp_
     path = tmp_path / "nan.json"
     path.write_text(text)
     monkeypatch.setattr(trace_json, "BLOCK_BYTES", block)
-    trace = read_trace(path)
+    trace = read_trace(path, region="fwd")
     assert trace.skipped == 1 and [s.number for s in trace.steps] == [2, 3]
     assert "aten::odd" not in trace.steps[0].cpu_ops and trace.steps[0].region_us == 80
 

@@ -10,17 +10,18 @@ import pytest
 import torch
 from helpers import FIXTURES, ev, load_script, run, usage_error
 
-from common.block import (
-    AMP,
+from common.block import AMP, block_reference, saved_for_backward
+from common.cli import SuiteError
+from common.diff import main as diff_main
+from common.guess import (
     BESIDES_GEMMS,
-    block_reference,
+    check_guess,
     expect_graph_launches,
     expect_kernel_launches,
+    expect_kernels,
+    expect_op,
     in_phase,
-    saved_for_backward,
 )
-from common.diff import main as diff_main
-from common.guess import check_guess, expect_kernels, expect_op
 from common.summary import main as summary_main
 from common.trace import parse, read_trace
 
@@ -198,6 +199,19 @@ def test_a_phase_guess_counts_only_what_its_phase_launched():
     verdicts = check_guess(parse(phase_trace()), guess)
     assert [v.seen for v in verdicts] == [[1], [1], [1], [2], [2], [1], [2], [1], [0]]
     assert verdicts[1].expect.title == "forward: kernels besides GEMMs"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [expect_kernel_launches(2, ""), expect_graph_launches(1, ""), expect_kernels(BESIDES_GEMMS, 1, "")],
+    ids=["kernel launches", "graph launches", "besides GEMMs"],
+)
+def test_a_phase_count_outside_in_phase_is_refused_in_one_line(line):
+    with pytest.raises(SuiteError, match=r"observes nothing: wrap it in in_phase"):
+        check_guess(parse(phase_trace()), [expect_op("aten::mm", 2, ""), line])
+    cpu_only = {"traceEvents": [e for e in phase_trace()["traceEvents"] if e["cat"] not in ("kernel",)]}
+    with pytest.raises(SuiteError, match=r"in_phase"):  # refused on a CPU trace too, where GPU lines go unchecked
+        check_guess(parse({**cpu_only, "suite": {"label": "train_step"}}), [line])
 
 
 def test_the_h200_backward_launches_twice_the_forwards_gemm_calls():
