@@ -103,8 +103,10 @@ def trial_save(repo: Path, work: Path, earlier: dict[str, bytes]) -> tuple[str, 
     after = visible(folder)
     bad = verdict(earlier, after, [sorted(earlier)])
     bad += ["error line"] * ("error:" in err) + [f"left {len(hidden(folder))} temporaries"] * bool(hidden(folder))
+    bad += ["traceback"] * ("Traceback" in err) + [f"rc {proc.returncode}"] * (proc.returncode not in (0, 130))
     shutil.rmtree(traces)
-    return f"delay {delay * 1000:5.1f} ms rc {proc.returncode}", bad
+    tail = f" stderr {err.strip()[-300:]!r}" if bad else ""
+    return f"delay {delay * 1000:5.1f} ms rc {proc.returncode}{tail}", bad
 
 
 def torchrun_cmd(traces: Path) -> list[str]:

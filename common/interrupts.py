@@ -9,8 +9,9 @@ temporaries a save had open (never a file under a final name) and exits. A Ctrl-
 before `setup()`, is Python's own. A signal the process was started with ignored (`nohup` ignores SIGHUP,
 `trap '' INT` SIGINT) stays ignored.
 
-Renames that must all land or none (common.export's commit) run inside `atomic()`: a first signal is taken
-after the block, and a second waits for its end (at most HARD_EXIT_WAIT_S) before the process ends.
+Renames that must all land or none (common.export's commit) run inside `atomic()`: a first signal still
+waiting when it begins is taken before it, one arriving during it after it, and a second waits for its end
+(at most HARD_EXIT_WAIT_S) before the process ends.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class _State:
     open_files: set[Path] = set()  # temporaries to remove if the process must end at once
     wakeup_write: int | None = None  # the pipe the C-level handler writes each signal's number to
     seen = 0  # signals since install()
+    taken = False  # a signal was raised as `Interrupted` since install(): the run is ending
     renaming = threading.RLock()  # held by `atomic()`: the watchdog takes it before it ends the process
     atomic_depth = 0  # `atomic()` blocks the main thread is in: a first signal waits for their end
 
@@ -65,7 +67,7 @@ def _raise_when_safe(signum: int, frame: FrameType | None) -> None:
         if hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_REAL, POLL_S)  # look again soon (SIGALRM comes back here)
         return
-    pending, _state.pending = _state.pending, None
+    pending, _state.pending, _state.taken = _state.pending, None, True
     raise Interrupted(pending)
 
 
@@ -111,35 +113,49 @@ def install() -> None:
             os.set_blocking(_state.wakeup_write, False)
             threading.Thread(target=_watchdog, args=(read,), name="signal-watchdog", daemon=True).start()
         signal.set_wakeup_fd(_state.wakeup_write, warn_on_full_buffer=False)
-    _state.installed, _state.seen, _state.pending = True, 0, None
+    _state.installed, _state.seen, _state.pending, _state.taken = True, 0, None, False
     on_exit(uninstall)
 
 
+def _end_quietly(signum: int, frame: FrameType | None) -> None:
+    os._exit(128 + signum)
+
+
 def uninstall() -> None:
-    """Give the signals back to the handlers they had before `install()`."""
+    """Give the signals back to the handlers they had before `install()`. After a signal (the run is ending,
+    its `interrupted` said), one more ends the process at once and quietly instead: Python's own handler would
+    raise a KeyboardInterrupt into the interpreter's shutdown, with a traceback."""
     if not _state.installed or threading.current_thread() is not threading.main_thread():
         return
-    if hasattr(signal, "setitimer"):
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in _state.previous.items():
-        signal.signal(signum, handler)
-    if _state.wakeup_write is not None:
-        signal.set_wakeup_fd(-1)
-    _state.previous, _state.pending, _state.installed = {}, None, False
+    with _state.renaming:  # a hard exit under way holds it to the end: its exit code, not the run's, is the one
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in _state.previous.items():
+            signal.signal(signum, _end_quietly if (_state.seen or _state.taken) and signum in SIGNALS else handler)
+        if _state.wakeup_write is not None:
+            signal.set_wakeup_fd(-1)
+        _state.previous, _state.pending, _state.installed = {}, None, False
+
+
+def _take_pending() -> None:
+    """Raise the signal waiting for a safe point now, where the caller's stack is one (outside torch.profiler)."""
+    if _state.pending is not None and _state.installed and threading.current_thread() is threading.main_thread():
+        _raise_when_safe(_state.pending, sys._getframe())
 
 
 @contextlib.contextmanager
 def atomic() -> Iterator[None]:
-    """A block of renames that must all happen or none: a first signal raises `Interrupted` after it (at
-    the next safe point), and a second signal's hard exit waits for it to end. Keep it to a few system calls."""
+    """A block of renames that must all happen or none. A signal still waiting for a safe point when it
+    begins is taken before it (the renames do not start); one that arrives during it raises `Interrupted`
+    after it, and a second signal's hard exit waits for it to end. Keep it to a few system calls."""
+    _take_pending()
     with _state.renaming:
         _state.atomic_depth += 1
         try:
             yield
         finally:
             _state.atomic_depth -= 1
-    if _state.pending is not None and _state.installed and threading.current_thread() is threading.main_thread():
-        _raise_when_safe(_state.pending, sys._getframe())  # now, not at the next poll, unless inside torch.profiler
+    _take_pending()  # now, not at the next poll
 
 
 def removed_on_hard_exit(*paths: Path) -> None:

@@ -75,7 +75,7 @@ def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_
         trace = read_trace(folder / next(n for n in after if n.endswith(".json")))
         assert len(trace.steps) == 60
     lines = err.strip().splitlines()
-    assert proc.returncode in (0, 130) and "error:" not in err and "Traceback" not in err, err
+    assert proc.returncode in (0, 130) and "error:" not in err and "Traceback" not in err, (proc.returncode, err)
     assert proc.returncode == 0 or lines[-1] == "interrupted"
 
 
