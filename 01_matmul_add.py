@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     fn = torch.compile(matmul_add) if args.compile else matmul_add
 
     tag = run.tag(f"{args.batch}x{n}" if args.batch else n)
-    with torch.no_grad(), recording(run, tag, "matmul_add", work) as rec:  # files: traces/01_matmul_add/<tag>.*
+    with torch.no_grad(), recording(run, tag, work) as rec:  # files: traces/01_matmul_add/<tag>.*
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: fn(x, w, b))
         with profile(
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 prof.step()
         ref = run.reference_dtype
         expected = matmul_add(x.to(ref), w.to(ref), b.to(ref))
-    return finish(rec, guess(args.compile, bool(args.batch)), y, expected, bench=lambda: fn(x, w, b))
+    return finish(rec, guess(args.compile, bool(args.batch)), y, expected, step=lambda: fn(x, w, b))
 
 
 if __name__ == "__main__":

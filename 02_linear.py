@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
     layer = torch.compile(linear_layer) if args.compile else linear_layer
 
-    with torch.no_grad(), recording(run, run.tag(*shape_of(args, SHAPE)), "linear_fwd", work) as rec:
+    with torch.no_grad(), recording(run, run.tag(*shape_of(args, SHAPE)), work) as rec:
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: layer(x))
         with profile(
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 prof.step()
         w, b, ref = linear_layer.weight, linear_layer.bias, run.reference_dtype
         expected = x.to(ref) @ w.to(ref).T + b.to(ref)
-    return finish(rec, guess(args.compile), y, expected, bench=lambda: layer(x), what="nn.Linear")
+    return finish(rec, guess(args.compile), y, expected, step=lambda: layer(x), what="nn.Linear")
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     x = make_input(args.batch, args.seq, args.dim, run.device, run.dtype)  # [batch, seq, dim]
     mlp = torch.compile(liger) if args.compile else liger
 
-    with torch.no_grad(), recording(run, run.tag(*shape, source), "mlp_fwd", work) as rec:
+    with torch.no_grad(), recording(run, run.tag(*shape, source), work) as rec:
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: mlp(x))
         with profile(
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
                 prof.step()
         expected = geglu_reference(liger, x, run.dtype)
-    return finish(rec, guess(args.compile), y, expected, bench=lambda: mlp(x), what=f"LigerGEGLUMLP ({source})")
+    return finish(rec, guess(args.compile), y, expected, step=lambda: mlp(x), what=f"LigerGEGLUMLP ({source})")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     x = make_input(args.batch, args.seq, args.dim, run.device, run.dtype)  # [batch, seq, dim]
     mlp = torch.compile(model) if args.compile else model
 
-    with torch.no_grad(), recording(run, run.tag(*shape), "mlp_fwd", work) as rec:
+    with torch.no_grad(), recording(run, run.tag(*shape), work) as rec:
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: mlp(x))
         with profile(
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
                 prof.step()
         expected = geglu_reference(model, x, run.dtype)
-    return finish(rec, guess(args.compile), y, expected, bench=lambda: mlp(x), what="SimpleGeGLUMLP")
+    return finish(rec, guess(args.compile), y, expected, step=lambda: mlp(x), what="SimpleGeGLUMLP")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     attention = torch.compile(sdpa_attention) if args.compile else sdpa_attention
 
     tag = run.tag(*shape, args.backend)
-    with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]), recording(run, tag, "attn_fwd", work) as rec:
+    with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]), recording(run, tag, work) as rec:
         require_sdpa_backend(args.backend, q, k, v, run)  # only this backend may run: say so if it cannot
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: attention(q, k, v))
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = reference_attention(q, k, v, run.reference_dtype)
         guessed = guess(args.backend, args.compile, run.on_gpu, run.dtype != torch.float32)
         # still pinned: --bench times the same backend
-        return finish(rec, guessed, out, expected, bench=lambda: attention(q, k, v), what=f"SDPA ({args.backend})")
+        return finish(rec, guessed, out, expected, step=lambda: attention(q, k, v), what=f"SDPA ({args.backend})")
 
 
 if __name__ == "__main__":

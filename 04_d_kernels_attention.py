@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     q, k, v = make_qkv(*shape, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
     fn = torch.compile(flash_attention) if args.compile else flash_attention
 
-    with torch.no_grad(), recording(run, run.tag(*shape, source), "attn_fwd", work) as rec:
+    with torch.no_grad(), recording(run, run.tag(*shape, source), work) as rec:
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: fn(flash_attn_func, q, k, v))
         with profile(

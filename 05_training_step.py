@@ -118,7 +118,7 @@ def train_step(model, x, target, optimizer, amp):
 
 def guess(variant: str, precision: str, fused_optimizer: bool, on_gpu: bool) -> list[Expect]:
     """What one profiled step should show, phase by phase, written down before looking (corrected after the
-    H200 run where the trace was right: README_training_step.md lists each first guess that missed, and why).
+    H200 run where the trace was right: README.md's training-step section lists each first guess that missed, and why).
 
     variant: eager, compile or cudagraphs; precision: "amp" (fp32 parameters, bf16 autocast) or bf16/fp16/fp32.
     """
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     checked = train_step(model, x, target, optimizer, amp).clone()
     print("\n".join(memory_lines(block, optimizer, saved_for_backward(*shape, precision, run.dtype))))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
-    with recording(run, run.tag(*shape, *variant_words), "train_step", work) as rec:
+    with recording(run, run.tag(*shape, *variant_words), work) as rec:
         if args.warmup:  # a few unprofiled steps first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: train_step(model, x, target, optimizer, amp))
         with profile(
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 prof.step()
     guessed = guess(variant, precision, args.fused_optimizer, run.on_gpu)
     return finish(
-        rec, guessed, checked, expected, bench=lambda: train_step(model, x, target, optimizer, amp), what="DecoderBlock"
+        rec, guessed, checked, expected, step=lambda: train_step(model, x, target, optimizer, amp), what="DecoderBlock"
     )
 
 

@@ -1,18 +1,29 @@
 """Profile 05_training_step.py's training step under DistributedDataParallel, one trace per rank (beyond the posts).
 
 Usage:
-    torchrun --nproc-per-node 2 06_ddp_training_step.py                       # 2 GPUs (NCCL), or 2 CPU ranks (gloo)
-    torchrun --nproc-per-node 2 06_ddp_training_step.py --no-overlap          # all-reduce after the backward
-    torchrun --nproc-per-node 2 06_ddp_training_step.py --bucket-cap-mb 5     # smaller buckets, more all-reduces
-    uv run python -m common.summary traces/06_ddp_training_step               # a row per rank, and the spread
+    uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py     # 2 GPUs (NCCL), 2 CPU ranks (gloo)
+    uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py --no-overlap   # all-reduce after backward
+    uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py --bucket-cap-mb 5  # more, smaller buckets
+    uv run torchrun --standalone --nproc-per-node 1 06_ddp_training_step.py     # one GPU: DDP on one rank
+    uv run python -m common.summary traces/06_ddp_training_step                 # a row per rank, and the spread
 
 The block, loss and AdamW step are 05_training_step.py's; DDP averages the gradients across ranks in buckets
 of --bucket-cap-mb MiB, each bucket's all-reduce starting while the backward still runs (overlap). Every rank
 writes traces/06_ddp_training_step/<tag>_rank<r>.json and .txt; the trace's distributedInfo and the suite's
-metadata carry the rank and the world size.
+metadata carry the rank and the world size. One rank runs too (DDP's reducer, hooks and buckets), but shows
+no communication exposed between ranks.
+
+Rank 0 prints the report; another rank prints only the lines whose words differ from rank 0's, as
+`[rank N] ...` (each rank's figures: the summary). torchrun adds lines of its own: `W...` log lines first
+(with 2+ ranks, that it set OMP_NUM_THREADS=1 per rank; LOGLEVEL=ERROR before the command hides that), and
+after a rank fails (a refusal, Ctrl-C, a signal) a ChildFailedError or SignalException traceback and a box of
+failures, then it exits 1. Read the rank's `error:` line above them: the box's `Root Cause ... traceback :`
+entry repeats it, and its `exitcode` entries are the ranks' own codes (2 for a refusal on every rank, 130 for
+Ctrl-C, 143 for SIGTERM).
 """
 
 import contextlib
+import dataclasses
 
 import torch
 import torch.distributed as dist
@@ -22,11 +33,24 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.block import AMP, AMP_DTYPE_HELP, SHAPE, block_work, check_shape, make_batch
-from common.cli import cli, positive_float
-from common.ddp import expected_buckets, torchrun_launch
+from common.cli import cli
+from common.ddp import (
+    TORCHRUN,
+    add_ddp_flags,
+    ddp_memory,
+    expected_buckets,
+    not_launched,
+    one_verdict,
+    rank_line,
+    read_together,
+    start_process_group,
+    torchrun_launch,
+)
 from common.guess import Expect, expect_kernels, expect_op
 from common.recording import finish, recording
-from common.runtime import add_shape_flags, make_parser, setup, shape_of
+from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+
+SCRIPT = "06_ddp_training_step.py"
 
 
 class RMSNorm(nn.Module):
@@ -100,7 +124,7 @@ def train_step(model, x, target, optimizer, amp, overlap):
         optimizer.zero_grad(set_to_none=True)
 
 
-def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
+def guess(all_reduces: int, parameters: int, on_gpu: bool, world_size: int) -> list[Expect]:
     """What one profiled step should show on every rank, written down before looking."""
     lines = [
         expect_op("c10d::allreduce_", all_reduces, "one all-reduce per gradient bucket (one in all without overlap)"),
@@ -109,41 +133,38 @@ def guess(all_reduces: int, parameters: int, on_gpu: bool) -> list[Expect]:
     if on_gpu:
         return lines + [
             expect_op("aten::_foreach_lerp_", 1, "AdamW's foreach step (the default on a GPU): one call for all"),
-            expect_kernels("communication", all_reduces, "one NCCL all-reduce kernel each, on its own stream"),
+            expect_kernels("communication", all_reduces, "one NCCL all-reduce kernel each, on its own stream")
+            if world_size > 1
+            else expect_kernels("communication", 0, "one rank: NCCL's in-place all-reduce returns at once, no kernel"),
         ]
     return lines + [expect_op("aten::lerp_", parameters, "AdamW on the CPU loops: one first-moment update each")]
 
 
 @cli
 def main(argv: list[str] | None = None) -> int:
+    launch = torchrun_launch(SCRIPT)  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, checked; None without them
     parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
     add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
-    ddp = parser.add_argument_group("data parallel")
-    ddp.add_argument(
-        "--bucket-cap-mb",
-        type=positive_float,
-        default=None,
-        help="DDP's gradient bucket size in MiB (default: DDP's, 25, with a first bucket of 1 MiB)",
-    )
-    ddp.add_argument(
-        "--no-overlap",
-        action="store_true",
-        help="all-reduce the gradients after the backward instead of during it, for the comparison (default: off)",
-    )
+    add_ddp_flags(parser)  # --bucket-cap-mb, --no-overlap, --startup-timeout
     args = parser.parse_args(argv)
-    launch = torchrun_launch()  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun; one line if they are not there
+    if launch is None:
+        raise not_launched(SCRIPT)
     if args.device == "auto" and torch.cuda.is_available():
         args.device = f"cuda:{launch.local_rank}"  # one GPU per rank
     amp = args.dtype is None
-    args.dtype = args.dtype or "bf16"
+    precision, args.dtype = AMP if amp else args.dtype, args.dtype or "bf16"
     run = setup(args, __file__)
+    run = dataclasses.replace(run, launcher=f"{TORCHRUN} {launch.local_world_size}")  # for the commands it prints
     check_shape(args.dim, args.heads)
     backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes
-    dist.init_process_group(backend)
+    print(rank_line(launch, backend))
+    shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
+    param_dtype = torch.float32 if amp else run.dtype
+    work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
+    start_process_group(launch, backend, args.startup_timeout)  # with a timeout that names the ranks it waited for
     try:
-        shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
-        param_dtype = torch.float32 if amp else run.dtype
-        work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
+        with one_verdict(launch):  # every rank checks; a shape one rank cannot hold stops them all, before any tensor
+            fit_machine(run, *ddp_memory(shape, precision, run.dtype, launch, run.on_gpu), work.flops)
         torch.manual_seed(0)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
         block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
         model = DistributedDataParallel(block, bucket_cap_mb=args.bucket_cap_mb)
@@ -155,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 
-        with recording(run, tag, "train_step", work, meta) as rec:
+        with recording(run, tag, work, meta) as rec:
             if args.warmup:  # a few unprofiled steps first, so set-up costs stay out of the trace
                 rec.warm_up(lambda: train_step(model, x, target, optimizer, amp, not args.no_overlap))
             with profile(
@@ -174,8 +195,14 @@ def main(argv: list[str] | None = None) -> int:
             weights = [torch.zeros_like(block.attn.out_proj.weight) for _ in range(launch.world_size)]
             dist.all_gather(weights, block.attn.out_proj.weight.detach())
         # every rank took the same steps from the same averaged gradients: its weights must equal rank 0's
-        guessed = guess(all_reduces, len(list(block.parameters())), run.on_gpu)
-        return finish(rec, guessed, weights[-1], weights[0], what="the last rank's weights against rank 0's")
+        guessed = guess(all_reduces, len(list(block.parameters())), run.on_gpu, launch.world_size)
+        last = launch.world_size - 1
+        what = f"rank {last}'s out_proj weight " + ("(rank 0's is the reference)" if last else "(one rank: its own)")
+        with one_verdict(launch):  # rank 0's report; another rank prints only what differs from it
+            code = finish(rec, guessed, weights[-1], weights[0], what=what)
+            if last:
+                print(read_together(run.traces_dir, launch))
+        return code
     finally:
         dist.destroy_process_group()
 

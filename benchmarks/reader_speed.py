@@ -4,10 +4,13 @@ Setup: `uv sync --group bench` (orjson, pysimdjson, ijson; msgspec is the reader
 Usage (from the repository root; make the traces with benchmarks/make_trace.py, under /tmp):
     uv run --group bench python benchmarks/reader_speed.py /tmp/bench/trace_100mb.json [--runs 3] [--before REV]
     uv run --group bench python benchmarks/reader_speed.py BIG.json --runs 1 --only summary,before,simdjson
+    python3 benchmarks/reader_speed.py /tmp/bench/trace_100mb.json --runs 5 --only summary,folder   # 1 vs 8 traces
 
 Each cell is one fresh subprocess per run (the columns taken in turn, run after run), its wall time (imports
 included) taken here and its peak RSS from os.wait4, as min/median/max over --runs runs and the largest peak:
   summary   `python -m common.summary TRACE` in this checkout: what a user runs.
+  folder    the same on a folder of --copies hard links to TRACE (one copy each where links fail): a folder of
+            rank traces, read a process per core; "folder ÷ one" below the row is its median over summary's.
   before    the same in the `common/` of commit --before (exported with git archive into a temp folder), the
             reader this one replaces; --before "" leaves the column out.
   json      stdlib `json.load` of the whole file.        orjson, orjson-nogc  `orjson.loads` of its bytes, gc on/off.
@@ -25,6 +28,7 @@ import argparse
 import gc
 import gzip
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +42,7 @@ REPO = HERE.parent.parent
 BEFORE = "4ae4dcb"  # the last commit whose reader decoded JSON by hand (stdlib raw_decode, one event at a time)
 COLUMNS = {
     "summary": "`common.summary`",
+    "folder": "`common.summary`, folder of copies",
     "before": "summary before",
     "json": "stdlib `json.load`",
     "orjson": "`orjson.loads`",
@@ -90,10 +95,26 @@ def parse_worker(what: str, path: Path) -> None:
     print(count)
 
 
+def copies_of(trace: Path, count: int, into: Path) -> Path:
+    """A folder in `into` holding `count` hard links to `trace` (copies where the file system refuses links)."""
+    folder = into / f"{trace.name}.x{count}"
+    folder.mkdir()
+    suffix = ".json.gz" if trace.name.endswith(".gz") else ".json"
+    for i in range(count):
+        target = folder / f"rank{i}{suffix}"
+        try:
+            os.link(trace, target)
+        except OSError:
+            shutil.copyfile(trace, target)
+    return folder
+
+
 def command(what: str, trace: Path, before: Path | None, args: argparse.Namespace) -> tuple[list[str], Path]:
     """The command line that measures `what` on `trace`, and the folder it runs in."""
     if what == "summary":
         return [sys.executable, "-m", "common.summary", str(trace)], REPO
+    if what == "folder":
+        return [sys.executable, "-m", "common.summary", str(args.folders[trace])], REPO
     if what == "before":
         return [sys.executable, "-m", "common.summary", str(trace)], before
     if what == "hta":
@@ -118,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per cell (default 3)")
     parser.add_argument("--before", default=BEFORE, help=f"the commit whose summary is 'before' (default {BEFORE})")
     parser.add_argument("--only", help="comma-separated columns to measure: " + ",".join(COLUMNS))
+    parser.add_argument("--copies", type=int, default=8, help="traces in the folder column's folder (default 8)")
     parser.add_argument("--hta", action="store_true", help="also time HTA (slow: minutes at 100 MB)")
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python", help="a Python with HTA installed")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
@@ -126,8 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         parse_worker(args.worker, args.traces[0])
         return
-    if not args.traces or args.runs < 1:
-        parser.error("give at least one trace and --runs >= 1")
+    if not args.traces or args.runs < 1 or args.copies < 1:
+        parser.error("give at least one trace, --runs >= 1 and --copies >= 1")
     columns = [c for c in COLUMNS if (c != "hta" or args.hta) and (c != "before" or args.before)]
     if args.only:
         columns = [c for c in columns if c in args.only.split(",")]
@@ -139,8 +161,12 @@ def main(argv: list[str] | None = None) -> None:
                 ["git", "archive", args.before, "common"], cwd=REPO, capture_output=True, check=True
             )
             subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        if "folder" in columns:
+            args.folders = {t.resolve(): copies_of(t.resolve(), args.copies, Path(folder)) for t in args.traces}
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         print(
-            f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; before = {args.before}; {args.runs} run(s) a cell"
+            f"python {sys.version.split()[0]}, {cores} usable CPUs; before = {args.before}; {args.runs} run(s) a cell; "
+            f"folder = {args.copies} copies"
         )
         print("| trace | MB | " + " | ".join(COLUMNS[c] for c in columns) + " |")
         print("|---|---:|" + "---|" * len(columns), flush=True)
@@ -169,6 +195,10 @@ def ratios(name: str, size: int, runs: dict[str, list[Measured]]) -> str:
         parts.append(f"{median['before'] / median['summary']:.1f}x faster than before")
     if "simdjson" in median:
         parts.append(f"{median['summary'] / median['simdjson']:.1f}x the time of a pysimdjson parse")
+    if "folder" in median:
+        walls = sorted(r.wall_s for r in ok["folder"])
+        ratio = median["folder"] / median["summary"]
+        parts.append(f"folder ÷ one {ratio:.2f}x (the folder's runs {walls[0]:.2f}-{walls[-1]:.2f} s)")
     return "; ".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""Time a step without the profiler, to see what profiling costs."""
+"""--bench: time a step without the profiler, to see what profiling costs."""
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ UNTIMED_CALLS = 3  # calls before any timing, so compilation is not timed
 
 
 @dataclass(frozen=True)
-class Bench:
+class UnprofiledTime:
+    """A step's time without the profiler: wall clock, and on a GPU the stream's time."""
+
     wall_s: float  # median wall time per call, back to back for MIN_RUN_TIME_S (torch.utils.benchmark)
     wall_calls: int
     gpu_s: float | None  # median GPU-stream time per call of a short burst (CUDA events); None on the CPU
     gpu_calls: int
 
 
-def bench(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> Bench:
+def time_unprofiled(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> UnprofiledTime:
     """Median time per call of `step`: on a GPU, CUDA events around each call of a short burst;
     everywhere, wall clock over a sustained run.
 
@@ -58,5 +60,5 @@ def bench(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> Bench
         calls = len(wall.times) * wall.number_per_run
         if calls < MIN_CALLS:  # a slow step: time MIN_CALLS single calls rather than a median of one or two
             times = [timer.timeit(1).median for _ in range(MIN_CALLS)]
-            return Bench(statistics.median(times), MIN_CALLS, gpu, BURST_CALLS if on_gpu else 0)
-    return Bench(wall.median, calls, gpu, BURST_CALLS if on_gpu else 0)
+            return UnprofiledTime(statistics.median(times), MIN_CALLS, gpu, BURST_CALLS if on_gpu else 0)
+    return UnprofiledTime(wall.median, calls, gpu, BURST_CALLS if on_gpu else 0)

@@ -11,7 +11,8 @@ counts changed. Kernels are paired by their exact name first; then, within a fam
 instantiations of one template chosen among by their calls and time; then by a close name, so an A100 and an
 H200 trace of one script pair their GEMMs. A copy pairs only with a copy the same way (never DtoH with DtoD),
 and the headline calls a kernel whose template runs in both traces "one instantiation of", never gone or new.
-Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON.
+Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one
+larger than 64 MiB is refused, naming the byte where it starts).
 """
 
 from __future__ import annotations
@@ -216,17 +217,21 @@ def comparability(a: Trace, b: Trace) -> list[str]:
 
 
 def phase_diff(a: Trace, b: Trace, markdown: bool = False) -> str:
-    """A row per phase of A or B: CPU time, GPU busy time and launches (kernel + graph) per step, A then B."""
+    """A row per phase of A or B: CPU time, GPU busy time and launches (kernel + graph) per step, A then B; the
+    dash where a trace has no such phase, no GPU lane (a CPU trace) or, for GPU busy, no GPU activity."""
     cells = []
     for name in dict.fromkeys([*a.phases, *b.phases]):
 
-        def median(trace: Trace, value, name=name) -> float | None:
-            return trace.per_step(lambda s: value(s.phase(name))) if name in trace.phases else None
+        def median(trace: Trace, value, needs, name=name) -> float | None:
+            return trace.per_step(lambda s: value(s.phase(name))) if name in trace.phases and needs(trace) else None
 
         row = [name]
-        for value, shown in ((lambda p: p.cpu_us, human_time), (lambda p: p.gpu_busy_us, human_time),
-                             (lambda p: p.launches, num)):  # fmt: skip
-            row += [shown(median(a, value)), shown(median(b, value))]
+        for value, needs, shown in (
+            (lambda p: p.cpu_us, lambda t: True, human_time),
+            (lambda p: p.gpu_busy_us, lambda t: t.has_gpu and t.gpu_activity, human_time),
+            (lambda p: p.launches, lambda t: t.has_gpu, num),
+        ):
+            row += [shown(median(a, value, needs)), shown(median(b, value, needs))]
         cells.append(row)
     headers = ["phase", "A CPU", "B CPU", "A GPU busy", "B GPU busy", "A launches", "B launches"]
     return table(headers, cells, {"phase"}, markdown)
@@ -296,7 +301,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
         out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
         out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
         out.append(OF_DELTA)
-    elif a.has_gpu or b.has_gpu:
+    elif (a.has_gpu and a.gpu_activity) or (b.has_gpu and b.gpu_activity):
         out += ["", "GPU work: the same kernels, within 5% of their time."]
 
     op_rows = [[("removed" if not ops_b.get(n) else "added" if not ops_a.get(n) else "changed"), n,

@@ -132,7 +132,7 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
 
 def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
     """How long this run will take on the CPU, or None on a GPU and for a run too small to take long."""
-    calls = run.schedule.steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
+    calls = run.planned_steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
     small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None
@@ -171,7 +171,7 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
         f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
     ]
     if guess.seconds > LONG_S and guess.cheaper:
-        command = " ".join(["uv run", f"{run.script}.py", *guess.cheaper])
+        command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
         lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
     elif guess.seconds > LONG_S:
         lines.append("  that is long; smaller shapes run faster")

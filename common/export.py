@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -57,8 +58,39 @@ def key_averages_table(averages: EventList, on_gpu: bool, row_limit: int = -1, w
         if over > 0:
             name = len(table.splitlines()[1]) - len(table.splitlines()[1].lstrip("-").lstrip())
             table = averages.table(sort_by=key, row_limit=row_limit, max_name_column_width=max(MIN_NAME, name - over))
-        return table
+        return drop_columns(table, width) if width else table
     return table
+
+
+# The printed table's columns that go first when it is wider than the terminal (the .txt keeps every column):
+# shares of the total, then averages, then the memory columns that profile_memory adds.
+DROPPED_FIRST = ("Self CPU %", "CPU total %", "Self CUDA %", "Self XPU %", "CPU time avg", "CUDA time avg",
+                 "Self CPU Mem", "Self CUDA Mem", "CPU Mem", "CUDA Mem")  # fmt: skip
+
+
+def drop_columns(table: str, width: int) -> str:
+    """`table` (torch's key_averages layout: a dashed rule line, headers, a rule, rows) without the columns of
+    DROPPED_FIRST, one at a time in that order, until every line fits `width`."""
+    lines = table.splitlines()
+    rule = next((line for line in lines if line.startswith("-")), None)
+    if rule is None:
+        return table
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+    header = lines[lines.index(rule) + 1]
+    names = {header[a:b].strip(): (a, b) for a, b in spans}
+    keep = list(spans)
+    for name in DROPPED_FIRST:
+        if max(len(line.rstrip()) for line in lines) <= width:
+            break
+        if name in names and names[name] in keep:
+            keep.remove(names[name])
+            lines = ["  ".join(_cell(line, a, b) for a, b in keep) if len(line) >= spans[-1][0] else line
+                     for line in table.splitlines()]  # fmt: skip
+    return "\n".join(lines) + ("\n" if table.endswith("\n") else "")
+
+
+def _cell(line: str, start: int, end: int) -> str:
+    return line[start:end].ljust(end - start)
 
 
 def remove_stale_temporaries(folder: Path, older_than_s: float = STALE_TEMP_S) -> None:
@@ -189,7 +221,6 @@ class TraceFiles:
             "device": self.run.device_name,
             "flops": self.work.flops,
             "bytes": self.work.bytes,
-            "steps": self.run.schedule.active,
             "memory": self.memory,
             "threads": None if self.run.on_gpu else torch.get_num_threads(),
             **self.extra,

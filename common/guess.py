@@ -200,7 +200,8 @@ def format_verdicts(
         return lines
     step = trace.steps[0]
     if trace.has_gpu:
-        lines.append(f"GPU work of step #{step.number}, in launch order ({LAUNCH_LEGEND}):")
+        lines.append(f"GPU work of step #{step.number}, in launch order:")
+        lines += textwrap.wrap(f"({LAUNCH_LEGEND})", TEXT_WIDTH, initial_indent="  ", subsequent_indent="   ")
         cells = [
             [str(i), f"{op.us:.1f}", op.family, *launch_cells(op, trace.sm), short_name(op.name, 70)]
             for i, op in enumerate(step.gpu, 1)

@@ -53,7 +53,7 @@ class MemoryWatch:
 
     def dump_snapshot(self, path: Path) -> None:
         """Write the allocation history recorded since `start()` to `path` (a pickle) and stop recording.
-        The caller writes to a temporary and renames it, with the trace (export.TraceFiles.save)."""
+        The caller writes to a temporary and renames it, with the trace (export.TraceFiles.write)."""
         try:
             dump_memory_snapshot(path)
         finally:

@@ -1,32 +1,45 @@
 """The suite's lines around a script's torch.profiler loop: the guard before it and the tail after it.
 
-    with recording(run, tag, "matmul_add", work) as rec:   # memory watch, files written all or none
+    with recording(run, tag, work) as rec:                 # memory watch, files written all or none
         with profile(..., on_trace_ready=rec.save) as prof:
             ...                                            # the loop, in torch's own words
-    return finish(rec, guess(...), out, expected, bench=lambda: fn(x))
+    return finish(rec, guess(...), out, expected, step=lambda: fn(x))
 
-Delete these lines and the loop still runs on plain torch. Ctrl-C is handled process-wide by
+The loop is the truth: `rec.save` reads the schedule, the options and the label from the profile object it is
+handed (common.loop), never from the flags, so an edited loop runs as edited. Give `on_trace_ready` a handler
+of your own (`torch.profiler.tensorboard_trace_handler(dir)`) and the loop runs on plain torch: the suite then
+checks the output and says in one line that it has no trace to report on. Ctrl-C is handled process-wide by
 `common.interrupts` (installed by `setup`), so nothing of the suite is needed inside the loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 
 import torch
 
-from common.bench import bench as time_step
+from common.bench import time_unprofiled
 from common.checks import check_close
 from common.cli import SuiteError, on_exit
 from common.estimate import Progress, estimate, estimate_lines, progress
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
 from common.interrupts import atomic
+from common.loop import (
+    Schedule,
+    describe_loop,
+    options_tag_part,
+    read_label,
+    read_options,
+    read_schedule,
+    recorded_steps,
+)
 from common.memory import MemoryWatch
 from common.physics import Work
-from common.report import exit_code, print_bench, print_files, print_report
+from common.report import exit_code, print_files, print_report, print_unprofiled
 from common.runtime import Run
 from common.trace import read_trace
 from common.units import human_time
@@ -35,27 +48,42 @@ WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
 
 
 class Recording:
-    """One profiled run: its files, its memory watch, and the writer torch.profiler calls."""
+    """One profiled run: its files (one set per profiler cycle), its memory watch, and the writer torch.profiler
+    calls."""
 
-    def __init__(self, run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> None:
-        self.run, self.label = run, label
-        self.files = TraceFiles(run, tag, label, work, meta)
+    def __init__(self, run: Run, tag: str, work: Work, meta: dict | None = None) -> None:
+        self.run, self.tag, self.work, self.meta = run, tag, work, meta or {}
+        self.cycles: list[TraceFiles] = []  # what each save wrote: the first is the one reported on
+        self.loop = ""  # what the profiler ran, read back from it by the first save (common.loop)
+        self.schedule: Schedule | None = None
+        self.recorded = 0
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
         self.checked = False  # the output matched the reference: the files are kept from here on
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
+    @property
+    def files(self) -> TraceFiles | None:
+        """The first cycle's files, the ones the report reads; None until rec.save has written them."""
+        return self.cycles[0] if self.cycles else None
+
     def keep(self) -> None:
         """The output is checked: rename its files into place (replacing an earlier run's), and from that
         moment they stay, whatever happens next (an interrupt while printing, another rank failing)."""
         with atomic():
-            self.files.commit()
+            for files in self.cycles:
+                files.commit()
             self.checked = True
+
+    def discard(self) -> None:
+        """Remove every temporary written (an earlier run's files under the final names stay as they were)."""
+        for files in self.cycles:
+            files.discard()
 
     def discard_unchecked(self) -> None:
         """When the run ends (common.cli) before its output was checked, remove its temporaries."""
         if not self.checked:
-            self.files.discard()
+            self.discard()
 
     def warm_up(self, step: Callable[[], object]) -> None:
         """Call `step` WARMUP_CALLS times before profiling (--warmup) and print what the first call cost.
@@ -86,35 +114,48 @@ class Recording:
             torch.cuda.synchronize(self.run.device)
 
     def save(self, prof: torch.profiler.profile) -> None:
-        """`on_trace_ready`: write the trace and the table once the active steps are recorded.
+        """`on_trace_ready`: write the cycle's trace and table, named and labelled as the profiler ran them.
 
-        torch.profiler also calls it when the loop stops early (Ctrl-C, an error): then nothing is
-        written, since a trace with missing steps would read as whole.
+        torch.profiler calls it at the end of each cycle of its schedule, and once more when the loop stops
+        while recording. Stopped by Ctrl-C or an error, nothing is written (a trace with missing steps would
+        read as whole): the exception on its way out through the profile block says so. A second cycle
+        (`repeat=2`) goes to `<tag>_cycle2.*`, beside the first.
         """
-        if prof.step_num < self.run.schedule.steps:
+        if sys.exc_info()[0] is not None:
             return
-        memory = self.watch.stop(prof.step_num)
-        self.files.write(prof, memory, self.watch if self.run.memory and self.run.on_gpu else None)
+        schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
+        first = not self.cycles
+        if first:
+            self.schedule, self.recorded = schedule, recorded
+            self.loop = describe_loop(schedule, read_options(prof), label, recorded)
+        part = schedule.tag_part() if schedule else "custom" if prof.record_steps else "noschedule"
+        options = options_tag_part(read_options(prof))  # profile_memory=True: `memory`, and so on
+        tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
+        meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
+        files = TraceFiles(self.run, tag, label, self.work, meta)
+        memory = self.watch.stop(prof.step_num) if first else None
+        files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
+        self.cycles.append(files)
 
 
 @contextlib.contextmanager
-def recording(run: Run, tag: str, label: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
+def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
     """The guard around a script's profiler block: the run's estimate before it starts (common.estimate;
     printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
     memory watch over the steps, and no file of this run under a final name if anything in the block fails or
     is interrupted (an earlier run's files stay as they were). `meta`: more entries for the trace's `suite`
     metadata (a rank, say)."""
-    rec = Recording(run, tag, label, work, meta)
+    rec = Recording(run, tag, work, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
-    guess = estimate(run, work, WARMUP_CALLS if run.warm else 0)
-    for line in estimate_lines(run, work, guess):
+    estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
+    for line in estimate_lines(run, work, estimated):
         print(line)
     rec.watch.start()
     try:
-        with progress("profiled steps, then the reference", guess.seconds if guess else None) as rec.progress:
+        with progress("profiled steps, then the reference", estimated.seconds if estimated else None) as rec.progress:
             yield rec
     except BaseException:
-        rec.files.discard()
+        rec.discard()
         raise
     finally:
         rec.progress = None
@@ -126,7 +167,7 @@ def finish(
     guess: list[Expect],
     output: torch.Tensor,
     expected: torch.Tensor,
-    bench: Callable[[], object] | None = None,
+    step: Callable[[], object] | None = None,
     first_guess: list[Expect] | None = None,
     what: str | None = None,
 ) -> int:
@@ -134,22 +175,31 @@ def finish(
 
     Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
     trace is not kept), read the trace back, print guess vs trace with the report, time the
-    step without the profiler under --bench (`bench` is the step), and print the files written.
+    step without the profiler under --bench (`step` is the step), and print the files written.
     `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
     """
     run, files = rec.run, rec.files
     try:
-        check_close(output, expected, run.dtype, what or rec.label)
+        check_close(output, expected, run.dtype, what or (files.label if files else None) or "the output")
     except SuiteError as exc:
-        files.discard()
-        raise SuiteError(f"{exc}: its trace is not kept") from None
+        rec.discard()
+        raise SuiteError(f"{exc}{': its trace is not kept' if files else ''}") from None
+    if files is None:
+        print("the loop's on_trace_ready is not rec.save, so the suite wrote no trace and has no report on it "
+              "(the output matches the reference)")  # fmt: skip
+        return 0
     rec.keep()
+    print(rec.loop)
+    if rec.schedule and rec.schedule.warmup == 0:
+        print("  (no profiler warm-up step: the first recorded step also pays for starting the tracer)")
+    if rec.schedule and rec.recorded < rec.schedule.active:
+        print(f"  (the loop ended inside the schedule's active steps: {rec.recorded} of {rec.schedule.active})")
     trace = read_trace(files.json)
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
-    if run.bench and bench is not None:
+    if run.bench and step is not None:
         with progress("--bench: the step timed without the profiler"):
-            timed = time_step(bench, run.on_gpu, rec.grad)
-        print_bench(timed, trace)
-    print_files(files, run)
+            timed = time_unprofiled(step, run.on_gpu, rec.grad)
+        print_unprofiled(timed, trace)
+    print_files(rec.cycles, run)
     return exit_code(verdicts, run.strict)

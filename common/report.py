@@ -1,11 +1,11 @@
-"""What a run prints after profiling: the table, guess vs trace, the physics, the bench, the files.
+"""What a run prints after profiling: the table, guess vs trace, the physics, the unprofiled time (--bench), the files.
 
 Every function here prints and returns nothing, except `exit_code`, which prints nothing.
 """
 
 from __future__ import annotations
 
-from common.bench import Bench
+from common.bench import UnprofiledTime
 from common.export import TraceFiles
 from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
@@ -70,7 +70,7 @@ def print_report(
     print(memory_line(files.memory, files.work.bytes))
 
 
-def print_bench(b: Bench, trace: Trace) -> None:
+def print_unprofiled(b: UnprofiledTime, trace: Trace) -> None:
     """The unprofiled timing (--bench), set beside the profiler's figure for the same step."""
     lines = ["bench (no profiler):"]
     if b.gpu_s is not None:
@@ -84,10 +84,13 @@ def print_bench(b: Bench, trace: Trace) -> None:
     print("\n".join(lines))
 
 
-def print_files(files: TraceFiles, run: Run) -> None:
-    """The two files written, and how to open or share them."""
-    print(f"trace: {files.json}")
-    print(f"table: {files.txt}")
+def print_files(cycles: list[TraceFiles], run: Run) -> None:
+    """The files written (a trace and a table per profiler cycle), and how to open or share them."""
+    files = cycles[0]
+    for n, written in enumerate(cycles, 1):
+        cycle = f" (cycle {n} of {len(cycles)})" if len(cycles) > 1 else ""
+        print(f"trace: {written.json}{cycle}")
+        print(f"table: {written.txt}{cycle}")
     if run.memory and files.pickle.exists():
         print(f"memory snapshot: {files.pickle} (drag it into https://pytorch.org/memory_viz)")
     elif run.memory:

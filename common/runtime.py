@@ -32,24 +32,6 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """The torch.profiler.schedule numbers: steps skipped, traced-but-dropped, recorded."""
-
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
-
-    @property
-    def steps(self) -> int:
-        """How many times the loop calls the step (and prof.step())."""
-        return self.wait + self.warmup + self.active
-
-    @property
-    def is_default(self) -> bool:
-        return self == Schedule()
-
-
-@dataclass(frozen=True)
 class Run:
     """Everything the shared flags resolved to for one script run."""
 
@@ -59,7 +41,7 @@ class Run:
     dtype_name: str
     warm: bool
     compiled: bool
-    schedule: Schedule
+    planned_steps: int  # --wait + --warmup-steps + --active: the estimate's count; the loop's own is read from torch
     traces_dir: Path  # traces/<script>/, created when the trace is written
     strict: bool = False
     bench: bool = False
@@ -69,6 +51,7 @@ class Run:
     peak_tflops: float | None = None
     peak_gbps: float | None = None
     argv: tuple[str, ...] = ()  # the script's flags as given, for the cheaper command a long run suggests
+    launcher: str = "uv run"  # what the commands the run prints put before the script (06: uv run torchrun ...)
     sizes: tuple[tuple[str, int], ...] = ()  # --size and --batch where the script has them: what a cheaper run shrinks
 
     @property
@@ -86,36 +69,25 @@ class Run:
         return torch.cuda.get_device_name(self.device) if self.on_gpu else "cpu"
 
     def tag(self, *parts: object) -> str:
-        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled, and a word
-        for each other shared flag that changes the trace, so runs with other flags sit side by side: a
-        non-default schedule adds `wWuUaA`, `--memory` adds `memory` (its trace holds the `[memory]` events),
-        `--threads N` on the CPU `threadsN`: `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`,
-        `64_bf16_cold_eager_w0u0a20`, `64_bf16_cold_eager_memory_threads2`. Flags that change only what is
-        printed (`--bench`, `--per-step`, `--strict`, the peaks) add nothing.
-        """
+        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled, and
+        `threadsN` for --threads N on the CPU: `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`,
+        `64_bf16_cold_eager_threads2`. The recording adds what the profiler ran where it is not the default:
+        the schedule and the options that change the trace (`64_bf16_cold_eager_w0u0a20_memory`, common.loop).
+        Flags that change only what is printed (--bench, --per-step, --strict, the peaks) add nothing."""
         words = [str(p) for p in parts]
         words += [self.dtype_name, "warm" if self.warm else "cold", "compiled" if self.compiled else "eager"]
-        if not self.schedule.is_default:
-            s = self.schedule
-            words.append(f"w{s.wait}u{s.warmup}a{s.active}")
-        if self.memory:
-            words.append("memory")
         if self.threads and not self.on_gpu:  # a GPU run leaves the CPU threads as torch sets them
             words.append(f"threads{self.threads}")
         return "_".join(words)
 
     def describe(self) -> str:
-        """Device, dtype, warm/cold, eager/compiled, schedule; a second line for a schedule without warm-up."""
-        s = self.schedule
+        """Device, dtype, warm/cold, eager/compiled. The schedule is the loop's: the report prints it as the
+        profiler ran it (common.loop)."""
         where = f"{self.device_name} ({self.device})"
-        line = (
+        return (
             f"device={where} dtype={self.dtype_name} run={'warm' if self.warm else 'cold'} "
-            f"mode={'compiled' if self.compiled else 'eager'} "
-            f"schedule=wait {s.wait}, warmup {s.warmup}, active {s.active}"
+            f"mode={'compiled' if self.compiled else 'eager'}"
         )
-        if s.warmup == 0:
-            line += "\n  (no profiler warm-up step: the first recorded step also pays for starting the tracer)"
-        return line
 
 
 def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser:
@@ -340,7 +312,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         dtype_name=dtype_name,
         warm=args.warmup,
         compiled=args.compile,
-        schedule=Schedule(args.wait, args.warmup_steps, args.active),
+        planned_steps=args.wait + args.warmup_steps + args.active,
         traces_dir=check_writable(check_nameable(base / script)),
         strict=args.strict,
         bench=args.bench,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from common.files import shown_path
@@ -38,8 +39,9 @@ SHARE_TOOL = "trace-util==0.1.0"  # 0.2.0 needs Python 3.12+ and another command
 def share_command(traces_root: Path) -> str:
     """The trace-util command that uploads `traces_root` to a Hub bucket and prints Perfetto links.
 
-    Pinned to 0.1.0: a bare `uvx trace-util` resolves 0.2.0 on Python 3.12+, which rejects this form."""
-    return f"uvx --from {SHARE_TOOL} trace-util {shown_path(traces_root)} -b traces"
+    Pinned to 0.1.0: a bare `uvx trace-util` resolves 0.2.0 on Python 3.12+, which rejects this form. The folder
+    is quoted for the shell where it needs to be (a space in its name)."""
+    return f"uvx --from {SHARE_TOOL} trace-util {shlex.quote(str(shown_path(traces_root)))} -b traces"
 
 
 def share_lines(traces_root: Path) -> list[str]:

@@ -10,8 +10,16 @@ Usage:
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
 folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
 read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
+<<<<<<< HEAD
 exit status is 2 only when none could be read. A trace without profiler steps (a bare `with profile()`)
+is summarised as one step over the whole trace, and a note says so. One event (or run of whitespace)
+larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded whatever
+a file holds. The baseline
+=======
+exit status is 2 only when none could be read. Several traces are read in parallel, a process per
+usable core, with the same output. A trace without profiler steps (a bare `with profile()`)
 is summarised as one step over the whole trace, and a note says so. The baseline
+>>>>>>> main
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
@@ -27,9 +35,12 @@ with. "—" marks a figure the trace cannot give, never a zero.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import textwrap
 from collections import Counter
@@ -37,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
-from common.figures import CALLS, Row, launch_line, summarize, with_ratios
+from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
@@ -85,38 +96,138 @@ def find_traces(paths: list[str]) -> list[Path]:
     return list(dict.fromkeys(p.resolve() for p in found))
 
 
-def read_all(paths: list[Path], region: str | None = None) -> list[Trace]:
-    """Each trace of `paths` read, in order, the CPU column timing `region` (--region) where given. One that cannot
-    be read gets one `notice:` line on stderr naming it and why, and the others are still read; SuiteError when
-    none could be (the one line of a single file's why)."""
+@dataclass
+class Digest:
+    """What the summary prints of one trace, made where the trace was read (a worker process, for a folder): its
+    row, the figures the other traces are compared by, and its own tables, never its events."""
+
+    path: Path
+    name: str
+    row: Row
+    has_gpu: bool
+    gpu_activity: bool  # False: launches but no GPU event in the whole trace
+    step_time: float | None  # the per-step time the default baseline is chosen by (GPU busy, else CPU)
+    notes: list[str]
+    streams: str | None  # streams_line(), for a trace of several streams
+    cpu_source: str  # what its CPU column measures (common.trace.CPU_SOURCES)
+    label: str | None  # the record_function label it measures, if one
+    skipped: int  # events with a bad ts/dur
+    distributed: dict  # the trace's distributedInfo
+    rank: int | None
+    ranked: tuple[float | None, ...]  # rank_figures(), for the rank table
+    steps: int  # how many profiled steps
+    phases: str | None  # the phase table, if the trace has phases
+    per_step: str | None  # the per-step table, if shown
+    kernels: str | None  # the top-kernels table, if the trace has a GPU lane and GPU activity
+
+
+def digest(trace: Trace, args: argparse.Namespace) -> Digest:
+    """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
+    kernels = None
+    if trace.has_gpu and trace.gpu_activity:
+        stats = top_kernels(trace, args.top)
+        headers, cells = kernel_cells(stats, sm=trace.sm)
+        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
+            cells = fit_last_column(headers, cells)
+        kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
+    shown = args.per_step or len(trace.steps) > 3
+    return Digest(
+        trace.path,
+        trace.name,
+        summarize(trace, args.peak_tflops, args.peak_gbps),
+        trace.has_gpu,
+        trace.gpu_activity,
+        trace.step_time_us()[0],
+        trace.notes,
+        streams_line(trace),
+        trace.cpu_source,
+        trace.label,
+        trace.skipped,
+        trace.distributed,
+        trace.rank,
+        rank_figures(trace) if trace.rank is not None else (),
+        len(trace.steps),
+        phase_table(trace, args.markdown) if trace.phases else None,
+        step_table(trace, every=args.per_step, markdown=args.markdown) if shown else None,
+        kernels,
+    )
+
+
+def read_digest(path: Path, args: argparse.Namespace) -> Digest | str:
+    """The Digest of the trace at `path`, or why it cannot be read (the message names the file)."""
+    try:
+        return digest(read_trace(path, args.region), args)
+    except ValueError as exc:
+        return str(exc)
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, as taskset or a container's cpuset sets it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _ignore_interrupts() -> None:
+    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _read_in_parallel(paths: list[Path], args: argparse.Namespace, workers: int) -> list[Digest | str]:
+    """read_digest of each path, a process per core, in the order of `paths`. Ctrl-C (or any failure) ends
+    every worker before it goes on: no process is left behind."""
+    start = "fork" if sys.platform == "linux" else None  # fork: the workers need not import the reader again
+    pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
+    try:
+        results = list(pool.imap(functools.partial(read_digest, args=args), paths))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return results
+
+
+def read_all(paths: list[Path], args: argparse.Namespace) -> list[Digest]:
+    """The Digest of each trace of `paths`, in order: read in this process for one file, else a process per usable
+    core (the output is the same). One that cannot be read gets one `notice:` line on stderr naming it and why, and
+    the others are still read; SuiteError when none could be (the one line of a single file's why)."""
+    workers = min(len(paths), usable_cores())
+    if workers > 1:
+        from common.trace_json import say_fallback
+
+        say_fallback()  # once here, not once per worker
+        results = _read_in_parallel(paths, args, workers)
+    else:
+        results = [read_digest(path, args) for path in paths]
     traces = []
-    for path in paths:
-        try:
-            traces.append(read_trace(path, region))
-        except ValueError as exc:  # the message names the file and why
-            if len(paths) == 1:
-                raise SuiteError(str(exc)) from None
-            print(f"notice: {exc}; skipped", file=sys.stderr)
+    for result in results:
+        if isinstance(result, Digest):
+            traces.append(result)
+        elif len(paths) == 1:
+            raise SuiteError(result)
+        else:
+            print(f"notice: {result}; skipped", file=sys.stderr)
     if not traces:
         raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
     return traces
 
 
-def slowest(traces: list[Trace]) -> Trace:
+def slowest(traces: list[Digest]) -> Digest:
     """The default baseline: the trace with the most GPU time per step (CPU time if none has a GPU lane)."""
-    gpu = [t for t in traces if t.has_gpu and t.step_time_us()[0] is not None]
-    pool = gpu or [t for t in traces if t.step_time_us()[0] is not None] or traces
-    return max(pool, key=lambda t: t.step_time_us()[0] or 0.0)
+    gpu = [t for t in traces if t.has_gpu and t.step_time is not None]
+    pool = gpu or [t for t in traces if t.step_time is not None] or traces
+    return max(pool, key=lambda t: t.step_time or 0.0)
 
 
-def pick_baseline(traces: list[Trace], wanted: str | None, region: str | None = None) -> Trace:
+def pick_baseline(traces: list[Digest], wanted: str | None, args: argparse.Namespace) -> Digest:
     """The trace `wanted` names (a path, `script/tag`, a tag, or a unique part of a name); default the slowest.
-    A file outside `traces` is read with the CPU column timing `region` (--region), as the others."""
+    A file outside `traces` is read with the CPU column timing --region, as the others."""
     if wanted is None:
         return slowest(traces)
     if Path(wanted).is_file():
         path = Path(wanted).resolve()
-        return next((t for t in traces if t.path.resolve() == path), None) or read_trace(path, region)
+        found = next((t for t in traces if t.path.resolve() == path), None)
+        return found or digest(read_trace(path, args.region), args)
     for match in (lambda t: t.name == wanted, lambda t: t.name.split("/")[-1] == wanted, lambda t: wanted in t.name):
         hits = [t for t in traces if match(t)]
         if len(hits) == 1:
@@ -222,8 +333,9 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     """The summary table as (headers, one list of cells per row): the default columns, or every one. The
     default text table fits TEXT_WIDTH: long trace names lose words of their script name, then the tag words that
     all of their script's rows share, then their middle (fitted_names); ratios below 0.001 read "< 0.001"."""
-    if wide:
-        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *CALLS, "memcpy", "memset",
+    if wide:  # the launch API columns add up to `launches`: the two of the posts, then any other seen
+        apis = [*LAUNCH_COLUMNS, *sorted({api for r in rows for api in r.launch_apis} - set(LAUNCH_COLUMNS))]
+        headers = ["trace", "steps", "kernels", "GPU busy", "CPU", "launches", *apis, *CALLS, "memcpy", "memset",
                    "peak MB", "TFLOP/s", "GB/s", "on", "%peak TF", "%peak BW", "GPU ×base", "CPU ×base"]  # fmt: skip
         cells = [
             [
@@ -233,6 +345,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
                 human_time(r.gpu_us),
                 human_time(r.cpu_us),
                 num(r.launches),
+                *(DASH if r.launches is None else num(r.launch_apis.get(api, 0)) for api in apis),
                 *(num(v) for v in r.calls.values()),
                 num(r.peak_mb, 4),
                 num(r.tflops),
@@ -258,7 +371,7 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
             num(r.peak_mb, 4),
             num(r.tflops),
             num(r.pct_flops, 2),
-            _ratio(r.gpu_ratio if r.gpu_ratio is not None else r.cpu_ratio),
+            _ratio(r.ratio),
         ]  # fmt: skip
         for r in rows
     ]
@@ -325,7 +438,7 @@ def streams_line(trace: Trace) -> str | None:
     )
 
 
-def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
+def trace_notes(traces: list[Digest], rows: list[Row]) -> list[str]:
     """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
     graph launches, its streams, its rank."""
     lines = []
@@ -334,9 +447,8 @@ def trace_notes(traces: list[Trace], rows: list[Row]) -> list[str]:
         launches = launch_line(row)
         if launches:
             lines.append(f"note: {row.name}: per step, {launches}")
-        streams = streams_line(trace)
-        if streams:
-            lines.append(f"note: {row.name}: {streams}")
+        if trace.streams:
+            lines.append(f"note: {row.name}: {trace.streams}")
         if trace.distributed:
             info = trace.distributed
             world = info.get("world_size", "?")
@@ -355,11 +467,11 @@ def _compute_us(step: Step) -> float:
 RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
 
 
-def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
+def runs_of(traces: list[Digest]) -> list[tuple[str, list[Digest]]]:
     """The traces of ranks (distributedInfo) grouped by the run they belong to, each run's ranks in order, with the
     run's name. One run is one folder's traces of one world size and backend; where a rank repeats in it (several
     runs side by side, as 06's tags put them), the file name without its `rank<r>` tells the runs apart."""
-    folders: dict[tuple, list[Trace]] = {}
+    folders: dict[tuple, list[Digest]] = {}
     for trace in (t for t in traces if t.rank is not None):
         info = trace.distributed
         key = (trace.path.parent, str(info.get("world_size")), str(info.get("backend")))
@@ -369,7 +481,7 @@ def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
         if len({t.rank for t in members}) == len(members):
             runs.append((f"{folder.name} ({world} ranks)", members))
             continue
-        split: dict[str, list[Trace]] = {}
+        split: dict[str, list[Digest]] = {}
         for trace in members:
             stem = trace.path.name.removesuffix(".gz").removesuffix(".json")
             split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
@@ -377,28 +489,29 @@ def runs_of(traces: list[Trace]) -> list[tuple[str, list[Trace]]]:
     return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
 
 
-def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
+def rank_figures(trace: Trace) -> tuple[float | None, ...]:
+    """A rank's figures per step (medians): GPU busy (the union over streams), the sums of compute and of
+    communication kernel time, exposed communication, CPU time and its peak GPU memory in bytes (None where the
+    trace cannot give one)."""
+    gpu = trace.has_gpu and trace.gpu_activity  # launches without GPU events give no GPU figure, never a zero
+    busy = trace.per_step(lambda s: s.gpu_busy_us) if gpu else None
+    comm = trace.per_step(_communication_us) if gpu else None
+    compute = trace.per_step(_compute_us) if gpu else None
+    exposed = trace.per_step(lambda s: s.exposed_communication_us) if gpu else None
+    memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
+    peak = memory.get("peak_bytes") if isinstance(memory.get("peak_bytes"), (int, float)) else None
+    return busy, compute, comm, exposed, trace.per_step(lambda s: s.region_us), peak
+
+
+def rank_table(traces: list[Digest], markdown: bool = False) -> list[str]:
     """For the ranks of one run: a row per rank (GPU busy, the union over streams; the sums of compute and of
     communication kernel time (Σ), which overlap where streams do; the communication no compute kernel hid; CPU
     time; peak GPU memory), then the spread, slowest ÷ fastest rank; [] for fewer than two ranks."""
     ranked = sorted((t for t in traces if t.rank is not None), key=lambda t: t.rank)
     if len({t.rank for t in ranked}) < 2:
         return []
-    cells, gpu, cpu = [], [], []
-    for trace in ranked:
-        busy = trace.per_step(lambda s: s.gpu_busy_us) if trace.has_gpu else None
-        comm = trace.per_step(_communication_us) if trace.has_gpu else None
-        region = trace.per_step(lambda s: s.region_us)
-        gpu.append(busy)
-        cpu.append(region)
-        compute = trace.per_step(_compute_us) if trace.has_gpu else None
-        exposed = trace.per_step(lambda s: s.exposed_communication_us) if trace.has_gpu else None
-        memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
-        peak = memory.get("peak_bytes")
-        times = map(human_time, (busy, compute, comm, exposed, region))
-        cells.append(
-            [str(trace.rank), trace.name, *times, human_bytes(peak) if isinstance(peak, (int, float)) else DASH]
-        )
+    cells = [[str(t.rank), t.name, *map(human_time, t.ranked[:5]), human_bytes(t.ranked[5])] for t in ranked]
+    gpu, cpu = [t.ranked[0] for t in ranked], [t.ranked[4] for t in ranked]
     headers = ["rank", "trace", "GPU busy", "compute Σ", "comm. Σ", "exposed comm.", "CPU", "peak memory"]
     if not markdown:  # the trace names take what is left of TEXT_WIDTH, keeping what tells them apart
         names = fitted_names([c[1] for c in cells], room_for(headers, cells, 1))
@@ -412,13 +525,13 @@ def rank_table(traces: list[Trace], markdown: bool = False) -> list[str]:
     return [table(headers, cells, {"trace"}, markdown), "", line]
 
 
-def cpu_line(traces: list[Trace]) -> str:
+def cpu_line(traces: list[Digest]) -> str:
     """What the CPU column measures, for the header: one source for all, or which traces use which."""
-    groups: dict[str, list[Trace]] = {}
+    groups: dict[str, list[Digest]] = {}
     for trace in traces:
         groups.setdefault(trace.cpu_source, []).append(trace)
 
-    def said(source: str, group: list[Trace]) -> str:
+    def said(source: str, group: list[Digest]) -> str:
         if source in ("suite", "region"):
             labels = ", ".join(dict.fromkeys(repr(t.label) for t in group))
             return f"{CPU_SOURCES[source]} ({labels})"
@@ -431,7 +544,7 @@ def cpu_line(traces: list[Trace]) -> str:
     return f"CPU = {'; '.join(parts)}."
 
 
-def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse.Namespace) -> str:
+def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
     gap = [""] if args.markdown else []
@@ -473,24 +586,22 @@ def render(traces: list[Trace], rows: list[Row], baseline: Trace, args: argparse
             title = f"Ranks of {run} (per step, medians)"
             out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
     for trace in (t for t in traces if t.phases):
-        out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, phase_table(trace, args.markdown)]
-    for trace in traces:
-        if args.per_step or len(trace.steps) > 3:
-            out += ["", heading(f"Per profiled step of {trace.name}"), *gap]
-            out.append(step_table(trace, every=args.per_step, markdown=args.markdown))
-    for trace in (t for t in traces if t.has_gpu):
-        out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {len(trace.steps)} steps)"), *gap]
-        stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm)
-        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
-            cells = fit_last_column(headers, cells)
-        out.append(table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps")
-    if any(t.has_gpu for t in traces):
+        out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, trace.phases]
+    for trace in (t for t in traces if t.per_step):
+        out += ["", heading(f"Per profiled step of {trace.name}"), *gap, trace.per_step]
+    for trace in (t for t in traces if t.kernels is not None):
+        out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {trace.steps} steps)"), *gap]
+        out.append(trace.kernels)
+    if any(t.kernels is not None for t in traces):
         legend = f"% sum = the share of the GPU work summed over streams; {LAUNCH_LEGEND}"
         out += ["", *([legend] if args.markdown else textwrap.wrap(legend, TEXT_WIDTH))]
     cpu_only = [t.name for t in traces if not t.has_gpu]
     if cpu_only:
         line = f"No GPU lane (CPU runs), so no kernels to list: {', '.join(cpu_only)}"
+        out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
+    unrecorded = [t.name for t in traces if t.has_gpu and not t.gpu_activity]
+    if unrecorded:
+        line = f"No GPU activity recorded (launches only), so no kernels to list: {', '.join(unrecorded)}"
         out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
 
@@ -579,11 +690,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = read_all(find_traces(args.paths), args.region)
-        baseline = pick_baseline(traces, args.baseline, args.region)
+        traces = read_all(find_traces(args.paths), args)
+        baseline = pick_baseline(traces, args.baseline, args)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
             traces.insert(0, baseline)
-        rows = [summarize(t, args.peak_tflops, args.peak_gbps) for t in traces]
+        rows = [t.row for t in traces]
         names = Counter(r.name for r in rows)
         for row, trace in zip(rows, traces, strict=True):
             if names[row.name] > 1:  # the same script/tag twice (copies, .json and .json.gz): tell them apart

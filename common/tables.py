@@ -130,6 +130,7 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
     runtime calls the step makes beyond a typical step. Without `every`, long traces show their first
     STEP_ROWS_SHOWN steps and a line about the rest."""
     gpu = trace.has_gpu
+    ran = gpu and trace.gpu_activity  # launches without GPU events: no figure of the GPU's own, never a zero
     streams = gpu and any(len(s.streams) > 1 for s in trace.steps)  # then: how long two or more were busy at once
     headers = ["step", "CPU µs", "GPU µs", *(["overlap µs"] if streams else []), "kernels", "launches", "memcpy",
                "memset", "extra runtime calls"]  # fmt: skip
@@ -138,12 +139,12 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
         [
             f"#{s.number}",
             num(s.region_us, 4),
-            num(s.gpu_busy_us, 4) if gpu else DASH,
+            num(s.gpu_busy_us, 4) if ran else DASH,
             *([num(s.stream_overlap_us, 4)] if streams else []),
-            str(len(s.kernels)) if gpu else DASH,
+            str(len(s.kernels)) if ran else DASH,
             str(s.launches) if gpu else DASH,
-            str(len(s.memcpy)) if gpu else DASH,
-            str(len(s.memset)) if gpu else DASH,
+            str(len(s.memcpy)) if ran else DASH,
+            str(len(s.memset)) if ran else DASH,
             _calls(trace.extra_calls(s)) if gpu else DASH,
         ]
         for s in steps
@@ -161,6 +162,7 @@ def phase_table(trace: Trace, markdown: bool = False) -> str:
     phase's span, GPU busy time of the work launched inside it, kernels, launches (kernel + graph launches)."""
     headers = ["phase", "CPU", "GPU busy", "kernels", "launches", "graph launches"]
     gpu = trace.has_gpu
+    ran = gpu and trace.gpu_activity
     cells = []
     for name in trace.phases:
 
@@ -170,8 +172,8 @@ def phase_table(trace: Trace, markdown: bool = False) -> str:
         cells.append([
             name,
             human_time(median(lambda p: p.cpu_us)),
-            human_time(median(lambda p: p.gpu_busy_us)) if gpu else DASH,
-            num(median(lambda p: p.kernels)) if gpu else DASH,
+            human_time(median(lambda p: p.gpu_busy_us)) if ran else DASH,
+            num(median(lambda p: p.kernels)) if ran else DASH,
             num(median(lambda p: p.launches)) if gpu else DASH,
             num(median(lambda p: p.graph_launches)) if gpu else DASH,
         ])  # fmt: skip

@@ -52,6 +52,12 @@ KERNEL_LAUNCHES = (
     "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
 )  # fmt: skip
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
+# The launch APIs told apart (Step.launch_apis): a call counts under the longest of these its name starts with, so
+# cudaLaunchKernelExC is a cudaLaunchKernel and cuLaunchKernelEx is not a cuLaunchKernel.
+LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reverse=True))
+# Between these, on one thread, launches record into a CUDA (HIP) graph and run nothing: they are counted apart.
+CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")  # _v10000, _ptsz, ToGraph: the same call
+CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture")
 COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
 CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
@@ -198,6 +204,7 @@ class Step:
     gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
     phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
+    captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -269,6 +276,21 @@ class Step:
         """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
         return sum(n for name, n in self.runtime.items() if name.startswith(GRAPH_LAUNCHES))
 
+    def launch_apis(self) -> Counter:
+        """Kernel launches per launch API (LAUNCH_APIS: cudaLaunchKernel, cuLaunchKernelEx, hipLaunchKernel, ...);
+        they add up to `launches`."""
+        apis: Counter = Counter()
+        for name, n in self.runtime.items():
+            api = next((api for api in LAUNCH_APIS if name.startswith(api)), None)
+            if api is not None:
+                apis[api] += n
+        return apis
+
+    @property
+    def captured_launches(self) -> int:
+        """Kernel launch calls made while a stream was being captured: recorded into a graph, nothing ran."""
+        return sum(self.captured.values())
+
     def phase(self, name: str) -> Phase:
         """The figures of phase `name` in this step (all zero if this step has no such label)."""
         return self.phases.get(name) or Phase(name)
@@ -301,6 +323,7 @@ class Trace:
     phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
     cpu_source: str = "step"  # what the CPU column measures (Step.region_us): a key of CPU_SOURCES
     phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
+    gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
 
     @property
     def cpu_what(self) -> str:
@@ -368,7 +391,7 @@ class Trace:
         """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy
         time where the trace has a GPU lane, else ("CPU") the median CPU time (Trace.cpu_source)."""
         if self.has_gpu:
-            return self.per_step(lambda s: s.gpu_busy_us), "GPU"
+            return (self.per_step(lambda s: s.gpu_busy_us) if self.gpu_activity else None), "GPU"
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
@@ -422,7 +445,7 @@ class _Collector:
         self.op_ts: list[float] = []
         self.ops_end = -math.inf  # the last cpu_op's end
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
-        self.launches: list[tuple[str, float, float, object]] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr)
+        self.launches: list[tuple] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr, tid)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
@@ -459,7 +482,7 @@ class _Collector:
                 e.name = name
                 self.gpu.append((ts, _correlation(e), gpu_op(e)))
             else:
-                self.launches.append((name, ts, dur, _correlation(e)))
+                self.launches.append((name, ts, dur, _correlation(e), _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
@@ -470,7 +493,7 @@ class _Collector:
         )
         if steps:
             return steps, False
-        spans = [(ts, ts + dur) for _, ts, dur, _ in (*self.annotations, *self.launches)]
+        spans = [(ts, ts + dur) for _, ts, dur, *_ in (*self.annotations, *self.launches)]
         spans += [(min(self.op_ts), self.ops_end)] if self.op_ts else []
         spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
         if not spans:
@@ -552,6 +575,36 @@ class _Collector:
                 spans.append((ts, ts - neg_dur, phase))
         return spans
 
+    def capture_windows(self) -> Callable[[object, float], bool] | None:
+        """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
+        cudaStreamBeginCapture to its cudaStreamEndCapture (nested captures on one thread count as one; one never
+        ended lasts to the end). A function (thread, time) -> captured?, or None for a trace without capture."""
+        calls = sorted((ts, name.startswith(CAPTURE_BEGIN), ts + dur, tid) for name, ts, dur, _, tid in self.launches
+                       if name.startswith(CAPTURE_BEGIN + CAPTURE_END))  # fmt: skip
+        if not calls:
+            return None
+        windows: dict[object, list[list[float]]] = {}
+        depth: Counter = Counter()
+        for ts, begins, end, tid in calls:
+            if begins:
+                depth[tid] += 1
+                if depth[tid] == 1:
+                    windows.setdefault(tid, []).append([ts, math.inf])
+            elif depth[tid] > 0:
+                depth[tid] -= 1
+                if depth[tid] == 0:
+                    windows[tid][-1][1] = end
+        spans = {tid: _Spans([(start, end, None) for start, end in w]) for tid, w in windows.items()}
+
+        def captured(tid: object, ts: float) -> bool:
+            at = spans.get(tid)
+            if at is None:
+                return False
+            i = bisect.bisect_right(at.starts, ts) - 1
+            return i >= 0 and ts <= at.ends[i]
+
+        return captured
+
     def trace(self, header: dict, path: Path | str, region: str | None) -> Trace:
         """Split the collected events into profiler steps (one step over the whole trace if it has none). The CPU
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
@@ -585,13 +638,17 @@ class _Collector:
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
         starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
-        for name, ts, _, corr in self.launches:  # the step lookup inlined: a launch per kernel
+        capturing = self.capture_windows()
+        for name, ts, _, corr, tid in self.launches:  # the step lookup inlined: a launch per kernel
             i = find(starts, ts) - 1
             if i < 0 or ts > ends[i]:
                 if corr is not None:
                     launched_outside[corr] = ts
                 continue
             step = items[i]
+            if capturing and name.startswith(KERNEL_LAUNCHES) and capturing(tid, ts):
+                step.captured[name] += 1  # recorded into a graph: nothing runs
+                continue
             step.runtime[name] += 1
             phase = phase_at(ts) if spans else None
             if phase is not None:
@@ -631,10 +688,21 @@ class _Collector:
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
         has_gpu = bool(self.gpu or self.launches)
+        if has_gpu and not self.gpu:
+            notes.append(
+                "the trace holds no GPU activity (runtime calls but no kernel, memcpy or memset events: was "
+                "ProfilerActivity.CUDA recorded?): its GPU figures are —"
+            )
+        captured = sum(step.captured_launches for step in steps)
+        if captured:
+            notes.append(
+                f"a CUDA graph capture: {captured} kernel launches between cudaStreamBeginCapture and "
+                "cudaStreamEndCapture recorded into a graph and ran nothing; counted apart as captured, not as launches"
+            )
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases, cpu, parent)  # fmt: skip
+                     sm_limits(first), phases, cpu, parent, bool(self.gpu))  # fmt: skip
 
 
 @contextlib.contextmanager

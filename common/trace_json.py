@@ -1,4 +1,4 @@
-"""Chrome trace files as JSON: stream the `traceEvents` of a `.json` or `.json.gz` a block at a time.
+"""Chrome trace files as JSON: stream the `traceEvents` of a trace (plain or gzipped) a block at a time.
 
 msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
 are skipped unread. The file is read in blocks of `BLOCK_BYTES`: each block's run of whole events (up to the
@@ -10,9 +10,14 @@ standard library reads (NaN and Infinity, a lone surrogate escape, an element or
 is decoded by `json` for that block alone; a lone surrogate is kept in the name, as `json` reads it, and the
 tables print it escaped.
 
+Memory is bounded whatever the file holds: whitespace between events (or before the JSON) is read past
+without being kept, and one event (or the header before the events, or what follows them) larger than
+MAX_EVENT_BYTES is refused, naming the byte where it starts; JSON broken before the end of a block is refused
+at once, naming the byte where it breaks (a file of zeros after `[` stops at its second byte).
+
 Without msgspec (no wheel for this platform, or a plain `python3` that lacks it) the standard library's `json`
-reads the whole file instead, with the same events and answers, slower and holding the file's objects; the
-first read says so in one line on stderr.
+decodes the same runs of the same blocks, with the same events, answers and bounds, slower; the first read
+says so in one line on stderr.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ except ImportError:  # the standard library reads the trace instead (see the mod
     msgspec = None
 
 BLOCK_BYTES = 1 << 20  # how much is read at a time
+MAX_EVENT_BYTES = 64 << 20  # the largest event (or run of whitespace, header, tail) the reader takes
 ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -> key; None where absent
     "correlation": "correlation",  # ties a GPU event to the launch that made it
     "grid": "grid",
@@ -72,24 +78,18 @@ class _Said:
     fallback = False  # the one line about reading without msgspec was printed
 
 
-def _stdlib_stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
-    """Without msgspec: `json` reads the whole trace, then its events are handed to `on_events` in one list."""
-    if not _Said.fallback:
+def say_fallback() -> None:
+    """Without msgspec, say once (in this process and the ones it forks after) that traces are read with `json`."""
+    if msgspec is None and not _Said.fallback:
         _Said.fallback = True
-        print("notice: msgspec is not installed: traces are read with the standard library's json (slower, "
-              "holds the whole file; `pip install msgspec`)", file=sys.stderr)  # fmt: skip
-    value = json.loads(fh.read().removeprefix(_BOM))
-    if isinstance(value, list):
-        value = {"traceEvents": value}
-    if not (isinstance(value, dict) and isinstance(value.get("traceEvents"), list)):
-        return None
-    on_events(as_events(value["traceEvents"]))
-    return {k: v for k, v in value.items() if k != "traceEvents"}
+        print("notice: msgspec is not installed: traces are read with the standard library's json (slower; "
+              "`pip install msgspec`)", file=sys.stderr)  # fmt: skip
 
 
 _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
 _RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
+_NOT_SPACE = re.compile(rb"[^ \t\n\r]")
 _CUT = re.compile(rb"\}" + _SPACE + rb"," + _SPACE + rb"\{")  # where one object may end and the next begin
 _EVENTS_KEY = re.compile(rb'"traceEvents"' + _SPACE + rb":" + _SPACE + rb"\[")
 _ODD = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")  # what msgspec refuses and the standard library reads
@@ -99,6 +99,7 @@ _TAIL_AFTER = 1 << 16  # how far from a block's end the last cuts are looked for
 _PREFIX = b'{"traceEvents": ['
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some editors put first
+_TRUNCATED_TOKEN = 9  # the standard library's error this close to a block's end may be a token cut by it
 
 
 def _text(value: object) -> str | None:
@@ -149,6 +150,29 @@ class _Blocks:
         self.offset += count
 
 
+def _bound() -> str:
+    return f"{MAX_EVENT_BYTES / (1 << 20):g} MiB (the reader's bound, MAX_EVENT_BYTES)"
+
+
+def _skip_space(blocks: _Blocks, keep: int) -> None:
+    """Read past the whitespace after the first `keep` bytes of `blocks.buf` (0 at the file's start; 1 before an
+    element, the byte that stands for the `[` or `,` before it) without keeping it: `buf` then holds `keep`
+    bytes, the next one not whitespace. Refuse a run of whitespace longer than MAX_EVENT_BYTES."""
+    start = blocks.offset + keep
+    while True:
+        found = _NOT_SPACE.search(blocks.buf, keep)
+        if found:
+            if found.start() > keep:
+                blocks.drop(found.start() - keep)
+            return
+        if len(blocks.buf) > keep:
+            blocks.drop(len(blocks.buf) - keep)
+        if blocks.offset + keep - start > MAX_EVENT_BYTES:
+            raise ValueError(f"whitespace from byte {start} runs on for more than {_bound()}")
+        if not blocks.fill(keep + 1):
+            return
+
+
 def _fallback(doc: bytes) -> object:
     """`doc` decoded by the standard library (lone surrogates kept); None if it is not JSON."""
     try:
@@ -164,6 +188,31 @@ class _ArrayEndedError(Exception):
 def _file_error(exc: msgspec.DecodeError, shift: int) -> ValueError:
     """msgspec's message, its `(byte N)` made a place in the file (`shift` + N)."""
     return ValueError(_AT_BYTE.sub(lambda at: f"(byte {int(at.group(1)) + shift})", str(exc)))
+
+
+def _stdlib_loads(doc: bytes, shift: int, whole: bool) -> object:
+    """`doc` decoded by the standard library; None where it may only be cut short (`whole` False: more of the
+    file follows), ValueError naming the byte (`shift` + its place in `doc`) where it is malformed."""
+    try:
+        return json.loads(doc)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and not whole:  # a whole array, then more: the events array ended in it
+            raise _ArrayEndedError from None
+        if not whole and (exc.msg.startswith("Unterminated string") or exc.pos >= len(exc.doc) - _TRUNCATED_TOKEN):
+            return None
+        at = shift + len(exc.doc[: exc.pos].encode("utf-8", "surrogatepass"))
+        message = "trailing characters" if exc.msg == "Extra data" else exc.msg  # as msgspec words it
+        raise ValueError(f"JSON is malformed: {message} (byte {at})") from None
+    except UnicodeDecodeError as exc:  # a block may end inside a character
+        if not whole and exc.start >= len(doc) - 4:
+            return None
+        raise ValueError(f"not UTF-8 (byte {shift + exc.start})") from None
+
+
+def _stdlib_decode_run(view: memoryview, shift: int) -> list[Event] | None:
+    """`_decode_run` without msgspec."""
+    value = _stdlib_loads(bytes(view), shift, whole=False)
+    return as_events(value) if isinstance(value, list) else None
 
 
 def _decode_run(view: memoryview, shift: int) -> list[Event] | None:
@@ -189,35 +238,56 @@ def _decode_run(view: memoryview, shift: int) -> list[Event] | None:
     return as_events(value) if isinstance(value, list) else None
 
 
+_decode_run_of = _decode_run if msgspec is not None else _stdlib_decode_run
+
+
 def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
     """Read up to the `traceEvents` array: (the top-level entries before it, what closes the file once the
     array's rest follows `_PREFIX`); `blocks.buf` then starts with the array's `[`. None if there is none."""
+    if blocks.fill(len(_BOM)) and blocks.buf.startswith(_BOM):
+        blocks.drop(len(_BOM))
+    _skip_space(blocks, keep=0)
     size = BLOCK_BYTES
     while True:
         more = blocks.fill(size)
-        start = blocks.buf.lstrip()[:1]
+        start = blocks.buf[:1]
         if start == b"[":  # the bare-array form of the format
-            blocks.drop(blocks.buf.index(b"["))
             return {}, b"}"
         if start != b"{":
-            raise ValueError(f"it starts with {bytes(blocks.buf.lstrip()[:20])!r}, not with '{{' or '['")
+            raise ValueError(f"it starts with {bytes(blocks.buf[:20])!r}, not with '{{' or '['")
         for key in list(_EVENTS_KEY.finditer(blocks.buf)):  # a list: an open finditer locks the buffer
             doc = bytes(blocks.buf[: key.start()]) + b'"traceEvents": []}'
-            try:
-                header = msgspec.json.decode(doc)
-            except msgspec.DecodeError:
-                header = _fallback(doc) if _ODD.search(doc) else None
+            if msgspec is None:
+                header = _fallback(doc)
+            else:
+                try:
+                    header = msgspec.json.decode(doc)
+                except msgspec.DecodeError:
+                    header = _fallback(doc) if _ODD.search(doc) else None
             if isinstance(header, dict):  # the key is at the top level, not in a string or a nested object
                 del header["traceEvents"]
                 blocks.drop(key.end() - 1)
                 return header, b""
-        if not more:  # the whole file, and no array of events in it: is it JSON at all?
-            try:
-                msgspec.json.decode(blocks.buf, type=msgspec.Raw)
-            except msgspec.DecodeError as exc:
-                raise _file_error(exc, 0) from None
+        _check_json(blocks.buf, blocks.offset, whole=not more)  # no array of events yet: is it JSON at all?
+        if not more:
             return None
-        size = 2 * len(blocks.buf)
+        if len(blocks.buf) > MAX_EVENT_BYTES:
+            raise ValueError(f"no traceEvents array in its first {_bound()}")
+        size = min(2 * len(blocks.buf), MAX_EVENT_BYTES + 1)
+
+
+def _check_json(doc: bytearray, shift: int, whole: bool) -> None:
+    """Raise ValueError naming the byte (`shift` + its place in `doc`) where `doc`, the file's first bytes (all of
+    them if `whole`), is not JSON; a value cut short by the end of `doc` is fine unless `whole`."""
+    if msgspec is None:
+        _stdlib_loads(bytes(doc), shift, whole)
+        return
+    try:
+        msgspec.json.decode(doc, type=msgspec.Raw)
+    except msgspec.DecodeError as exc:
+        at = _AT_BYTE.search(str(exc))
+        if whole or (at and int(at.group(1)) < len(doc) - 1 and not _ODD.search(doc)):
+            raise _file_error(exc, shift) from None
 
 
 def _whole_run(blocks: _Blocks) -> tuple[list[Event], int] | None:
@@ -234,20 +304,31 @@ def _whole_run(blocks: _Blocks) -> tuple[list[Event], int] | None:
         kept, buf[close] = buf[close], ord("]")
         try:
             with memoryview(buf) as view:  # released before `buf` is resized
-                events = _decode_run(view[: close + 1], blocks.offset)
+                events = _decode_run_of(view[: close + 1], blocks.offset)
         except _ArrayEndedError:  # the rest of the file is read as it is
             buf[close] = kept
             raise
         if events is not None:
             return events, cut.end() - 2
         buf[close] = kept
+    if not cuts:  # no place where an element may end: is the JSON broken before the block's end? (zeros)
+        with memoryview(buf) as view:
+            if _decode_run_of(view, blocks.offset) is not None:  # the events array ends at the block's end
+                raise _ArrayEndedError
     return None
 
 
 def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
     """The rest of the file: the last events and the top-level entries after the array."""
-    blocks.fill(sys.maxsize)
+    if blocks.fill(MAX_EVENT_BYTES + 2):
+        raise ValueError(f"the events from byte {blocks.offset + 1} to the end take more than {_bound()}")
     doc = _PREFIX + bytes(blocks.buf[1:]) + closing  # the byte before the first element is in _PREFIX
+    if msgspec is None:
+        value = _stdlib_loads(doc, blocks.offset + 1 - len(_PREFIX), whole=True)
+        events = value.pop("traceEvents")
+        if not isinstance(events, list):
+            raise ValueError("its traceEvents is not a list")
+        return as_events(events), value
     try:
         entries = _RAW_ENTRIES.decode(doc)
         rest = {k: msgspec.json.decode(v) for k, v in entries.items() if k != "traceEvents"}
@@ -267,8 +348,6 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
     """Hand the events of the trace in `fh` to `on_events`, a block's run at a time; the other top-level entries,
     None if it has no events."""
     blocks = _Blocks(fh)
-    if blocks.fill(len(_BOM)) and blocks.buf.startswith(_BOM):
-        blocks.drop(len(_BOM))
     found = _header(blocks)
     if found is None:
         return None
@@ -276,9 +355,12 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
     size = BLOCK_BYTES
     try:
         while blocks.fill(size):
+            _skip_space(blocks, keep=1)
             run = _whole_run(blocks)
-            if run is None:  # no whole element yet: wait for twice as much
-                size = 2 * len(blocks.buf)
+            if run is None:  # no whole element yet: wait for twice as much, up to the bound
+                if len(blocks.buf) > MAX_EVENT_BYTES:
+                    raise ValueError(f"the event from byte {blocks.offset + 1} is larger than {_bound()}")
+                size = min(2 * len(blocks.buf), MAX_EVENT_BYTES + 2)
                 continue
             events, end = run
             on_events(events)
@@ -319,9 +401,10 @@ def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> d
     `Event`s of the elements of `traceEvents`, a list at a time, in order, and return the other top-level entries
     ({} for the bare-array form). Raise ValueError naming the file if it is not a trace."""
     path = Path(path)
+    say_fallback()
     try:
         with _open(path) as fh:
-            header = (_stream if msgspec is not None else _stdlib_stream)(fh, on_events)
+            header = _stream(fh, on_events)
     except _NotAFileError as exc:
         raise ValueError(f"{path}: {exc}") from None
     except RecursionError:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,6 +18,7 @@ import pytest
 import torch
 
 from common.runtime import resolve_dtype
+from common.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
@@ -147,4 +151,84 @@ def tiny_cpu_trace() -> dict:
             ev("cpu_op", "aten::add", 210, 20),
         ],
         "suite": {"script": "01_x", "tag": "8_bf16_cold_eager", "label": "fwd", "flops": 1e6, "bytes": 1e3},
+    }
+
+
+# The reader's own edits of a script's profiler loop (tests/test_edited_loops.py)
+
+RANGE = "range(args.wait + args.warmup_steps + args.active)"
+STEPS = RANGE[len("range(") : -1]
+LOOP_LABEL = r'(for _ in range\(.*\):\n\s+with record_function\()"(\w+)"'
+SHAPES_OPTION = r"(\n( *)record_shapes=True,)"
+TENSORBOARD = "torch.profiler.tensorboard_trace_handler"
+LOOP_EDITS: dict[str, list[tuple[str, str]]] = {  # edit -> (regex, replacement) pairs, each matching once
+    "active=2": [(r"active=args\.active", "active=2"), (re.escape(RANGE), "range(args.wait + args.warmup_steps + 2)")],
+    "wait=0, warmup=0": [
+        (r"wait=args\.wait, warmup=args\.warmup_steps", "wait=0, warmup=0"),
+        (re.escape(RANGE), "range(args.active)"),
+    ],
+    "repeat=2": [(r"repeat=1\)", "repeat=2)"), (re.escape(RANGE), f"range(2 * ({STEPS}))")],
+    "more steps than the schedule": [(re.escape(RANGE), f"range({STEPS} + 4)")],
+    "label renamed": [(LOOP_LABEL, r'\1"my_label"')],
+    "with_stack=True": [(SHAPES_OPTION, r"\1\n\2with_stack=True,")],
+    "with_flops=True": [(SHAPES_OPTION, r"\1\n\2with_flops=True,")],
+    "profile_memory=True": [(r"profile_memory=args\.memory", "profile_memory=True")],
+    "record_shapes removed": [(r"\n *record_shapes=True,", "")],
+    "tensorboard_trace_handler": [(r"on_trace_ready=rec\.save", f"on_trace_ready={TENSORBOARD}(TB_DIR)")],
+}
+# Small shapes each script runs on the CPU in well under a second a step
+TINY_FLAGS = {
+    "01_matmul_add": ["--size", "16"],
+    "02_linear": ["--batch", "8", "--in_dim", "8", "--out_dim", "8"],
+    "03_simple_mlp": ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"],
+    "03_kernels_mlp": ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"],
+    "04_a_naive_attention": ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"],
+    "04_b_inplace_ops_attention": ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"],
+    "04_c_sdpa_attention": ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8", "--backend", "math"],
+    "04_d_kernels_attention": ["--batch", "1", "--heads", "2", "--seq", "64", "--head_dim", "64"],
+    "05_training_step": ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64"],
+    "06_ddp_training_step": ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64"],
+}
+
+
+def edit_loop(source: str, edit: str, tb_dir: Path) -> str:
+    """`source` with `edit` (a key of LOOP_EDITS) applied; each of its patterns must match exactly once."""
+    for pattern, replacement in LOOP_EDITS[edit]:
+        source, n = re.subn(pattern, replacement, source)
+        assert n == 1, f"{edit}: {pattern!r} matched {n} times"
+    return source.replace("(TB_DIR)", f"({str(tb_dir)!r})")
+
+
+def load_edited(name: str, edit: str, folder: Path, tb_dir: Path) -> ModuleType:
+    """A copy of script `name` with `edit` applied, written to `folder` and imported from there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(edit_loop((ROOT / f"{name}.py").read_text(), edit, tb_dir))
+    spec = importlib.util.spec_from_file_location(f"edited_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_edited(name: str, edit: str, folder: Path, *flags: str) -> dict:
+    """Run a copy of script `name` with `edit` applied, in this process, on the CPU at TINY_FLAGS (plus `flags`),
+    writing under `folder`; what it printed and what it wrote, read back: for each trace its steps and label."""
+    traces, tb_dir = folder / "traces", folder / "tb"
+    script = load_edited(name, edit, folder / "scripts", tb_dir)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = script.main([*TINY_FLAGS[name], *flags, "--device", "cpu", "--traces-dir", str(traces)])
+        except SystemExit as exc:
+            code = exc.code
+    written_traces = {}
+    for path in sorted((traces / name).glob("*.json")):
+        trace = read_trace(path)
+        written_traces[path.name] = {"steps": len(trace.steps), "label": trace.label, "meta": trace.meta}
+    return {
+        "code": code,
+        "out": out.getvalue(),
+        "err": err.getvalue(),
+        "traces": written_traces,
+        "tensorboard": sorted(p.name for p in tb_dir.glob("*.json")) if tb_dir.is_dir() else [],
     }

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import CPU_DTYPE, ROOT, run, usage_error, written
 
-from common.bench import MIN_CALLS, bench
+from common.bench import MIN_CALLS, time_unprofiled
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,7 @@ def test_a_cold_start_run_prints_no_stray_log_lines(tmp_path):
 
 def test_bench_never_reports_a_median_of_one_call():
     calls = []
-    result = bench(lambda: (calls.append(1), time.sleep(0.2)), on_gpu=False)  # a step too slow for a long run
+    result = time_unprofiled(lambda: (calls.append(1), time.sleep(0.2)), on_gpu=False)  # a step too slow for a long run
     assert result.wall_calls >= MIN_CALLS and len(calls) >= MIN_CALLS
     assert result.wall_s >= 0.2  # each call sleeps that long: the median of real calls, not an average of none
 
@@ -74,5 +74,5 @@ def test_bench_never_reports_a_median_of_one_call():
 @pytest.mark.parametrize("grad", [False, True])
 def test_bench_times_the_step_in_the_grad_mode_it_is_given(grad):
     modes = set()
-    bench(lambda: modes.add(torch.is_grad_enabled()), on_gpu=False, grad=grad)
+    time_unprofiled(lambda: modes.add(torch.is_grad_enabled()), on_gpu=False, grad=grad)
     assert modes == {grad}

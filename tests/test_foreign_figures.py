@@ -253,3 +253,152 @@ def test_a_ranks_communication_is_one_family_in_its_trace():
                    ev("kernel", name, 100 + 50 * i, 40, tid=7, correlation=i)]  # fmt: skip
     [step] = parse({"traceEvents": events}).steps
     assert [op.family for op in step.kernels] == ["communication", "communication", "gemm", "communication"]
+
+
+# 6. "—", never a made-up zero
+
+
+def without_gpu_events(name: str) -> dict:
+    """A fixture with its kernel, memcpy and memset events taken out, as a trace whose GPU activity was not
+    recorded: its launches stay."""
+    data = load(name)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    return data
+
+
+def row_cells(out: str, name: str) -> list[str]:
+    """The cells of trace `name`'s row in the summary's text table, a time and its unit as one cell."""
+    words = next(line.split() for line in out.splitlines() if line.startswith(name + " "))
+    cells: list[str] = []
+    for word in words:
+        if word in ("ns", "µs", "ms", "s"):
+            cells[-1] += " " + word
+        else:
+            cells.append(word)
+    return cells
+
+
+def test_launches_without_gpu_events_say_the_trace_holds_no_gpu_activity_and_print_dashes(tmp_path, capsys):
+    trace = parse(without_gpu_events("train_step"))
+    assert trace.has_gpu and not trace.gpu_activity and trace.step_time_us() == (None, "GPU")
+    assert any("the trace holds no GPU activity" in note for note in trace.notes)
+    (tmp_path / "t").mkdir()  # the row's name, t/launches_only, is short enough not to be cut
+    path = write(tmp_path / "t" / "launches_only.json", without_gpu_events("train_step"))
+    code, out, _ = command(summary_main, capsys, path, FOREIGN / "side_stream.json.gz", "--per-step")
+    cells = row_cells(out, "t/launches_only")
+    assert code == 0 and cells[1:3] == ["—", "—"] and cells[4] == "27" and cells[-1] == "—"  # kernels, busy; ×base
+    assert "No GPU activity recorded (launches only), so no kernels to list" in out
+    assert "Top 5 GPU work of t/launches_only" not in out
+    step = next(line.split() for line in out.splitlines() if line.startswith("#2 ") and "—" in line)
+    assert step[2:6] == ["—", "—", "27", "—"]  # GPU µs, kernels, launches, memcpy
+    phases = out.split("Phases of t/launches_only")[1].split("\n\n")[0]
+    backward = next(line.split() for line in phases.splitlines() if line.startswith("backward"))
+    assert backward[3:5] == ["—", "—"] and backward[5] == "12"  # GPU busy, kernels; launches
+
+
+def test_the_diff_of_two_cpu_traces_prints_dashes_for_gpu_figures_in_its_phase_table(tmp_path, capsys):
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def step() -> None:
+        with record_function("train_step"):
+            with record_function("forward"):
+                loss = (torch.randn(8, 16) @ w).square().sum()
+            with record_function("backward"):
+                loss.backward()
+
+    a, b = profiled(tmp_path / "a.json", step), profiled(tmp_path / "b.json", step)
+    code, out, _ = command(diff_main, capsys, a, b)
+    table = out.split("Phases per step (medians)")[1].strip().splitlines()
+    rows = {line.split()[0]: line.split() for line in table[2:] if line.split()}
+    assert code == 0 and set(rows) >= {"forward", "backward"}
+    for row in (rows["forward"], rows["backward"]):
+        assert row[-4:] == ["—", "—", "—", "—"]  # GPU busy and launches, A and B
+
+
+# 7. Stream capture
+
+
+def capture_trace(begin: str = "cudaStreamBeginCapture", end: str = "cudaStreamEndCapture") -> dict:
+    """A step that captures five launches into a graph on thread 1, while thread 2 launches one kernel that runs,
+    then replays the graph: the capture's launches run nothing, the replay runs five kernels."""
+    events = [ev("user_annotation", "ProfilerStep#0", 0, 1000), ev("cuda_runtime", begin, 10, 2)]
+    events += [ev("cuda_runtime", "cudaLaunchKernel", 20 + 10 * i, 3, correlation=i) for i in range(5)]
+    events += [ev("cuda_runtime", "cudaLaunchKernel", 40, 3, tid=2, correlation=50),
+               ev("kernel", "side_kernel", 45, 5, tid=7, correlation=50),
+               ev("cuda_runtime", end, 80, 2),
+               ev("cuda_runtime", "cudaGraphLaunch", 100, 5, correlation=60)]  # fmt: skip
+    events += [ev("kernel", f"graph_kernel_{i}", 110 + 10 * i, 5, tid=7, correlation=60) for i in range(5)]
+    return {"traceEvents": events}
+
+
+@pytest.mark.parametrize(("begin", "end"), [("cudaStreamBeginCapture", "cudaStreamEndCapture"),
+                                            ("hipStreamBeginCapture", "hipStreamEndCapture")])  # fmt: skip
+def test_launches_during_stream_capture_are_counted_apart_as_captured(begin, end):
+    [step] = parse(capture_trace(begin, end)).steps
+    assert step.captured_launches == 5 and step.captured == {"cudaLaunchKernel": 5}
+    assert (step.launches, step.graph_launches, len(step.kernels)) == (1, 1, 6)  # thread 2's launch is no capture
+
+
+def test_a_capture_trace_is_said_to_be_one_in_the_summary(tmp_path, capsys):
+    trace = parse(capture_trace())
+    assert trace.notes == [
+        "a CUDA graph capture: 5 kernel launches between cudaStreamBeginCapture and cudaStreamEndCapture recorded "
+        "into a graph and ran nothing; counted apart as captured, not as launches"
+    ]
+    code, out, _ = command(summary_main, capsys, write(tmp_path / "capture.json", capture_trace()))
+    assert code == 0 and "a CUDA graph capture: 5 kernel launches" in " ".join(out.split())
+    assert row_cells(out, f"{tmp_path.name}/capture")[4] == "1"  # launches
+
+
+def test_a_capture_never_ended_lasts_to_the_end_of_the_trace():
+    data = capture_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != "cudaStreamEndCapture"]
+    [step] = parse(data).steps
+    assert step.captured == {"cudaLaunchKernel": 5} and step.graph_launches == 1
+
+
+# 9. --wide's launch columns
+
+
+def many_apis_trace() -> dict:
+    """Two steps launching through every kind of launch API PyTorch traces show, CUDA and HIP."""
+    apis = ["cudaLaunchKernel"] * 3 + [
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+    ]
+    events = []
+    for n in (0, 1):
+        events.append(ev("user_annotation", f"ProfilerStep#{n}", 1000 * n, 900))
+        for i, api in enumerate(apis):
+            corr = 100 * n + i
+            events += [ev("cuda_runtime", api, 1000 * n + 10 * i, 2, correlation=corr),
+                       ev("kernel", f"k{i}", 1000 * n + 10 * i + 5, 2, tid=7, correlation=corr)]  # fmt: skip
+    return {"traceEvents": events}
+
+
+def test_wide_launch_columns_add_up_to_launches(tmp_path, capsys):
+    code, out, _ = command(summary_main, capsys, write(tmp_path / "apis.json", many_apis_trace()), "--wide")
+    lines = out.splitlines()
+    header = next(line.split() for line in lines if line.startswith("trace "))
+    row = row_cells(out, f"{tmp_path.name}/apis")
+    apis = header[header.index("launches") + 1 : header.index("occ.")]
+    assert apis == ["cudaLaunchKernel", "cuLaunchKernelEx", "cuLaunchKernel", "cudaLaunchCooperativeKernel",
+                    "hipExtModuleLaunchKernel", "hipLaunchKernel", "hipModuleLaunchKernel"]  # fmt: skip
+    assert row[5] == "11"  # trace, steps, kernels, GPU busy, CPU, launches: then one cell per API
+    assert [int(c) for c in row[6 : 6 + len(apis)]] == [4, 1, 2, 1, 1, 1, 1]
+
+
+def test_the_launch_columns_of_steps_that_differ_add_up_to_the_median():
+    data = many_apis_trace()
+    data["traceEvents"] += [ev("user_annotation", "ProfilerStep#2", 2000, 900),
+                            ev("cuda_runtime", "cuLaunchKernel", 2010, 2, correlation=900)]  # fmt: skip
+    from common.figures import summarize
+
+    row = summarize(parse(data))
+    assert row.launches == 11 and sum(row.launch_apis.values()) == 11

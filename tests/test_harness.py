@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, tiny_gpu_trace
+from torch.profiler import ProfilerActivity, profile
 
 from common.checks import check_close
 from common.cli import SuiteError
 from common.export import key_averages_table
 from common.guess import check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op, format_verdicts
+from common.loop import Schedule, options_tag_part
 from common.naming import kernel_family, short_name
 from common.physics import Work, achieved, find_peak
-from common.runtime import Run, Schedule
-from common.trace import GpuOp, Step, Trace
+from common.runtime import Run
+from common.trace import GpuOp, Step, Trace, parse
 
 
 def make_run(tmp_path: Path, **kw) -> Run:
@@ -27,29 +29,36 @@ def make_run(tmp_path: Path, **kw) -> Run:
         dtype_name="bf16",
         warm=False,
         compiled=False,
-        schedule=Schedule(),
+        planned_steps=5,
         traces_dir=tmp_path,
     )
     return Run(**{**base, **kw})
 
 
-def test_tag_encodes_dtype_warmth_mode_and_a_non_default_schedule(tmp_path):
+def test_tag_encodes_dtype_warmth_mode_and_the_schedule_part_names_a_non_default_schedule(tmp_path):
     assert make_run(tmp_path).tag(64) == "64_bf16_cold_eager"
     assert (
         make_run(tmp_path, warm=True, compiled=True, dtype_name="fp16").tag(8, 16, "flash")
         == "8_16_flash_fp16_warm_compiled"
     )
-    assert make_run(tmp_path, schedule=Schedule(0, 0, 20)).tag(64) == "64_bf16_cold_eager_w0u0a20"
+    assert [Schedule().tag_part(), Schedule(0, 0, 20).tag_part(), Schedule(1, 1, 3, 2).tag_part()] == [
+        "",
+        "w0u0a20",
+        "w1u1a3r2",
+    ]
 
 
-def test_tag_encodes_memory_and_cpu_threads_but_not_what_is_only_printed(tmp_path):
-    assert make_run(tmp_path, memory=True).tag(64) == "64_bf16_cold_eager_memory"
+def test_tag_encodes_cpu_threads_and_the_options_part_every_option_that_changes_the_trace(tmp_path):
     assert make_run(tmp_path, threads=2).tag(64) == "64_bf16_cold_eager_threads2"
-    assert make_run(tmp_path, memory=True, threads=1, schedule=Schedule(0, 0, 20)).tag(64) == (
-        "64_bf16_cold_eager_w0u0a20_memory_threads1"
-    )
+    assert make_run(tmp_path, threads=2, device=torch.device("cuda")).tag(64) == "64_bf16_cold_eager"  # GPU: unused
     printed_only = {"bench": True, "per_step": True, "strict": True, "peak_tflops": 9.0, "peak_gbps": 9.0}
-    assert make_run(tmp_path, **printed_only).tag(64) == "64_bf16_cold_eager"
+    assert make_run(tmp_path, memory=True, **printed_only).tag(64) == "64_bf16_cold_eager"  # the loop's options say
+    usual = {"record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False}
+    assert options_tag_part(usual) == ""
+    assert options_tag_part({**usual, "profile_memory": True}) == "memory"
+    assert options_tag_part({"record_shapes": False, "with_stack": True, "with_flops": True, "with_modules": True}) == (
+        "noshapes_stack_flops_modules"
+    )
 
 
 def test_table_falls_back_when_the_gpu_sort_key_is_refused():
@@ -181,3 +190,21 @@ def test_short_name_drops_nested_argument_lists_and_keeps_what_the_kernel_comput
         "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, float)"
     )
     assert short_name(mul) == "at::native::vectorized_elementwise_kernel<…MulFunctor…>"
+
+
+def test_the_printed_profiler_table_with_every_option_fits_120_columns_and_keeps_the_times():
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_flops=True, record_shapes=True) as prof:
+        (x @ x).relu()
+    averages = prof.key_averages()
+    assert max(map(len, key_averages_table(averages, False).splitlines())) > 120  # torch's own is wider
+    table = key_averages_table(averages, False, 10, 120)
+    assert max(map(len, table.splitlines())) <= 120
+    assert all(word in table for word in ("Name", "Self CPU", "CPU total", "# of Calls", "aten::mm"))
+
+
+def test_guess_vs_trace_with_the_gpu_work_fits_120_columns():
+    trace = parse(tiny_gpu_trace())
+    lines = format_verdicts(check_guess(trace, [expect_kernels("gemm", 1, "one GEMM " * 30)]), trace)
+    assert any(line.startswith("GPU work of step #2") for line in lines)
+    assert max(map(len, lines)) <= 120, max(lines, key=len)

@@ -18,7 +18,7 @@ import common.machine
 import common.runtime
 from common.estimate import estimate, estimate_lines, progress, with_flag
 from common.physics import Work
-from common.runtime import Run, Schedule, resolve_dtype
+from common.runtime import Run, resolve_dtype
 
 CPU = torch.device("cpu")
 
@@ -31,7 +31,7 @@ def cpu_run(tmp_path: Path, dtype_name: str = "bf16", **kw) -> Run:
         dtype_name=dtype_name,
         warm=True,
         compiled=True,
-        schedule=Schedule(),
+        planned_steps=5,
         traces_dir=tmp_path,
         argv=("--size", "4096", "--warmup", "--compile", "--dtype", dtype_name),
         sizes=(("size", 4096),),
@@ -183,5 +183,7 @@ def test_a_rate_that_rises_with_size_is_not_extrapolated_upward(monkeypatch):
     assert common.estimate.gemm_rate(torch.float32, 100_000) == pytest.approx(1e8 * common.estimate.GEMM_MAX_N)
 
 
-def test_the_copy_rate_is_measured():
-    assert common.estimate.copy_rate() > 0
+def test_the_copy_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_copies(monkeypatch):
+    clock = iter([0.0, 0.02, 1.0, 1.01, 2.0, 2.03])  # three copies: 20 ms, 10 ms, 30 ms
+    monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: next(clock))
+    assert common.estimate.copy_rate() == pytest.approx(2 * common.estimate.COPY_BYTES / 0.01)

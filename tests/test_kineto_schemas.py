@@ -87,7 +87,7 @@ def test_a_2021_trace_of_operators_runtime_and_kernels_reads_its_steps_kernels_a
         assert step.cpu_ops == {"aten::mm": 1, "aten::copy_": 1}
         assert step.calls("cudaOccupancyMaxActiveBlocksPerMultiprocessor") == 1
     assert trace.steps[0].kernels[0].registers == 55 and trace.steps[0].kernels[0].grid == (1, 1, 1)
-    assert trace.device_name == "Tesla V100-DGXS-32GB" and trace.label == "fwd"
+    assert trace.device_name == "Tesla V100-DGXS-32GB" and trace.phase_parent == "fwd"  # the label, an Operator
 
 
 def test_a_2021_trace_as_a_bare_array_reads_the_same(tmp_path):

@@ -42,13 +42,19 @@ def test_the_memory_history_calls_exist():
         assert callable(getattr(torch.cuda.memory, name, None)), f"torch.cuda.memory.{name} is gone"
 
 
-def test_huggingface_hub_still_reads_its_offline_flag_from_constants():
+def test_inside_hub_offline_huggingface_hub_refuses_a_download_without_trying_the_network(monkeypatch, tmp_path):
+    import huggingface_hub
     from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    before = constants.HF_HUB_OFFLINE
-    with private_api.hub_offline():
-        assert constants.HF_HUB_OFFLINE is True
-    assert before == constants.HF_HUB_OFFLINE
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # as a run without HF_HUB_OFFLINE=1 starts
+    with private_api.hub_offline(), pytest.raises(LocalEntryNotFoundError) as refused:
+        huggingface_hub.hf_hub_download("org/repo", "f.json", cache_dir=tmp_path)
+    chain, cause = [], refused.value
+    while cause is not None:
+        chain, cause = [*chain, cause], cause.__cause__ or cause.__context__
+    assert any(isinstance(e, OfflineModeIsEnabled) for e in chain), chain  # blocked before any request went out
+    assert constants.HF_HUB_OFFLINE is False  # given back after the block
 
 
 @pytest.mark.gpu

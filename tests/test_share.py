@@ -68,8 +68,12 @@ def test_every_share_line_fits_120_columns(hub_home):
     assert all(len(line) <= 120 for line in share_lines(Path("traces")))
 
 
-def test_the_share_command_pins_the_release_whose_command_line_it_uses():
-    assert share_command(Path("traces")) == "uvx --from trace-util==0.1.0 trace-util traces -b traces"
+@pytest.mark.parametrize("folder", ["traces", "my traces", "it's/traces"])
+def test_the_share_command_split_as_a_shell_does_runs_the_pinned_release_on_the_folder(folder):
+    """0.1.0's form (`trace-util FOLDER -b traces`), pinned with ==, since 0.2.0 rejects it; the folder one word."""
+    words = shlex.split(share_command(Path(folder)))
+    assert words[:4] == ["uvx", "--from", "trace-util==0.1.0", "trace-util"]
+    assert words[4:] == [folder, "-b", "traces"]
 
 
 @pytest.mark.skipif(shutil.which("uvx") is None, reason="needs uv")

@@ -225,3 +225,109 @@ def test_a_utf8_byte_order_mark_before_the_trace_is_read_past(tmp_path, msgspec,
     path = tmp_path / ("bom.json.gz" if gz else "bom.json")
     path.write_bytes(gzip.compress(data) if gz else data)
     assert steps_read(path, msgspec) == "[2, 1]"
+
+
+# Item 8: memory bounded whatever the file holds. Each file is generated here, a block at a time (never held);
+# the bound and the block are made small, so "a few blocks" is a count of bytes held, not a time.
+
+BLOCK = 4096
+BOUND = 64 * BLOCK  # the MAX_EVENT_BYTES of these tests: 256 KiB
+PREFIX = b'{"traceEvents": ['
+
+
+@pytest.fixture(params=["msgspec", "standard library"])
+def reader(request, monkeypatch):
+    """common.trace_json with a small block and bound, with msgspec or without it (its decoder put away), and
+    the most bytes its buffer ever held: `reader.held[0]`."""
+    from common import trace_json
+
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", BLOCK)
+    monkeypatch.setattr(trace_json, "MAX_EVENT_BYTES", BOUND)
+    if request.param != "msgspec":
+        monkeypatch.setattr(trace_json, "msgspec", None)
+        monkeypatch.setattr(trace_json, "_decode_run_of", trace_json._stdlib_decode_run)
+    held = [0]
+    fill = trace_json._Blocks.fill
+
+    def counted_fill(self, size: int) -> bool:
+        more = fill(self, size)
+        held[0] = max(held[0], len(self.buf))
+        return more
+
+    monkeypatch.setattr(trace_json._Blocks, "fill", counted_fill)
+    trace_json.held = held
+    return trace_json
+
+
+def generated(path: Path, head: bytes, fill: bytes, size: int, tail: bytes = b"", gz: bool = False) -> Path:
+    """`head` + `size` bytes of `fill` + `tail`, written a block at a time (gzipped with `gz`)."""
+    with gzip.open(path, "wb") if gz else open(path, "wb") as out:
+        out.write(head)
+        chunk = fill * (BLOCK // len(fill))
+        for _ in range(size // len(chunk)):
+            out.write(chunk)
+        out.write(tail)
+    return path
+
+
+def refused(reader, path: Path) -> str:
+    with pytest.raises(ValueError) as exc:
+        reader.stream_json(path, lambda events: None)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: not a readable Chrome trace (")
+    return message
+
+
+def test_zeros_after_the_events_array_opens_are_refused_at_their_second_byte_after_one_block(tmp_path, reader):
+    path = generated(tmp_path / "zeros.json", PREFIX, b"0", 100 * BOUND)  # 25 MiB of zeros
+    message = refused(reader, path)
+    assert "JSON is malformed" in message and f"(byte {len(PREFIX) + 1})" in message
+    assert reader.held[0] <= 2 * BLOCK  # the first block: it is broken there
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip bomb"])
+def test_a_run_of_whitespace_longer_than_the_bound_is_refused_naming_where_it_starts(tmp_path, reader, gz):
+    path = generated(tmp_path / "spaces.json", PREFIX, b" \n\t\r", 100 * BOUND, b"]}", gz=gz)
+    message = refused(reader, path)
+    assert f"whitespace from byte {len(PREFIX)} runs on for more than 0.25 MiB (the reader's bound" in message
+    assert reader.held[0] <= 2 * BLOCK  # whitespace is read past, not kept
+
+
+def test_whitespace_before_the_json_is_read_past_and_bounded_too(tmp_path, reader):
+    path = generated(tmp_path / "lead.json", b"", b"\n", 100 * BOUND, json.dumps(tiny_gpu_trace()).encode())
+    message = refused(reader, path)
+    assert "whitespace from byte 0 runs on for more than" in message and reader.held[0] <= 2 * BLOCK
+
+
+def test_whitespace_within_the_bound_is_read_without_being_held(tmp_path, reader):
+    events = json.dumps(tiny_gpu_trace()["traceEvents"])[1:-1].encode()
+    path = generated(tmp_path / "roomy.json", PREFIX, b" ", BOUND // 2, events + b"]}")  # 32 blocks of spaces
+    seen = []
+    assert reader.stream_json(path, seen.extend) == {}
+    assert len(seen) == len(tiny_gpu_trace()["traceEvents"]) and reader.held[0] <= 2 * BLOCK
+
+
+@pytest.mark.parametrize("where", ["event", "header", "tail"])
+def test_one_value_larger_than_the_bound_is_refused_naming_where_it_starts(tmp_path, reader, where):
+    one = json.dumps(tiny_gpu_trace()["traceEvents"][1]).encode()
+    if where == "event":  # an event whose name runs on past the bound
+        path = generated(tmp_path / "e.json", PREFIX + one + b', {"name": "', b"x", 2 * BOUND, b'"}]}')
+        expected = f"the event from byte {len(PREFIX + one) + 2} is larger than 0.25 MiB"  # its `{`
+    elif where == "header":  # an entry before the events
+        path = generated(tmp_path / "h.json", b'{"note": "', b"x", 2 * BOUND, b'", "traceEvents": []}')
+        expected = "no traceEvents array in its first 0.25 MiB"
+    else:  # an entry after the events
+        path = generated(tmp_path / "t.json", PREFIX + one + b'], "note": "', b"x", 2 * BOUND, b'"}')
+        expected = f"the events from byte {len(PREFIX)} to the end take more than 0.25 MiB"
+    assert expected in refused(reader, path)
+    assert reader.held[0] <= BOUND + 2 * BLOCK
+
+
+@pytest.mark.parametrize("main", [summary_main, diff_main], ids=["summary", "diff"])
+def test_the_bound_is_stated_in_the_help_and_the_readme(capsys, main):
+    from common import trace_json
+
+    bound = f"{trace_json.MAX_EVENT_BYTES >> 20} MiB"
+    code, out, _ = command(main, capsys, "--help")
+    assert code == 0 and bound in out.replace("\n", " ")
+    assert bound in (ROOT / "README.md").read_text()

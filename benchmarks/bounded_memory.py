@@ -1,0 +1,91 @@
+"""Peak memory and time of the trace reader on files built to exhaust it (issue 22, item 8), with and without msgspec.
+
+Usage (from the repository root; the files are written once into FOLDER, about 2.7 GB of disk):
+    python benchmarks/bounded_memory.py /tmp/bad_traces [--before REV] [--only zeros,spaces,bomb]
+
+The files: `{"traceEvents": [` followed by 2 GB of zeros (`zeros.json`), by 600 MB of whitespace (`spaces.json`),
+and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.json.gz`). Each is read by
+`common.trace.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
+this checkout and, with --before, in the `common/` of commit REV (exported with git archive), each with msgspec
+and without it (`sys.modules["msgspec"] = None`, the fallback path). Prints one row per file, reader and path:
+peak RSS, wall time, and the one line the reader refused the file with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from subproc import measure
+
+REPO = Path(__file__).resolve().parent.parent
+OPENING = b'{"traceEvents": ['
+CHUNK = 1 << 20
+FILES = {  # name -> (what follows the opening, how many bytes of it, gzipped)
+    "zeros": (b"0", 2_000_000_000, False),
+    "spaces": (b" \n\t\r", 600_000_000, False),
+    "bomb": (b" ", 1_500_000_000, True),
+}
+READ = """
+import sys
+if sys.argv[2] == "stdlib":
+    sys.modules["msgspec"] = None
+from common.trace import read_trace
+try:
+    read_trace(sys.argv[1])
+    print("read")
+except ValueError as exc:
+    print(str(exc).split(": ", 1)[1])
+"""
+
+
+def make(folder: Path, name: str) -> Path:
+    """Write the file `name` into `folder` a chunk at a time (kept if it is there already)."""
+    fill, size, gz = FILES[name]
+    path = folder / (f"{name}.json.gz" if gz else f"{name}.json")
+    if not path.exists():
+        part = path.with_suffix(".part")
+        chunk = fill * (CHUNK // len(fill))
+        with gzip.open(part, "wb", compresslevel=9) if gz else open(part, "wb") as out:
+            out.write(OPENING)
+            for _ in range(size // len(chunk)):
+                out.write(chunk)
+        part.rename(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="where the files are written (kept for later runs)")
+    parser.add_argument("--before", help="also measure the reader of this commit")
+    parser.add_argument("--only", default=",".join(FILES), help="comma-separated files: " + ",".join(FILES))
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run (default 600)")
+    args = parser.parse_args()
+    args.folder.mkdir(parents=True, exist_ok=True)
+    readers = {"this checkout": REPO}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.before:
+            archive = subprocess.run(
+                ["git", "archive", args.before, "common"], cwd=REPO, capture_output=True, check=True
+            )
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+            readers = {args.before: Path(tmp), **readers}
+        print("| file | size | reader | path | peak RSS | wall | what it said |")
+        print("| --- | ---: | --- | --- | ---: | ---: | --- |")
+        for name in args.only.split(","):
+            path = make(args.folder, name)
+            for reader, root in readers.items():
+                for mode in ("msgspec", "stdlib"):
+                    run = measure([sys.executable, "-c", READ, str(path), mode], root, args.timeout)
+                    said = run.out[-1] if run.out else run.why
+                    size = f"{path.stat().st_size / 1e6:,.1f} MB"
+                    cells = [name, size, reader, mode, f"{run.peak_mib:,.0f} MiB", f"{run.wall_s:.1f} s", said]
+                    print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

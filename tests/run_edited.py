@@ -1,0 +1,33 @@
+"""Run copies of a numbered script with the reader's loop edits (helpers.LOOP_EDITS), one after another in this
+process, and write what each printed and wrote as JSON: how tests/test_edited_loops.py runs 06 under torchrun
+(every rank runs every edit; each rank's results go to `<out>.rank<N>.json`).
+
+    python tests/run_edited.py OUT_FOLDER SCRIPT [EDIT ...]      (all edits when none is named)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # the repository root: `common`, as pytest has it
+from helpers import LOOP_EDITS, run_edited  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    folder, name, *edits = argv
+    rank = os.environ.get("RANK", "0")
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # rank 0 hosts a store of its own for each edit's run:
+    results = {}  # a process group started again on torchrun's store waits forever
+    for n, edit in enumerate(edits or LOOP_EDITS):
+        os.environ["MASTER_PORT"] = str(port + 1 + n)
+        results[edit] = run_edited(name, edit, Path(folder) / f"rank{rank}" / str(n))
+    Path(folder, f"results.rank{rank}.json").write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
