@@ -117,109 +117,61 @@ def train_step(model, x, target, optimizer, amp):
 
 
 def guess(variant: str, precision: str, fused_optimizer: bool, on_gpu: bool) -> list[Expect]:
-    """What one profiled step should show, phase by phase, written down before looking (corrected after the
-    H200 run where the trace was right: README.md's training-step section lists each first guess that missed, and why).
+    """What one profiled step should show, phase by phase: (phase, what, how many, why) per variant, a count
+    that differs by precision given as {amp, 16-bit, fp32}. README.md's training-step section derives each count
+    and lists the first guesses that missed on the H200.
 
     variant: eager, compile or cudagraphs; precision: "amp" (fp32 parameters, bf16 autocast) or bf16/fp16/fp32.
     """
-    amp, pure16 = precision == AMP, precision in ("bf16", "fp16")
-    graphs = variant == "cudagraphs"
-    mm, replayed = "aten::mm", "replayed: no aten op is dispatched"
-    split_k = "; cuBLAS may split a long-K GEMM in two (split-K + its reduction: down_proj at 128 tokens)"
-    lines = [
-        *in_phase(
-            "forward",
-            expect_op(mm, 0 if graphs else 5, replayed if graphs else "one mm per projection"),
-            expect_kernels("gemm", 5, "qkv, out, gate, up, down: one GEMM each" + split_k, at_least=True),
-            expect_kernels("attention", 1, "SDPA's one fused kernel (cuDNN's on the H200 with torch 2.11)"),
-        ),
-        *in_phase(
-            "backward",
-            expect_op(mm, 0 if graphs else 10, replayed if graphs else "twice the forward's: input and weight grads"),
-            expect_kernels(
-                "gemm", 10, "twice the forward's GEMMs: each projection's input and weight gradient", at_least=True
-            ),
-            expect_kernels(
-                "attention", 1, "one fused backward kernel, beside small helpers: dot(dO, O), dQ to bf16", at_least=True
-            ),
-        ),  # fmt: skip
-        *in_phase("optimizer", *optimizer_guess(fused_optimizer, on_gpu)),
-        expect_memcpy(1 if variant == "eager" else 0, "pow's backward: self.pow(1) is a device copy, in eager only"),
+    graphs, amp = variant == "cudagraphs", precision == AMP
+    n = lambda amp_, half, fp32: amp_ if amp else half if precision in ("bf16", "fp16") else fp32  # noqa: E731
+    ops, kernels, launches = expect_op, expect_kernels, expect_kernel_launches
+    rows = [  # every variant
+        ("forward", ops("aten::mm", 0 if graphs else 5, "one mm per projection (replayed under graphs: none)")),
+        ("forward", kernels("gemm", 5, "qkv, out, gate, up, down; cuBLAS may split a long-K one", at_least=True)),
+        ("forward", kernels("attention", 1, "SDPA's one fused kernel (cuDNN's on the H200)")),
+        ("backward", ops("aten::mm", 0 if graphs else 10, "twice the forward's: input and weight gradients")),
+        ("backward", kernels("gemm", 10, "each projection's input and weight gradient", at_least=True)),
+        ("backward", kernels("attention", 1, "one fused backward kernel, beside small helpers", at_least=True)),
+        *(("optimizer", line) for line in adamw_guess(fused_optimizer, on_gpu)),
+        ("", expect_memcpy(1 if variant == "eager" else 0, "pow's backward: self.pow(1) is a device copy, eager only")),
     ]
     if variant == "eager":
-        # forward: two RMSNorms of 6 ops (pow, mean, add, rsqrt, mul, mul; pure 16-bit adds .float() and
-        # .type_as() copies), under autocast 8 casts (5 weights, the fp32 inputs of qkv, gate, up), attention,
-        # 2 residual adds, gelu and mul, the loss (a pointwise kernel and a mean)
-        forward = 2 * (6 + 2 * pure16) + 8 * amp + 1 + 2 + 2 + 2
-        # backward: the loss (ones_like, mse_loss_backward's zeros_like, its kernel), under autocast 8 casts back
-        # to fp32 (5 weight gradients, 3 input gradients) and 2 residual gradients cast to bf16, gelu_backward and
-        # the mul's 2, gate's and up's input gradients summed, mlp_norm 14 (weight: 2 + a sum, x32 * r: 2 + a
-        # sum, rsqrt 3, mean 1, pow 2 and a memcpy, 2 sums of gradients; pure 16-bit adds 2 casts), attn_norm's
-        # weight 2, attention 3 (cuDNN: dot(dO, O), the fused kernel, dQ converted), split's backward (a cat)
-        backward = 3 + 10 * amp + 3 + 1 + 14 + 2 * pure16 + 2 + 3 + 1
-        return lines + [
-            *in_phase(
-                "forward",
-                expect_kernels(BESIDES_GEMMS, forward, "one kernel per op: nothing is fused"),
-                expect_kernel_launches(forward + 5, "one launch per kernel, GEMMs included", at_least=True),
-                expect_op("aten::linear", 10 if amp else 5, "each nn.Linear call" + (
-                    ", twice: autocast's wrapper casts the inputs, then calls aten::linear again" if amp else "")),
-            ),
-            *in_phase(
-                "backward",
-                expect_kernels(BESIDES_GEMMS, backward, "each forward op's gradient, op by op, on autograd's thread"),
-                expect_kernel_launches(backward + 10, "one launch per kernel, GEMMs included", at_least=True),
-            ),
-        ]  # fmt: skip
-    casts = 5 * amp  # compiled too, autocast's weight casts are kernels: one each (and 5 gradient casts back)
-    copy = 1 * graphs  # a graph reads fixed addresses: a new input is copied into them first (a foreach copy)
-    triton = 4 + casts  # the two RMSNorms (the second with the residual add), gelu * mul, the last residual add
-    eager_loss = 2 + copy  # outside the compiled block: mse_loss and its mean
-    forward = triton + 1 + eager_loss
-    # backward: the incoming gradient cast, 5 weight-gradient casts, gelu_backward * mul, mlp_norm's row
-    # reduction, the q/k/v cat, the two norm weights' column sums (one kernel; at many tokens split into a
-    # partial sum and two final ones), plus attention 3 and the eager loss's 3 (ones_like, zeros_like, kernel)
-    triton_backward = 4 + casts + amp
-    compiled = [
-        *in_phase(
-            "forward",
-            expect_kernels("triton", triton, "Inductor's: casts, both RMSNorms, gelu * mul, the residual add"),
-            expect_kernels("rsqrt", 2, "each RMSNorm's pow, mean, rsqrt and muls fused into one kernel"),
-            expect_kernels(r"gelu.*mul|mul.*gelu", 1, "GeGLU's gelu and mul fused, as in 03_simple_mlp --compile"),
-            expect_kernels("pointwise", 1 + copy, "the eager loss's kernel" + " and the input copy" * graphs),
-            expect_kernels(BESIDES_GEMMS, forward, "triton + attention + the eager loss's 2" + (" + copy" * graphs)),
-            expect_op("aten::linear", 0, "Inductor calls mm directly"),
-        ),
-        *in_phase(
-            "backward",
-            expect_kernels("triton", triton_backward, "the backward graph's fused kernels (more at many tokens: "
-                           "Inductor splits the long column sums)", at_least=True),
-            expect_kernels("gelu_backward", 1, "gelu's backward and the mul's two gradients in one kernel"),
-        ),
-    ]  # fmt: skip
-    if not graphs:
-        launches = [
-            *in_phase("forward", expect_kernel_launches(forward + 5, "one launch per kernel", at_least=True)),
-            *in_phase("backward", expect_kernel_launches(triton_backward + 16, "one per kernel", at_least=True)),
+        rows += [
+            ("forward", kernels(BESIDES_GEMMS, n(27, 23, 19), "one kernel per op: nothing is fused")),
+            ("forward", launches(n(32, 28, 24), "one launch per kernel, GEMMs included", at_least=True)),
+            ("forward", ops("aten::linear", n(10, 5, 5), "each nn.Linear call (twice under autocast)")),
+            ("backward", kernels(BESIDES_GEMMS, n(37, 29, 27), "each forward op's gradient, op by op")),
+            ("backward", launches(n(47, 39, 37), "one launch per kernel, GEMMs included", at_least=True)),
         ]
-        return lines + compiled + launches
-    launches = [
-        *in_phase(
-            "forward",
-            expect_graph_launches(1, "the forward graph: every kernel of the block in one launch"),
-            expect_kernel_launches(eager_loss, "outside the graph: the input copy, the eager loss's 2"),
-        ),
-        *in_phase(
-            "backward",
-            expect_graph_launches(1, "the backward graph, launched from autograd's thread"),
-            expect_kernel_launches(4, "outside the graph: ones_like, mse_loss_backward (2), the gradient copy"),
-        ),
-    ]
-    return lines + compiled + launches
+    else:
+        rows += [
+            ("forward", kernels("triton", n(9, 4, 4), "Inductor's: casts, both RMSNorms, gelu * mul, a residual add")),
+            ("forward", kernels("rsqrt", 2, "each RMSNorm's pow, mean, rsqrt and muls in one kernel")),
+            ("forward", kernels(r"gelu.*mul|mul.*gelu", 1, "GeGLU's gelu and mul fused, as 03_simple_mlp --compile")),
+            ("forward", kernels("pointwise", 1 + graphs, "the eager loss's kernel" + " and the input copy" * graphs)),
+            ("forward", kernels(BESIDES_GEMMS, n(12, 7, 7) + graphs, "triton + attention + the eager loss's 2")),
+            ("forward", ops("aten::linear", 0, "Inductor calls mm directly")),
+            ("backward", kernels("triton", n(10, 4, 4), "the backward graph's fused kernels", at_least=True)),
+            ("backward", kernels("gelu_backward", 1, "gelu's backward and the mul's two gradients in one kernel")),
+        ]
+    if variant == "compile":
+        rows += [
+            ("forward", launches(n(17, 12, 12), "one launch per kernel", at_least=True)),
+            ("backward", launches(n(26, 20, 20), "one launch per kernel", at_least=True)),
+        ]
+    if graphs:
+        rows += [
+            ("forward", expect_graph_launches(1, "the forward graph: every kernel of the block in one launch")),
+            ("forward", launches(3, "outside the graph: the input copy, the eager loss's 2")),
+            ("backward", expect_graph_launches(1, "the backward graph, launched from autograd's thread")),
+            ("backward", launches(4, "outside the graph: ones_like, mse_loss_backward (2), the gradient copy")),
+        ]
+    return [out for phase, line in rows for out in (in_phase(phase, line) if phase else [line])]
 
 
-def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
-    """AdamW's kernels and ops: fused, foreach (the default on a GPU) or a per-parameter loop (on the CPU)."""
+def adamw_guess(fused: bool, on_gpu: bool) -> list[Expect]:
+    """AdamW's ops and kernels: fused, foreach (the default on a GPU) or a per-parameter loop (on the CPU)."""
     if fused:
         return [
             expect_op("aten::_fused_adamw_", 1, "fused=True: one op updates every parameter and both moments"),
@@ -232,9 +184,7 @@ def optimizer_guess(fused: bool, on_gpu: bool) -> list[Expect]:
         ]
     return [
         expect_op("aten::_foreach_lerp_", 1, "foreach: one op per line of the update, for all 7 parameters"),
-        expect_kernels(
-            "multi_tensor_apply", 8, "weight decay, lerp, mul, addcmul, sqrt, div, add eps, addcdiv: one kernel each"
-        ),
+        expect_kernels("multi_tensor_apply", 8, "decay, lerp, mul, addcmul, sqrt, div, add eps, addcdiv: one each"),
         expect_kernel_launches(8, "the optimizer is not compiled: its launches stay, under --cudagraphs too"),
     ]
 

@@ -10,16 +10,11 @@ Usage:
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
 folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
 read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
-<<<<<<< HEAD
-exit status is 2 only when none could be read. A trace without profiler steps (a bare `with profile()`)
-is summarised as one step over the whole trace, and a note says so. One event (or run of whitespace)
-larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded whatever
-a file holds. The baseline
-=======
 exit status is 2 only when none could be read. Several traces are read in parallel, a process per
-usable core, with the same output. A trace without profiler steps (a bare `with profile()`)
-is summarised as one step over the whole trace, and a note says so. The baseline
->>>>>>> main
+usable core, with the same output. A trace without profiler steps (a bare `with profile()`) is
+summarised as one step over the whole trace, and a note says so. One event (or run of whitespace)
+larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded
+whatever a file holds. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
 step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
 table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
@@ -167,23 +162,39 @@ def usable_cores() -> int:
 
 
 def _ignore_interrupts() -> None:
-    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them."""
+    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them. SIGINT
+    was blocked while the worker was forked (a Ctrl-C then waits in the main process); here it is ignored, then
+    unblocked."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _read_in_parallel(paths: list[Path], args: argparse.Namespace, workers: int) -> list[Digest | str]:
     """read_digest of each path, a process per core, in the order of `paths`. Ctrl-C (or any failure) ends
-    every worker before it goes on: no process is left behind."""
+    every worker before it goes on: no process is left behind. While the workers start, SIGINT is blocked, so a
+    Ctrl-C then reaches neither a worker that does not ignore it yet nor a pool half made: it waits, and lands once
+    the pool can be ended."""
     start = "fork" if sys.platform == "linux" else None  # fork: the workers need not import the reader again
-    pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
+    masks = hasattr(signal, "pthread_sigmask")
+    pool = None
     try:
+        if masks:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
+        finally:
+            if masks:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         results = list(pool.imap(functools.partial(read_digest, args=args), paths))
         pool.close()
     except BaseException:
-        pool.terminate()
+        if pool is not None:
+            pool.terminate()
         raise
     finally:
-        pool.join()
+        if pool is not None:
+            pool.join()
     return results
 
 
@@ -546,7 +557,7 @@ def cpu_line(traces: list[Digest]) -> str:
 
 def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
-    heading = (lambda s: f"### {s}") if args.markdown else (lambda s: s)  # noqa: E731
+    heading = (lambda s: f"### {s}") if args.markdown else (lambda s: "\n".join(textwrap.wrap(s, TEXT_WIDTH)))  # noqa: E731
     gap = [""] if args.markdown else []
     why = "named by --baseline" if args.baseline else "the slowest; --baseline picks another"
     legend = (

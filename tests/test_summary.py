@@ -305,3 +305,13 @@ def test_a_folder_of_three_ddp_runs_has_a_rank_table_and_a_spread_per_run(tmp_pa
     assert out.count("spread, slowest ÷ fastest rank: GPU 1×, CPU 1.01×") == 3  # never 1.5×: across runs
     names = [line.split("  ")[0] for line in out.split("\n\n")[1].splitlines()[2:]]
     assert len(names) == len(set(names)) == 6, names
+
+
+def test_a_trace_with_a_very_long_name_still_prints_nothing_wider_than_120(tmp_path, capsys):
+    folder = tmp_path / ("a_folder_with_a_long_name_" * 3)
+    folder.mkdir()
+    for i in range(2):
+        data = tiny_gpu_trace()
+        (folder / f"{'rank_trace_of_a_long_training_job_' * 3}{i}.json").write_text(json.dumps(data))
+    code, out, _ = summary(capsys, folder, "--per-step")
+    assert code == 0 and max(len(line) for line in out.splitlines()) <= 120, max(out.splitlines(), key=len)
