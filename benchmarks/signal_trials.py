@@ -120,7 +120,7 @@ def trial_torchrun(repo: Path, work: Path, earlier: dict[str, bytes], k: int) ->
     folder.mkdir()
     for name, data in earlier.items():
         (folder / name).write_bytes(data)
-    rank0 = folder / next(n for n in earlier if n.endswith("_rank0.json"))
+    rank0 = folder / next(n for n in earlier if "_rank0" in n and n.endswith(".json"))
     inode = rank0.stat().st_ino
     proc = popen(torchrun_cmd(traces), repo)
     if k % 2 == 0:
@@ -134,7 +134,7 @@ def trial_torchrun(repo: Path, work: Path, earlier: dict[str, bytes], k: int) ->
         proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=GUARD_S)
     after = visible(folder)
-    groups = [sorted(n for n in earlier if n.rsplit(".", 1)[0].endswith(f"_rank{r}")) for r in (0, 1)]
+    groups = [sorted(n for n in earlier if f"_rank{r}" in n) for r in (0, 1)]
     bad = verdict(earlier, after, groups)
     shutil.rmtree(traces)
     return f"{when:15} + {delay * 1000:5.1f} ms rc {proc.returncode}", bad
