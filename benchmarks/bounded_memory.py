@@ -1,7 +1,7 @@
 """Peak memory and time of the trace reader on files built to exhaust it (issue 22, item 8), with and without msgspec.
 
 Usage (from the repository root; the files are written once into FOLDER, about 2.7 GB of disk):
-    python benchmarks/bounded_memory.py /tmp/bad_traces [--before REV] [--only zeros,spaces,bomb]
+    uv run python benchmarks/bounded_memory.py /tmp/bad_traces [--before REV] [--only zeros,spaces,bomb]
 
 The files: `{"traceEvents": [` followed by 2 GB of zeros (`zeros.json`), by 600 MB of whitespace (`spaces.json`),
 and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.json.gz`). Each is read by

@@ -18,6 +18,11 @@ process of its tree, `uv` and the Python it starts included):
            the durations of each Step's kernels.
 Agreement: per-step kernel time (sum of kernel durations in a step) is compared step by step on the steps both
 found; the table gives each side's median over steps and the largest per-step difference (within 1% passes).
+Breakdown (a second table): HTA's temporal breakdown (idle, compute, non-compute as % of its window, the first GPU
+op's start to the last one's end) and its idle-time breakdown (host wait, kernel wait, other: its per-stream idle
+intervals summed, as % of the same window), against common.diagnosis.budget over the same window (the GPU work of
+every profiled step, edges=False); "Δ pp" is the largest difference in percentage points (within 1 passes). The
+suite's per-step figures (what the summary prints) count the step's whole span, so they differ by design.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Run:
     peak_mib: float
     rc: int | None  # None: killed at the timeout
     steps: dict[int, float] = field(default_factory=dict)  # step number -> kernel µs (workers only)
+    breakdown: dict[str, float] = field(default_factory=dict)  # idle, compute, ... -> share of the window
     note: str = ""
 
 
@@ -58,6 +64,7 @@ def measure(what: str, cmd: list[str], cwd: Path, timeout: float, env: dict[str,
     result = next((json.loads(line) for line in reversed(got.out) if line.startswith('{"steps"')), None)
     if result:
         run.steps = {int(k): v for k, v in result["steps"].items()}
+        run.breakdown = result.get("breakdown", {})
         run.note = run.note or f"load {result['load_s']:.1f} s"
     return run
 
@@ -76,19 +83,42 @@ def hta_worker(trace: Path) -> None:
     kernel = analysis.t.symbol_table.get_sym_id_map()["kernel"]
     kernels = df[(df["cat"] == kernel) & (df["iteration"] >= 0)]
     steps = {int(k): float(v) for k, v in kernels.groupby("iteration")["dur"].sum().items()}
-    print(json.dumps({"steps": steps, "load_s": load_s}))
+    temporal = analysis.get_temporal_breakdown(visualize=False).iloc[0]
+    window = float(temporal["kernel_time(us)"])
+    idle, _ = analysis.get_idle_time_breakdown(visualize=False)
+    waits = idle.groupby("idle_category")["idle_time"].sum()
+    breakdown = {
+        "idle": float(temporal["idle_time(us)"]) / window,
+        "compute": float(temporal["compute_time(us)"]) / window,
+        "non-compute": float(temporal["non_compute_time(us)"]) / window,
+        "host wait": float(waits.get("host_wait", 0.0)) / window,  # HTA's IdleTimeType names, lower case
+        "kernel wait": float(waits.get("kernel_wait", 0.0)) / window,
+        "other wait": float(waits.get("other", 0.0)) / window,
+    }
+    print(json.dumps({"steps": steps, "load_s": load_s, "breakdown": breakdown}))
 
 
 def suite_worker(trace: Path) -> None:
     """(In SUITE_ROOT's environment) read `trace` with common.trace; print the same JSON as hta_worker."""
     sys.path.insert(0, os.getcwd())
+    from common.diagnosis import budget
     from common.trace import read_trace
 
     start = time.perf_counter()
     steps = read_trace(trace).steps
     load_s = time.perf_counter() - start
     kernel_us = {s.number: sum(k.us for k in s.kernels) for s in steps}
-    print(json.dumps({"steps": kernel_us, "load_s": load_s}))
+    ops = sorted((op for s in steps for op in s.gpu), key=lambda op: op.start)
+    b = budget(ops, ops[0].start, max(op.start + op.us for op in ops), edges=False)
+    breakdown = {
+        "idle": b.idle / b.span,
+        "compute": b.compute / b.span,
+        "non-compute": (b.non_compute + b.comm_exposed) / b.span,  # HTA's non-compute holds communication too
+        "host wait": b.host_wait / b.span,
+        "kernel wait": b.kernel_wait / b.span,
+        "other wait": b.other_wait / b.span,
+    }
+    print(json.dumps({"steps": kernel_us, "load_s": load_s, "breakdown": breakdown}))
 
 
 def agreement(hta: Run, suite: Run) -> tuple[str, str, str, str]:
@@ -116,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--exact", action="store_true", help="also run HTA with HTA_DISABLE_NS_ROUNDING=1")
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python", help="a Python with HTA installed")
     parser.add_argument("--suite-root", type=Path, default=REPO, help="the checkout whose common/ is measured")
+    parser.add_argument(
+        "--suite-python", help="a Python with the suite's dependencies (default: `uv run python` in SUITE_ROOT)"
+    )
     parser.add_argument("--worker", choices=("hta", "suite"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -123,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     root: Path = args.suite_root.resolve()
+    suite_python = [args.suite_python] if args.suite_python else ["uv", "run", "python"]
+    breakdowns: list[str] = []
     header = (
         "| trace | MB | run | wall s | peak MiB | steps | kernel µs/step HTA | suite | max step Δ | within 1% | note |"
     )
@@ -139,15 +174,12 @@ def main(argv: list[str] | None = None) -> None:
                     )
                 )
         if args.only != "hta":
+            runs.append(measure("summary", [*suite_python, "-m", "common.summary", str(trace)], root, args.timeout))
             runs.append(
-                measure("summary", ["uv", "run", "python", "-m", "common.summary", str(trace)], root, args.timeout)
-            )
-            runs.append(
-                measure(
-                    "reader", ["uv", "run", "python", str(HERE), "--worker", "suite", str(trace)], root, args.timeout
-                )
+                measure("reader", [*suite_python, str(HERE), "--worker", "suite", str(trace)], root, args.timeout)
             )
         reader = next((r for r in runs if r.what == "reader"), None)
+        breakdowns += breakdown_rows(trace, runs, reader)
         size = f"{trace.stat().st_size / 1e6:.0f}"
         for run in runs:
             cells = ["", "", "", ""]
@@ -160,6 +192,26 @@ def main(argv: list[str] | None = None) -> None:
                 + f" | {run.note} |",
                 flush=True,
             )
+    if breakdowns:
+        header = "| trace | run | " + " | ".join(f"{k} %" for k in BREAKDOWN) + " | Δ pp (within 1) |"
+        print("\n" + header + "\n|" + "---|" * (len(BREAKDOWN) + 3))
+        print("\n".join(breakdowns))
+
+
+BREAKDOWN = ("idle", "compute", "non-compute", "host wait", "kernel wait", "other wait")
+
+
+def breakdown_rows(trace: Path, runs: list[Run], reader: Run | None) -> list[str]:
+    """The breakdown table's rows for one trace: each HTA run's shares and the reader's, in %, and the largest
+    difference in percentage points."""
+    if reader is None or not reader.breakdown:
+        return []
+    rows = [f"| {trace.name} | reader | " + " | ".join(f"{100 * reader.breakdown[k]:.2f}" for k in BREAKDOWN) + " | |"]
+    for run in (r for r in runs if r.what.startswith("hta") and r.breakdown):
+        worst = max(abs(run.breakdown[k] - reader.breakdown[k]) for k in BREAKDOWN) * 100
+        cells = " | ".join(f"{100 * run.breakdown[k]:.2f}" for k in BREAKDOWN)
+        rows.append(f"| {trace.name} | {run.what} | {cells} | {worst:.2f} ({'yes' if worst <= 1 else 'NO'}) |")
+    return rows
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Usage:
     uv run python -m common.diff traces/04_a_naive_attention/<tag>.json traces/04_b_inplace_ops_attention/<tag>.json
     uv run python -m common.diff A.json B.json --markdown
 
-Compares trace A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
+Leads with what bounds each trace (common.diagnosis: "bound: CPU → GPU" and each verdict), then compares trace A
+with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
 time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
 the totals, the kernels added, removed or changed, the CPU ops added or removed, and the runtime calls whose
 counts changed. Kernels are paired by their exact name first; then, within a family, by their short name, the
@@ -26,6 +27,7 @@ import textwrap
 from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
+from common.diagnosis import bound_lines, diagnose
 from common.figures import Row, launch_line, summarize
 from common.files import not_a_file
 from common.naming import short_name
@@ -249,6 +251,15 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
     out += [cpu, *(f"note: {n}; compared anyway" for n in notes)]
     out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    bound = bound_lines(diagnose(a), diagnose(b))
+    out += [
+        "",
+        *(
+            bound
+            if markdown
+            else [w for line in bound for w in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="   ")]
+        ),
+    ]
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())

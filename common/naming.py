@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from common.cli import shown
@@ -33,6 +34,7 @@ FAMILIES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+@functools.cache  # a trace launches few distinct kernels many times
 def kernel_family(name: str) -> str:
     """'communication', 'gemm', 'attention', 'triton', 'softmax', 'reduce', 'pointwise' or 'other'."""
     return next((fam for fam, pattern in FAMILIES if pattern.search(name)), "other")

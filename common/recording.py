@@ -24,7 +24,7 @@ import torch
 from common.bench import time_unprofiled
 from common.checks import check_close
 from common.cli import SuiteError, on_exit
-from common.estimate import Progress, estimate, estimate_lines, progress
+from common.estimate import Progress, estimate, estimate_lines, progress, progress_after
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
 from common.interrupts import atomic
@@ -59,6 +59,7 @@ class Recording:
         self.recorded = 0
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
+        self.estimate_s: float | None = None  # the run's estimate (common.estimate), None for a small run
         self.checked = False  # the output matched the reference: the files are kept from here on
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
@@ -152,7 +153,8 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
         print(line)
     rec.watch.start()
     try:
-        with progress("profiled steps, then the reference", estimated.seconds if estimated else None) as rec.progress:
+        seconds = rec.estimate_s = estimated.seconds if estimated else None
+        with progress("profiled steps, then the reference", seconds, progress_after(seconds)) as rec.progress:
             yield rec
     except BaseException:
         rec.discard()
@@ -198,7 +200,7 @@ def finish(
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
     if run.bench and step is not None:
-        with progress("--bench: the step timed without the profiler"):
+        with progress("--bench: the step timed without the profiler", after_s=progress_after(rec.estimate_s)):
             timed = time_unprofiled(step, run.on_gpu, rec.grad)
         print_unprofiled(timed, trace)
     print_files(rec.cycles, run)

@@ -5,14 +5,17 @@ Every function here prints and returns nothing, except `exit_code`, which prints
 
 from __future__ import annotations
 
+import textwrap
+
 from common.bench import UnprofiledTime
+from common.diagnosis import diagnose, verdict_lines
 from common.export import TraceFiles
 from common.guess import Verdict, format_verdicts
 from common.memory import memory_line
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
 from common.share import share_lines
-from common.tables import phase_table, step_table
+from common.tables import TEXT_WIDTH, phase_table, step_table
 from common.trace import Trace
 from common.units import human_time
 
@@ -47,7 +50,8 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
 def print_report(
     files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: Run, first_guess: list[Verdict] | None = None
 ) -> None:
-    """The top of the profiler table, guess vs trace with one step's GPU work, and the physics.
+    """The top of the profiler table, guess vs trace with one step's GPU work, the physics, and the verdict: what
+    bounds the run's steps (common.diagnosis).
 
     `first_guess`: an earlier, wrong guess, shown before the corrected one (the post's surprise, replayed).
     """
@@ -60,14 +64,16 @@ def print_report(
     if trace.phases:
         print(f"per phase (the labels inside {trace.label}; medians over the profiled steps):")
         print(phase_table(trace))
+    diagnosis = diagnose(trace, run.peak_tflops)
     if run.per_step or len(trace.steps) > 3:
         print(f"per profiled step ({trace.label} region on the CPU, busy time on the GPU):")
-        print(step_table(trace, every=run.per_step))
+        print(step_table(trace, every=run.per_step, budgets=diagnosis.budgets))
     timed = step_seconds(trace)
     if timed:
         work = Work(files.work.flops, files.work.bytes)
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
     print(memory_line(files.memory, files.work.bytes))
+    print("\n".join(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="      ") for line in verdict_lines(diagnosis)))
 
 
 def print_unprofiled(b: UnprofiledTime, trace: Trace) -> None:

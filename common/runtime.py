@@ -8,6 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -28,6 +29,7 @@ from common.machine import (
 
 SEED = 0
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ShapeT = TypeVar("ShapeT", bound=tuple)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -168,16 +170,19 @@ def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser
     return parser
 
 
-def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: dict[str, tuple[int, str]]) -> None:
-    """One integer flag per entry of `shape` (name -> (default, help)), e.g. --batch 8 --seq 1024."""
+def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: type[NamedTuple]) -> None:
+    """One integer flag per field of the shape type `shape` (a NamedTuple with a default and a HELP entry per
+    field), e.g. --batch 8 --seq 1024."""
     group = parser.add_argument_group(title)
-    for name, (default, text) in shape.items():
-        group.add_argument(f"--{name}", type=positive_int, default=default, help=f"{text} (default: {default})")
+    for name, default in shape._field_defaults.items():
+        group.add_argument(
+            f"--{name}", type=positive_int, default=default, help=f"{shape.HELP[name]} (default: {default})"
+        )
 
 
-def shape_of(args: argparse.Namespace, shape: dict[str, tuple[int, str]]) -> tuple[int, ...]:
-    """The values of `shape`'s flags, in order: the shape part of the tag."""
-    return tuple(getattr(args, name) for name in shape)
+def shape_of(args: argparse.Namespace, shape: type[ShapeT]) -> ShapeT:
+    """The `shape` the flags give (fields by name; iterating it gives the tag's parts, in field order)."""
+    return shape(**{name: getattr(args, name) for name in shape._fields})
 
 
 def resolve_device(name: str) -> torch.device:

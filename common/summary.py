@@ -24,7 +24,12 @@ the script's record_function label on the suite's own traces, of the label --reg
 ProfilerStep#N (the whole profiled window in a trace without steps); the header says which. TFLOP/s and
 GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
 time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
-with. "—" marks a figure the trace cannot give, never a zero.
+with. "—" marks a figure the trace cannot give, never a zero. Under the table, each trace's verdict
+(common.diagnosis): what bounds its steps, with its figures and what to try, the median step's time budget
+(GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the host, or kernels waiting),
+and the expert rules that fired; --explain adds each rule's evidence. The per-step table shows each step's
+budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of peak of each GEMM and
+attention kernel, from its op's input shapes.
 """
 
 from __future__ import annotations
@@ -43,11 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.diagnosis import diagnose, verdict_lines
 from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
 from common.naming import short_name
 from common.occupancy import SmLimits
 from common.tables import (
+    BUDGET_LEGEND,
     DASH,
     LAUNCH_HEADERS,
     LAUNCH_LEGEND,
@@ -114,14 +121,17 @@ class Digest:
     phases: str | None  # the phase table, if the trace has phases
     per_step: str | None  # the per-step table, if shown
     kernels: str | None  # the top-kernels table, if the trace has a GPU lane and GPU activity
+    verdict: list[str]  # what bounds its steps (common.diagnosis): the verdict, the budget, the rules that fired
+    budgeted: bool  # its per-step table shows the time budget
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
     kernels = None
+    diagnosis = diagnose(trace, args.peak_tflops)
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm)
+        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
         if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
@@ -143,8 +153,10 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         rank_figures(trace) if trace.rank is not None else (),
         len(trace.steps),
         phase_table(trace, args.markdown) if trace.phases else None,
-        step_table(trace, every=args.per_step, markdown=args.markdown) if shown else None,
+        step_table(trace, every=args.per_step, markdown=args.markdown, budgets=diagnosis.budgets) if shown else None,
         kernels,
+        verdict_lines(diagnosis, args.explain),
+        shown and bool(diagnosis.budgets),
     )
 
 
@@ -410,22 +422,27 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
 
 
 def kernel_cells(
-    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None
+    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None, rates: dict | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """A top-kernels table as (headers, cells): time, calls and share, then the launch figures (theoretical
-    occupancy on a GPU of limits `sm`) and the name."""
-    headers = ["µs/step", "calls", "% sum", "family", *LAUNCH_HEADERS, "kernel"]
-    cells = [
-        [
+    """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
+    record_shapes give (`rates`: common.diagnosis.efficiency; the columns only where some kernel has one), then the
+    launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
+    rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
+    headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
+               "kernel"]  # fmt: skip
+    cells = []
+    for k in stats:
+        rate = rates.get((k.op.category, k.op.name))
+        shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH] if rates else []
+        cells.append([
             f"{k.us_per_step:.1f}",
             f"{k.calls_per_step:g}",
             f"{k.share:.1f}",
+            *shaped,
             k.op.family,
             *launch_cells(k.op, sm),
             short_name(k.op.name, name_width),
-        ]  # fmt: skip
-        for k in stats
-    ]
+        ])  # fmt: skip
     return headers, cells
 
 
@@ -586,6 +603,13 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
     skipped = [t for t in traces if t.skipped]
     if skipped:
         out += ["", *(f"note: {shown_path(t.path)}: {t.skipped} event(s) with a bad ts/dur skipped" for t in skipped)]
+    verdicts = []
+    for row, trace in zip(rows, traces, strict=True):
+        verdicts += ["", *([heading(row.name)] if args.markdown else [row.name]), *gap]
+        verdicts += [f"- {line.strip()}" for line in trace.verdict] if args.markdown else trace.verdict
+    if not args.markdown:
+        verdicts = [line for v in verdicts for line in textwrap.wrap(v, TEXT_WIDTH, subsequent_indent="      ") or [""]]
+    out += ["", heading("What bounds each trace (--explain: each rule's evidence)"), *verdicts]
     said = [*trace_notes(traces, rows)]
     if not args.markdown:  # a long trace name must not push a note past the terminal's width
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
@@ -600,6 +624,8 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, trace.phases]
     for trace in (t for t in traces if t.per_step):
         out += ["", heading(f"Per profiled step of {trace.name}"), *gap, trace.per_step]
+    if any(t.budgeted for t in traces):
+        out += ["", *([BUDGET_LEGEND] if args.markdown else textwrap.wrap(BUDGET_LEGEND, TEXT_WIDTH))]
     for trace in (t for t in traces if t.kernels is not None):
         out += ["", heading(f"Top {args.top} GPU work of {trace.name} (over {trace.steps} steps)"), *gap]
         out.append(trace.kernels)
@@ -691,6 +717,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--top", type=positive_int, default=5, help="kernels listed per trace (default: 5)")
     parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
+    parser.add_argument(
+        "--explain", action="store_true", help="print each rule's evidence under the verdicts (default: off)"
+    )
     return parser.parse_args(argv)
 
 

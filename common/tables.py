@@ -124,16 +124,31 @@ def _calls(counts: dict[str, int], limit: int = 3) -> str:
     return text + (f", +{len(ranked) - limit} more" if len(ranked) > limit else "")
 
 
-def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str:
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}" if whole > 0 else DASH
+
+
+BUDGET_HEADERS = ["span µs", "idle%", "host%", "wait%", "copy%", "comm%"]
+BUDGET_LEGEND = (
+    "span = the step's ProfilerStep span; idle% = GPU idle share of it, host% the part waiting for the host to "
+    "launch, wait% the part with work queued but waiting (HTA's kernel and other wait); copy% = memcpy/memset "
+    "not under a kernel; comm% = communication no compute hides (copy% and comm% where a step has any)"
+)
+
+
+def step_table(trace: Trace, every: bool = False, markdown: bool = False, budgets: list | None = None) -> str:
     """One row per profiled step: CPU time (Trace.cpu_source), GPU busy time (the union over streams; with
-    several streams, also how long two or more were busy at once), kernels, launches, memcpy/memset, and the
-    runtime calls the step makes beyond a typical step. Without `every`, long traces show their first
-    STEP_ROWS_SHOWN steps and a line about the rest."""
+    several streams, also how long two or more were busy at once), kernels, launches, memcpy/memset, the step's
+    time budget where `budgets` (common.diagnosis, one per step) are given, and the runtime calls the step makes
+    beyond a typical step. Without `every`, long traces show their first STEP_ROWS_SHOWN steps and a line about
+    the rest."""
     gpu = trace.has_gpu
     ran = gpu and trace.gpu_activity  # launches without GPU events: no figure of the GPU's own, never a zero
+    budgets = budgets if ran and budgets else None
     streams = gpu and any(len(s.streams) > 1 for s in trace.steps)  # then: how long two or more were busy at once
+    shown = [h for h in BUDGET_HEADERS if budgets and _budget_shown(h, budgets)]
     headers = ["step", "CPU µs", "GPU µs", *(["overlap µs"] if streams else []), "kernels", "launches", "memcpy",
-               "memset", "extra runtime calls"]  # fmt: skip
+               "memset", *shown, "extra runtime calls"]  # fmt: skip
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
     cells = [
         [
@@ -145,9 +160,10 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if ran else DASH,
             str(len(s.memset)) if ran else DASH,
+            *(_budget_cells(budgets[i], shown) if budgets else []),
             _calls(trace.extra_calls(s)) if gpu else DASH,
         ]
-        for s in steps
+        for i, s in enumerate(steps)
     ]
     if not markdown:  # the calls column takes what is left of TEXT_WIDTH
         cells = fit_last_column(headers, cells)
@@ -155,6 +171,23 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False) -> str
     if len(steps) < len(trace.steps):
         out += f"\n… {len(trace.steps) - len(steps)} more steps (--per-step shows every one)"
     return out
+
+
+def _budget_shown(header: str, budgets: list) -> bool:
+    """copy% and comm% only where some step has copies or communication."""
+    if header == "copy%":
+        return any(b.non_compute for b in budgets)
+    if header == "comm%":
+        return any(b.comm for b in budgets)
+    return True
+
+
+def _budget_cells(b, shown: list[str]) -> list[str]:
+    """A step's budget (common.diagnosis.Budget) as the cells of the `shown` BUDGET_HEADERS."""
+    waits = b.kernel_wait + b.other_wait
+    cells = [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
+             _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip
+    return [cell for header, cell in zip(BUDGET_HEADERS, cells, strict=True) if header in shown]
 
 
 def phase_table(trace: Trace, markdown: bool = False) -> str:

@@ -36,6 +36,7 @@ from common.intervals import merged as merged_intervals
 from common.intervals import overlap_us, union_us
 from common.naming import kernel_family
 from common.occupancy import SmLimits, sm_limits, theoretical_occupancy
+from common.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
@@ -59,6 +60,12 @@ LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reve
 CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")  # _v10000, _ptsz, ToGraph: the same call
 CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture")
 COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
+# Runtime and driver calls that block the CPU until the GPU has caught up (a plain cudaMemcpy is synchronous).
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+})  # fmt: skip
 CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
     "region": "the record_function label named by --region",
@@ -84,6 +91,8 @@ class GpuOp:
     occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
     start: float | None = None  # µs, the trace's clock: when it began on the GPU
     stream: int | str | None = None  # the GPU stream it ran on (the event's tid in Kineto's traces)
+    external: int | str | None = None  # the External id of the cpu_op that launched it (record_shapes' link)
+    launch: tuple | None = None  # its runtime/driver launch: (name, ts, dur, correlation, tid); None where unknown
 
     @property
     def family(self) -> str:
@@ -153,6 +162,7 @@ def gpu_op(event: Event) -> GpuOp:
     args = event.args
     if args is None:
         return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
+    external = args.external
     registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
@@ -165,6 +175,7 @@ def gpu_op(event: Event) -> GpuOp:
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
+        external if isinstance(external, (int, str)) and not isinstance(external, bool) else None,
     )
 
 
@@ -205,6 +216,7 @@ class Step:
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
     phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
     captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
+    syncs: list[tuple] = field(default_factory=list)  # its SYNC_CALLS: (name, ts, dur, correlation, tid), in time order
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -324,6 +336,9 @@ class Trace:
     cpu_source: str = "step"  # what the CPU column measures (Step.region_us): a key of CPU_SOURCES
     phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
     gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
+    shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
+    cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
+    labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
 
     @property
     def cpu_what(self) -> str:
@@ -449,6 +464,11 @@ class _Collector:
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
+        self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
+        self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        from common.trace_json import decoded, raw_key
+
+        self.decoded, self.raw_key = decoded, raw_key
 
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
@@ -476,6 +496,8 @@ class _Collector:
                 op_ts.append(ts)
                 if ts + dur > ops_end:
                     ops_end = ts + dur
+                if name in SHAPED_OPS and (args := e.args) is not None and args.dims is not None:
+                    self.shaped(name, args)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
@@ -484,6 +506,20 @@ class _Collector:
             else:
                 self.launches.append((name, ts, dur, _correlation(e), _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
+
+    def shaped(self, name: str, args: object) -> None:
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
+        the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
+        ext, key_of = args.external, self.raw_key
+        if not isinstance(ext, (int, str)) or isinstance(ext, bool):
+            return
+        types, concrete = args.types, args.concrete
+        key = (name, key_of(args.dims), types and key_of(types), concrete and key_of(concrete))
+        op = self.distinct_shapes.get(key)
+        if op is None:
+            get = self.decoded
+            op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
+        self.shapes[ext] = op
 
     def steps(self, path: Path | str) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
@@ -502,9 +538,9 @@ class _Collector:
         start = min(s for s, _ in spans)
         return [Step(0, start, max(e for _, e in spans) - start)], True
 
-    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> None:
+    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str]]:
         """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
-        slice of the list, counted by Counter in C: no Python work per event."""
+        slice of the list, counted by Counter in C: no Python work per event. The starts and names in time order."""
         ts, names = sorted(self.op_ts), self.op_names
         if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
             order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
@@ -518,6 +554,7 @@ class _Collector:
                 in_names += names[lo:hi]
         for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
             phase.cpu_ops.update(in_names[lo:hi])
+        return ts, names
 
     def children(self, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
         """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
@@ -627,7 +664,7 @@ class _Collector:
         spans = self.phase_spans(outer, parent, step_at)
         phase_at = _Spans(spans)
 
-        self.count_ops(step_at, phase_at)
+        cpu_starts = self.count_ops(step_at, phase_at)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -635,11 +672,13 @@ class _Collector:
             if region and all(step.region_us is None for step in steps):
                 notes.append(f"record_function {region!r} (--region) is in no profiled step: no CPU figure")
         launch_step: dict[object, Step] = {}
+        launch_of: dict[object, tuple] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
         starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
         capturing = self.capture_windows()
-        for name, ts, _, corr, tid in self.launches:  # the step lookup inlined: a launch per kernel
+        for launch in self.launches:  # the step lookup inlined: a launch per kernel
+            name, ts, _, corr, tid = launch
             i = find(starts, ts) - 1
             if i < 0 or ts > ends[i]:
                 if corr is not None:
@@ -650,12 +689,15 @@ class _Collector:
                 step.captured[name] += 1  # recorded into a graph: nothing runs
                 continue
             step.runtime[name] += 1
+            if name in SYNC_CALLS:
+                step.syncs.append(launch)
             phase = phase_at(ts) if spans else None
             if phase is not None:
                 phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
                 phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
             if corr is not None:
                 launch_step[corr] = step
+                launch_of[corr] = launch
                 if phase is not None:
                     launch_phase[corr] = phase
 
@@ -671,6 +713,7 @@ class _Collector:
                     left_out.append((corr, op))
                 continue
             step.gpu.append(op)
+            op.launch = launch_of.get(corr)
             phase = launch_phase.get(corr)
             if phase is not None:
                 phase.gpu.append(op)
@@ -701,12 +744,15 @@ class _Collector:
             )
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
+        for step in steps:
+            step.syncs.sort(key=lambda launch: launch[1])
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases, cpu, parent, bool(self.gpu))  # fmt: skip
+                     sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, cpu_starts,
+                     self.annotations)  # fmt: skip
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: reading makes millions of objects and no cycles, and the collector's
     passes over them would make the reading cost grow faster than the trace."""
     enabled = gc.isenabled()
@@ -724,7 +770,7 @@ def parse(data: dict, path: Path | str = "<trace>", region: str | None = None) -
     from common.trace_json import as_events
 
     collector = _Collector()
-    with _no_gc():
+    with no_gc():
         collector.add(as_events(data["traceEvents"]))
         return collector.trace(data, path, region)
 
@@ -735,7 +781,7 @@ def read_trace(path: Path | str, region: str | None = None) -> Trace:
     from common.trace_json import stream_json
 
     collector = _Collector()
-    with _no_gc():
+    with no_gc():
         header = stream_json(path, collector.add)
         trace = collector.trace(header, path, region)
         del collector  # its per-event lists are freed before the garbage collector runs again

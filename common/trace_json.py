@@ -53,7 +53,11 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "shared_memory": "shared memory",
     "occupancy": "est. achieved occupancy %",
     "name": "name",  # a metadata (`ph` "M") event's process or thread name
+    "external": "External id",  # ties a cpu_op to the kernels it launched (record_shapes' ops to their kernels)
 }
+# Entries kept undecoded (msgspec.Raw: a reference into the block, decoded only for the few ops that use them, by
+# `decoded`): record_shapes writes them on every cpu_op, and decoding them all would slow the reader by a tenth.
+RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 # One element of `traceEvents`, with the fields the reader uses (and `args`, an Args or None). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
 # negative) finds them.
@@ -67,11 +71,36 @@ EVENT_FIELDS = [
 ]
 
 if msgspec is not None:  # typed structs: msgspec skips every other field unread
-    Args = msgspec.defstruct("Args", [(f, Any, None) for f in ARGS_FIELDS], rename=ARGS_FIELDS, gc=False)
+    Args = msgspec.defstruct(
+        "Args",
+        [*((f, Any, None) for f in ARGS_FIELDS), *((f, msgspec.Raw, None) for f in RAW_FIELDS)],
+        rename={**ARGS_FIELDS, **RAW_FIELDS},
+        gc=False,
+    )
     Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", Args | None, None)], gc=False)
 else:  # the same fields, for the standard library's reading
-    Args = make_dataclass("Args", [(f, Any, None) for f in ARGS_FIELDS], slots=True)
+    Args = make_dataclass("Args", [(f, Any, None) for f in (*ARGS_FIELDS, *RAW_FIELDS)], slots=True)
     Event = make_dataclass("Event", [*EVENT_FIELDS, ("args", Any, None)], slots=True)
+
+
+def decoded(value: object) -> object:
+    """A RAW_FIELDS entry as JSON decodes it (`value` itself where it was decoded already, without msgspec);
+    None where it is not JSON."""
+    if msgspec is None or not isinstance(value, msgspec.Raw):
+        return value
+    try:
+        return msgspec.json.decode(value)
+    except msgspec.DecodeError:
+        return None
+
+
+def _text_key(value: object) -> object:
+    return repr(value)
+
+
+# A RAW_FIELDS entry (not None) as a hashable key: its bytes (a Raw; `bytes` itself, the fastest call), or its
+# text (decoded already, without msgspec).
+raw_key = bytes if msgspec is not None else _text_key
 
 
 class _Said:
@@ -110,6 +139,17 @@ def _time(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
 
+def _as_raw(value: object) -> object:
+    """A RAW_FIELDS entry as msgspec would leave it (a Raw of its JSON), so the reader sees one kind; as it is
+    without msgspec."""
+    if msgspec is None or value is None:
+        return value
+    try:
+        return msgspec.Raw(msgspec.json.encode(value))
+    except (TypeError, ValueError):  # a lone surrogate in a string, a NaN: not an entry the reader can use
+        return None
+
+
 def as_events(items: Iterable[object]) -> list[Event]:
     """The `Event` of each object in `items` (decoded JSON: dicts, as the standard library gives them, NaN
     included), typed as msgspec would type them; the other items dropped."""
@@ -121,7 +161,10 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("ts")),
             _time(item.get("dur")),
             item.get("tid"),
-            Args(*(item["args"].get(key) for key in ARGS_FIELDS.values()))
+            Args(
+                *(item["args"].get(key) for key in ARGS_FIELDS.values()),
+                *(_as_raw(item["args"].get(key)) for key in RAW_FIELDS.values()),
+            )  # fmt: skip
             if isinstance(item.get("args"), dict)
             else None,
         )
@@ -364,6 +407,7 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
                 continue
             events, end = run
             on_events(events)
+            del events, run  # their Raw entries refer into the buffer, which cannot be resized while they live
             blocks.drop(end)
             size = BLOCK_BYTES
     except _ArrayEndedError:

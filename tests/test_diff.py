@@ -21,8 +21,10 @@ def diff(capsys, *argv: object) -> tuple[int, str, str]:
 
 
 def headline_of(out: str) -> str:
-    """The diff's one-sentence headline (wrapped at 120 columns), as one line."""
-    return " ".join(out.split("\n\n")[1].split())
+    """The diff's one-sentence headline (wrapped at 120 columns), as one line: the paragraph after the bounds."""
+    paragraphs = out.split("\n\n")
+    after = next(i for i, p in enumerate(paragraphs) if p.startswith("bound: ")) + 1
+    return " ".join(paragraphs[after].split())
 
 
 def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):
@@ -101,7 +103,7 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager.json"
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
-    assert code == 0 and "aten::clone" in out.splitlines()[4] and "CPU" in out
+    assert code == 0 and "aten::clone" in headline_of(out) and "CPU" in out
     assert out.splitlines()[1] == "CPU = record_function 'attn_fwd' (the suite's label)"
     assert "GPU busy" not in out and "peak MB" not in out  # GPU figures are absent on the CPU, never zero
 

@@ -134,6 +134,12 @@ def test_on_an_ascii_terminal_the_summary_and_the_diff_print_ascii_stand_ins(tmp
     assert b" -> " in diff and b"\\u2014" not in diff  # → -> ->, — -> -
 
 
+def test_on_an_ascii_terminal_a_scripts_report_prints_ascii_stand_ins(tmp_path):
+    done = ascii_run("01_matmul_add.py", "--size", "8", "--device", "cpu", "--traces-dir", tmp_path)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-400:]
+    assert done.stdout.isascii() and b"guess vs trace" in done.stdout and b" us" in done.stdout  # µs -> us
+
+
 def test_on_an_ascii_terminal_an_error_naming_a_non_ascii_path_is_one_line(tmp_path):
     done = ascii_run("-m", "common.diff", tmp_path / "µ×.json", tmp_path / "b.json")
     assert done.returncode == 2 and done.stderr.count(b"\n") == 1 and b"Traceback" not in done.stderr
