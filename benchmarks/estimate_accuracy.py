@@ -126,7 +126,8 @@ def measure(command: Command, timeout: float) -> dict:
     notes = [json.loads(x[len(MARK) :]) for x in done.stderr.splitlines() if x.startswith(MARK)]
     note = min(notes, key=lambda n: n["rank"]) if notes else {}
     errors = [x for x in (done.stdout + done.stderr).splitlines() if x.startswith("error:")]
-    why = "" if done.returncode == 0 else (errors[0] if errors else f"exit {done.returncode}")
+    last = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith(MARK)][-1:]
+    why = "" if done.returncode == 0 else (errors or [f"exit {done.returncode}: {' '.join(last)[:200]}"])[0]
     return {**note, "wall_s": wall, "why": why}
 
 
