@@ -183,10 +183,6 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     return out
 
 
-def _gap_us(gap: Gap) -> float:
-    return gap.end - gap.start
-
-
 def step_budget(step: Step) -> Budget:
     """The budget of one profiled step over its span."""
     return budget(step.gpu, step.start_us, step.start_us + step.dur_us, step.number)
@@ -282,15 +278,14 @@ def _flops_and_peak(shaped: ShapedOp, peak: Peak | None) -> tuple[float | None, 
 # ---- the rules ----
 
 
-def _in_step_syncs(step: Step) -> list[tuple]:
+def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize (its last sync, where no
-    GPU work was launched after it)."""
+    GPU work was launched after it: `last_launch`, the start of the step's last launch call)."""
     if not step.syncs:
         return []
     syncs = list(step.syncs)
-    launched = [op.launch[1] for op in step.gpu if op.launch is not None]
     device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    if syncs and syncs[-1][0] in device_wide and (not launched or syncs[-1][1] > max(launched)):
+    if syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
         syncs.pop()
     return syncs
 
@@ -302,12 +297,12 @@ def _op_before(trace: Trace, ts: float) -> str | None:
     return names[i - 1] if i > 0 else None
 
 
-def _rule_syncs(trace: Trace) -> Rule | None:
+def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     calls: Counter = Counter()
     inside: Counter = Counter()
     us = 0.0
-    for step in trace.steps:
-        for name, ts, dur, *_ in _in_step_syncs(step):
+    for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
+        for name, ts, dur, *_ in _in_step_syncs(step, last_launch):
             calls[name] += 1
             us += dur
             op = _op_before(trace, ts)
@@ -330,8 +325,48 @@ def _rule_syncs(trace: Trace) -> Rule | None:
     )
 
 
-def _rule_pageable(trace: Trace) -> Rule | None:
-    copies = [op for s in trace.steps for op in s.memcpy if "Pageable" in op.name]
+@dataclass(slots=True)
+class _Scan:
+    """What the rules and the verdict read of every GPU op, gathered in one pass over the steps' ops."""
+
+    shares: dict  # family -> GPU time, over all steps
+    compiled: bool  # some kernel is Triton's (torch.compile)
+    pageable: list  # memcpy ops from pageable host memory
+    launched: list  # kernels whose launch call is known
+    short: list  # ... of them, those shorter than their launch call
+    last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
+
+
+def _scan(trace: Trace) -> _Scan:
+    shares: dict = {}
+    families: dict[str, str] = {}  # kernel name -> family
+    pageable, launched, short, last_launch = [], [], [], []
+    for step in trace.steps:
+        last = None
+        for op in step.gpu:
+            category, us, launch = op.category, op.us, op.launch
+            if category == "kernel":
+                name = op.name
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = kernel_family(name)
+                if launch is not None:
+                    launched.append(op)
+                    if us < launch[2]:
+                        short.append(op)
+            else:
+                family = category.removeprefix("gpu_")
+                if category == "gpu_memcpy" and "Pageable" in op.name:
+                    pageable.append(op)
+            shares[family] = shares.get(family, 0) + us
+            if launch is not None and (last is None or launch[1] > last):
+                last = launch[1]
+        last_launch.append(last)
+    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch)
+
+
+def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
+    copies = scan.pageable
     if not copies:
         return None
     n = len(trace.steps)
@@ -345,9 +380,8 @@ def _rule_pageable(trace: Trace) -> Rule | None:
     )
 
 
-def _rule_short_kernels(trace: Trace) -> Rule | None:
-    kernels = [op for s in trace.steps for op in s.kernels if op.launch is not None]
-    short = [op for op in kernels if op.us < op.launch[2]]
+def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
+    kernels, short = scan.launched, scan.short
     if not kernels or len(short) < SHORT_KERNELS * len(kernels):
         return None
     n = len(trace.steps)
@@ -414,10 +448,10 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
             f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
 
 
-def _rule_gaps(trace: Trace, budgets: list[Budget], median: Budget) -> Rule | None:
+def _rule_gaps(trace: Trace, gaps: list[Gap], lengths: list[float], median: Budget) -> Rule | None:
     if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span:
         return None
-    gaps = heapq.nlargest(GAPS_SHOWN, (g for b in budgets for g in b.gaps), key=_gap_us)
+    gaps = [gaps[i] for i in heapq.nlargest(GAPS_SHOWN, range(len(gaps)), key=lengths.__getitem__)]
     if not gaps:
         return None
     return Rule(
@@ -492,15 +526,7 @@ def _rule_math_attention(trace: Trace) -> Rule | None:
 # ---- the verdict ----
 
 
-def _family_shares(trace: Trace) -> Counter:
-    shares: Counter = Counter()
-    for step in trace.steps:
-        for op in step.gpu:
-            shares[op.family] += op.us
-    return shares
-
-
-def _cpu_lever(trace: Trace, phase: str | None) -> str:
+def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     optimizers = [p for p in trace.phases if "optim" in p.lower()]
     if graphs and optimizers:  # the phase still launching kernel by kernel, where the others replay graphs
@@ -513,7 +539,6 @@ def _cpu_lever(trace: Trace, phase: str | None) -> str:
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
     if graphs:
         return "a larger batch: CUDA graphs already launch the work, the GPU still has too little of it"
-    compiled = any(op.family == "triton" for s in trace.steps for op in s.kernels)
     if compiled:
         return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
     return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'
@@ -535,7 +560,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     m = _median_budget(budgets)
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    longest = max((g for b in budgets for g in b.gaps), key=_gap_us, default=None)
+    gaps = [g for b in budgets for g in b.gaps]
+    lengths = [g.end - g.start for g in gaps]
+    longest = gaps[max(range(len(gaps)), key=lengths.__getitem__)] if gaps else None
+    scan = _scan(trace)
     eff = efficiency(trace, peak_tflops)
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
         bound = "communication"
@@ -560,7 +588,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             line = (f"bound by the CPU: GPU idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step "
                     f"({_pct(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                     f"launch{'' if launches == 1 else 'es'}{gap} "
-                    f"→ try {_cpu_lever(trace, phase)}")  # fmt: skip
+                    f"→ try {_cpu_lever(trace, phase, scan.compiled)}")  # fmt: skip
         else:
             line = (f"bound by waits on the GPU: idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step, "
                     f"{_pct(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
@@ -572,7 +600,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 "in-place ops instead of copies")  # fmt: skip
     else:
         bound = "GPU"
-        shares = _family_shares(trace)
+        shares = Counter(scan.shares)
         total = sum(shares.values()) or 1.0
         family, us = max(shares.items(), key=lambda kv: kv[1])
         line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of the {human_time(m.span)} step; {family} "
@@ -592,10 +620,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     rules = [
         r
         for r in (
-            _rule_syncs(trace),
-            _rule_pageable(trace),
-            _rule_short_kernels(trace),
-            _rule_gaps(trace, budgets, m),
+            _rule_syncs(trace, scan),
+            _rule_pageable(trace, scan),
+            _rule_short_kernels(trace, scan),
+            _rule_gaps(trace, gaps, lengths, m),
             _rule_first_step(trace),
             _rule_far_from_peak(trace, eff, m.busy),
             _rule_math_attention(trace),
