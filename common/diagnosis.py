@@ -12,11 +12,13 @@ where their evidence is in the trace. Everything comes from the one pass of comm
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from common.naming import kernel_family
 from common.physics import Peak, find_peak
@@ -43,10 +45,10 @@ MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused ba
 SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
 
 
-@dataclass(slots=True)
-class Gap:
+class Gap(NamedTuple):
     """A time the GPU ran nothing inside a step, and why: "host" (the next op was not launched yet), "kernel"
-    (launched, a short wait), "other" (launched, waiting on something else)."""
+    (launched, a short wait), "other" (launched, waiting on something else). A named tuple: a step has a gap
+    per op or so, and the budget makes them with `_new_gap` in C."""
 
     start: float
     end: float
@@ -57,6 +59,9 @@ class Gap:
     @property
     def us(self) -> float:
         return self.end - self.start
+
+
+_new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
 
 
 @dataclass
@@ -113,9 +118,13 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     is the ops' own (HTA's temporal breakdown: first start to last end). One pass over the ops in start order
     (a step's are in that order already) finds the union over streams, the union of the kernels and the gaps;
     communication, rare, takes a second pass."""
-    timed = [op for op in ops if op.start is not None]
-    if any(b.start < a.start for a, b in zip(timed, timed[1:], strict=False)):
-        timed.sort(key=_start)
+    timed, last = ops, -math.inf
+    for op in ops:  # in start order, none untimed (a step's ops): used as they are
+        begin = op.start
+        if begin is None or begin < last:
+            timed = sorted((op for op in ops if op.start is not None), key=_start)
+            break
+        last = begin
     out = Budget(end - start)
     if not timed:
         out.host_wait = max(0.0, end - start) if edges else 0.0
@@ -135,18 +144,20 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
                 busy += single if size == 1 else busy_until - group_start
             group_start, single, size = begin, us, 0
             if begin > start and busy_until < end:  # a gap in the window: classed as HTA classes it
-                gap_start, gap_end = max(busy_until, start), min(begin, end)
+                gap_start = start if start > busy_until else busy_until  # max(busy_until, start)
+                gap_end = end if end < begin else begin  # min(begin, end)
+                length = gap_end - gap_start
                 launch = op.launch
                 if launch is None or launch[1] > gap_start:
-                    host += gap_end - gap_start
+                    host += length
                     kind = "host"
-                elif gap_end - gap_start < KERNEL_WAIT_US:
-                    kernel += gap_end - gap_start
+                elif length < KERNEL_WAIT_US:
+                    kernel += length
                     kind = "kernel"
                 else:
-                    other += gap_end - gap_start
+                    other += length
                     kind = "other"
-                gaps.append(Gap(gap_start, gap_end, kind, number, op))
+                gaps.append(_new_gap((gap_start, gap_end, kind, number, op)))
         elif size == 0:
             group_start, single = begin, us
         size += 1
@@ -168,7 +179,7 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     if edges and busy_until < end:  # nothing left to run: the GPU waits for the host's next step
         gap_start = max(busy_until, start)
         host += end - gap_start
-        gaps.append(Gap(gap_start, end, "host", number, None))
+        gaps.append(_new_gap((gap_start, end, "host", number, None)))
     out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
     if comm:
         is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
