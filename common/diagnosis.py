@@ -258,14 +258,21 @@ def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str
     shapes = trace.shapes
     if not shapes:
         return {}
-    peak = find_peak(trace.device_name, peak_tflops)
-    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
-    out: dict[tuple[str, str], Efficiency] = {}
+    groups = []
     for step in trace.steps:
         by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
             if op.external in shapes and op.category == "kernel":
                 by_op.setdefault(op.external, []).append(op)
+        groups.append(by_op)
+    return _rates(groups, shapes, find_peak(trace.device_name, peak_tflops))
+
+
+def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str, str], Efficiency]:
+    """efficiency's figures from `groups`: per step, External id -> the kernels with that id, in order."""
+    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
+    out: dict[tuple[str, str], Efficiency] = {}
+    for by_op in groups:
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
             flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
@@ -346,17 +353,22 @@ class _Scan:
     launched: list  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
+    groups: list  # per step with some: External id (in trace.shapes) -> its kernels, for efficiency's _rates
 
 
 def _scan(trace: Trace) -> _Scan:
     shares: dict = {}
     families: dict[str, str] = {}  # kernel name -> family
-    pageable, launched, short, last_launch = [], [], [], []
+    pageable, launched, short, last_launch, groups = [], [], [], [], []
+    shapes = trace.shapes
     for step in trace.steps:
         last = None
+        by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
             category, us, launch = op.category, op.us, op.launch
             if category == "kernel":
+                if shapes and (ext := op.external) in shapes:
+                    by_op.setdefault(ext, []).append(op)
                 name = op.name
                 family = families.get(name)
                 if family is None:
@@ -373,7 +385,9 @@ def _scan(trace: Trace) -> _Scan:
             if launch is not None and (last is None or launch[1] > last):
                 last = launch[1]
         last_launch.append(last)
-    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch)
+        if by_op:
+            groups.append(by_op)
+    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch, groups)
 
 
 def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
@@ -575,7 +589,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     lengths = [g.end - g.start for g in gaps]
     longest = gaps[max(range(len(gaps)), key=lengths.__getitem__)] if gaps else None
     scan = _scan(trace)
-    eff = efficiency(trace, peak_tflops)
+    eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
         bound = "communication"
         line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of the {human_time(m.span)} step is "
