@@ -7,6 +7,8 @@ Usage:
 Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|compiled>.json and .txt.
 """
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -17,7 +19,12 @@ from common.matmul import linear_memory, linear_work
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
-SHAPE = {"batch": (1024, "rows of x"), "in_dim": (32, "input features"), "out_dim": (64, "output features")}
+
+class LinearShape(NamedTuple):  # a flag per field (runtime.add_shape_flags)
+    batch: int = 1024
+    in_dim: int = 32
+    out_dim: int = 64
+    HELP = {"batch": "rows of x", "in_dim": "input features", "out_dim": "output features"}
 
 
 def guess(compiled: bool) -> list[Expect]:
@@ -43,7 +50,7 @@ def guess(compiled: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "linear shape", SHAPE)
+    add_shape_flags(parser, "linear shape", LinearShape)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     work = linear_work(args.batch, args.in_dim, args.out_dim, run.dtype)
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)  # [batch, in_dim]
     layer = torch.compile(linear_layer) if args.compile else linear_layer
 
-    with torch.no_grad(), recording(run, run.tag(*shape_of(args, SHAPE)), work) as rec:
+    with torch.no_grad(), recording(run, run.tag(*shape_of(args, LinearShape)), work) as rec:
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: layer(x))
         with profile(

@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.cli import SuiteError, cli
 from common.guess import Expect, expect_kernels, expect_op
 from common.hub import HubError, hub_access
-from common.mlp import SHAPE, geglu_reference, liger_geglu, make_input, mlp_memory, mlp_work, pypi_liger_geglu
+from common.mlp import MLPShape, geglu_reference, liger_geglu, make_input, mlp_memory, mlp_work, pypi_liger_geglu
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
@@ -47,7 +47,7 @@ def guess(compiled: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "MLP shape", SHAPE)
+    add_shape_flags(parser, "MLP shape", MLPShape)
     parser.add_argument(
         "--source",
         choices=("auto", "hub", "pypi"),
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
     if not run.on_gpu:
         raise SuiteError("LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py")
-    shape = shape_of(args, SHAPE)  # batch, seq, dim, hidden
+    shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden
     work = mlp_work(*shape, run.dtype.itemsize)
     fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
 

@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import cli
 from common.guess import Expect, expect_kernels, expect_op
-from common.mlp import SHAPE, geglu_reference, make_input, mlp_memory, mlp_work
+from common.mlp import MLPShape, geglu_reference, make_input, mlp_memory, mlp_work
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
@@ -61,10 +61,10 @@ def guess(compiled: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "MLP shape", SHAPE)
+    add_shape_flags(parser, "MLP shape", MLPShape)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-    shape = shape_of(args, SHAPE)  # batch, seq, dim, hidden
+    shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden
     work = mlp_work(*shape, run.dtype.itemsize)
     fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
 

@@ -14,7 +14,14 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.attention import SHAPE, attention_memory, attention_work, causal_mask, make_qkv, reference_attention
+from common.attention import (
+    AttentionShape,
+    attention_memory,
+    attention_work,
+    causal_mask,
+    make_qkv,
+    reference_attention,
+)
 from common.cli import cli
 from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.recording import finish, recording
@@ -64,10 +71,10 @@ def guess(compiled: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", SHAPE)
+    add_shape_flags(parser, "attention shape", AttentionShape)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
+    shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
     work = attention_work(*shape, run.dtype.itemsize)

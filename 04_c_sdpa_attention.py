@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import (
     SDPA_BACKENDS,
-    SHAPE,
+    AttentionShape,
     attention_memory,
     attention_work,
     make_qkv,
@@ -95,7 +95,7 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", SHAPE)
+    add_shape_flags(parser, "attention shape", AttentionShape)
     parser.add_argument(
         "--backend",
         choices=SDPA_BACKENDS,
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
-    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
+    shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     work = attention_work(*shape, run.dtype.itemsize)
     # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
     score_bytes = 3 * 4 if args.backend == "math" else 0

@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import (
     FLASH_VERSION,
-    SHAPE,
+    AttentionShape,
     attention_memory,
     attention_work,
     default_flash_repo,
@@ -71,7 +71,7 @@ def guess(source: str = "local") -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", SHAPE)
+    add_shape_flags(parser, "attention shape", AttentionShape)
     hub = parser.add_argument_group("which kernel")
     hub.add_argument(
         "--repo",
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     require_flash(run, args.head_dim)  # a CUDA GPU, bf16 or fp16, a head_dim FlashAttention supports
-    shape = shape_of(args, SHAPE)  # batch, heads, seq, head_dim
+    shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     work = attention_work(*shape, run.dtype.itemsize)
     fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=0), work.flops)  # fused: no [seq, seq] scores
 

@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.block import (
     AMP,
     AMP_DTYPE_HELP,
-    SHAPE,
+    BlockShape,
     block_memory,
     block_reference,
     block_work,
@@ -192,7 +192,7 @@ def adamw_guess(fused: bool, on_gpu: bool) -> list[Expect]:
 @cli
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
-    add_shape_flags(parser, "decoder block shape", SHAPE)
+    add_shape_flags(parser, "decoder block shape", BlockShape)
     parser.add_argument(
         "--cudagraphs",
         action="store_true",
@@ -210,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
     require_cuda_graphs(args.cudagraphs, run)
     check_shape(args.dim, args.heads)
-    shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
+    shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
     work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
-    fit_machine(run, *block_memory(*shape, precision, run.dtype), work.flops)  # before any tensor exists
+    fit_machine(run, *block_memory(shape, precision, run.dtype), work.flops)  # before any tensor exists
 
     block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
     x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)  # [batch, seq, dim] each
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = block_reference(block, x, run.dtype)  # from the weights before the first step
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
     checked = train_step(model, x, target, optimizer, amp).clone()
-    print("\n".join(memory_lines(block, optimizer, saved_for_backward(*shape, precision, run.dtype))))
+    print("\n".join(memory_lines(block, optimizer, saved_for_backward(shape, precision, run.dtype))))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
     with recording(run, run.tag(*shape, *variant_words), work) as rec:
         if args.warmup:  # a few unprofiled steps first, so compile and set-up costs stay out of the trace

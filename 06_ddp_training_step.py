@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.block import AMP, AMP_DTYPE_HELP, SHAPE, block_work, check_shape, make_batch
+from common.block import AMP, AMP_DTYPE_HELP, BlockShape, block_work, check_shape, make_batch
 from common.cli import cli
 from common.ddp import (
     TORCHRUN,
@@ -144,7 +144,7 @@ def guess(all_reduces: int, parameters: int, on_gpu: bool, world_size: int) -> l
 def main(argv: list[str] | None = None) -> int:
     launch = torchrun_launch(SCRIPT)  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, checked; None without them
     parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
-    add_shape_flags(parser, "decoder block shape, per rank", SHAPE)
+    add_shape_flags(parser, "decoder block shape, per rank", BlockShape)
     add_ddp_flags(parser)  # --bucket-cap-mb, --no-overlap, --startup-timeout
     args = parser.parse_args(argv)
     if launch is None:
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     check_shape(args.dim, args.heads)
     backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes
     print(rank_line(launch, backend))
-    shape = shape_of(args, SHAPE)  # batch, seq, dim, heads, hidden
+    shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
     work = block_work(args.batch, args.seq, args.dim, args.hidden, param_dtype.itemsize, param_dtype.itemsize)
     start_process_group(launch, backend, args.startup_timeout)  # with a timeout that names the ranks it waited for

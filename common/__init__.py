@@ -7,6 +7,7 @@ runtime      the flags every script shares, and the run they resolve to (device,
 machine      what this machine is: native 16-bit CPU features, a container's memory, the CPU thread policy,
              the profiler warnings that are not true here
 recording    the guard around a script's profiler block (`recording`) and its tail (`finish`)
+loop         what the script's profiler loop handed torch, read back from the profile object: schedule, options, label
 estimate     a CPU run's time from its work and measured rates, said before it starts; progress lines
 export       writing <tag>.json (Chrome trace), <tag>.txt (key_averages table), the memory snapshot
 files        files written whole, with the mode a plain write gives; paths as a reader types them (no torch)

@@ -8,6 +8,7 @@ import math
 import warnings
 from collections.abc import Callable
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 from torch.nn.attention import SDPBackend
@@ -27,13 +28,20 @@ SDPA_BACKENDS = {
 }
 
 
-# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
-SHAPE = {
-    "batch": (8, "batch size"),
-    "heads": (16, "attention heads"),
-    "seq": (1024, "sequence length"),
-    "head_dim": (64, "per-head dimension"),
-}
+class AttentionShape(NamedTuple):
+    """The attention shape of 04_a to 04_d: a flag per field (runtime.add_shape_flags)."""
+
+    batch: int = 8
+    heads: int = 16
+    seq: int = 1024
+    head_dim: int = 64
+
+    HELP = {
+        "batch": "batch size",
+        "heads": "attention heads",
+        "seq": "sequence length",
+        "head_dim": "per-head dimension",
+    }
 
 
 def make_qkv(

@@ -3,6 +3,8 @@ physics and memory of one training step, and the bytes autograd saves for the ba
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -14,14 +16,25 @@ from common.physics import Work
 from common.runtime import Run
 from common.units import human_bytes
 
-# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
-SHAPE = {
-    "batch": (8, "batch size"),
-    "seq": (1024, "sequence length"),
-    "dim": (768, "model width"),
-    "heads": (12, "attention heads (dim must divide by it)"),
-    "hidden": (3072, "MLP gate/up width"),
-}
+
+class BlockShape(NamedTuple):
+    """The decoder block shape of 05 and 06 (per rank): a flag per field (runtime.add_shape_flags)."""
+
+    batch: int = 8
+    seq: int = 1024
+    dim: int = 768
+    heads: int = 12
+    hidden: int = 3072
+
+    HELP = {
+        "batch": "batch size",
+        "seq": "sequence length",
+        "dim": "model width",
+        "heads": "attention heads (dim must divide by it)",
+        "hidden": "MLP gate/up width",
+    }
+
+
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 
 
@@ -110,9 +123,7 @@ def block_work(batch: int, seq: int, dim: int, hidden: int, param_bytes: int, in
     return Work(flops=3 * forward, bytes=moved)
 
 
-def saved_for_backward(
-    batch: int, seq: int, dim: int, heads: int, hidden: int, precision: str, dtype: torch.dtype
-) -> dict[str, int]:
+def saved_for_backward(shape: BlockShape, precision: str, dtype: torch.dtype) -> dict[str, int]:
     """Bytes the eager step's autograd graph holds for the backward, tensor by tensor (inputs and parameters left
     out: they are allocated before the step). `precision` is AMP (fp32 parameters and residual stream, `dtype`
     autocast) or a dtype name (everything in `dtype`). Worked out from what each op saves:
@@ -125,6 +136,7 @@ def saved_for_backward(
       log-sum-exp [batch, heads, seq] in fp32; GeLU saves its input, the mul both operands; the loss its input.
     CUDA flash attention also keeps two 8-byte RNG tensors, left out here.
     """
+    batch, seq, dim, heads, hidden = shape.batch, shape.seq, shape.dim, shape.heads, shape.hidden
     t, e = batch * seq, dtype.itemsize
     amp = precision == AMP
     r = 4 if amp else e  # the residual stream's bytes per element
@@ -151,14 +163,13 @@ def saved_for_backward(
     return saved
 
 
-def block_memory(
-    batch: int, seq: int, dim: int, heads: int, hidden: int, precision: str, dtype: torch.dtype
-) -> tuple[int, str]:
+def block_memory(shape: BlockShape, precision: str, dtype: torch.dtype) -> tuple[int, str]:
     """Bytes at the peak, and for what: parameters, gradients and AdamW's two moments, x and target, the saved
     activations, backward temporaries (a few [tokens, hidden] buffers), and the reference's fp32 block with its
     [batch, heads, seq, seq] scores."""
+    batch, seq, dim, heads, hidden = shape.batch, shape.seq, shape.dim, shape.heads, shape.hidden
     p = parameter_count(dim, hidden) * (4 if precision == AMP else dtype.itemsize)
-    saved = sum(saved_for_backward(batch, seq, dim, heads, hidden, precision, dtype).values())
+    saved = sum(saved_for_backward(shape, precision, dtype).values())
     ref = reference_dtype(dtype).itemsize
     tokens = batch * seq
     reference = parameter_count(dim, hidden) * ref + tokens * (6 * dim + 3 * hidden) * ref

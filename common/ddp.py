@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.block import AMP, parameter_count, saved_for_backward
+from common.block import AMP, BlockShape, parameter_count, saved_for_backward
 from common.cli import SuiteError, on_exit, positive_float
 from common.files import shown_path
 from common.private_api import ddp_bucket_caps
@@ -236,15 +236,13 @@ def one_verdict(launch: Launch) -> Iterator[None]:
         voice.shared = False  # past the first agreement a rank's error is its own, printed as [rank N] error: ...
 
 
-def ddp_memory(
-    shape: tuple[int, int, int, int, int], precision: str, dtype: torch.dtype, launch: Launch, on_gpu: bool
-) -> tuple[int, str]:
+def ddp_memory(shape: BlockShape, precision: str, dtype: torch.dtype, launch: Launch, on_gpu: bool) -> tuple[int, str]:
     """Bytes at the peak of 06's step, and for what: 05's step (common.block.block_memory) without its reference,
     plus DDP's buckets (a copy of the gradients) and the gathered weights of the check; on the CPU times the
-    ranks on this machine, which share its memory. `shape`: batch, seq, dim, heads, hidden."""
-    batch, seq, dim, heads, hidden = shape
+    ranks on this machine, which share its memory."""
+    batch, seq, dim, hidden = shape.batch, shape.seq, shape.dim, shape.hidden
     p = parameter_count(dim, hidden) * (4 if precision == AMP else dtype.itemsize)
-    saved = sum(saved_for_backward(batch, seq, dim, heads, hidden, precision, dtype).values())
+    saved = sum(saved_for_backward(shape, precision, dtype).values())
     tokens = batch * seq
     need = 5 * p + 2 * tokens * dim * 4 + saved + 4 * tokens * hidden * dtype.itemsize
     need += launch.world_size * dim * dim * 4

@@ -9,8 +9,9 @@ prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype 
 --batch or --size). On a GPU there is no estimate: the posts' shapes take milliseconds there, and
 torch.compile's time cannot be told in advance anywhere.
 
-The progress line is elapsed time against the estimate, printed by a thread every PROGRESS_EVERY_S once
-PROGRESS_AFTER_S have passed, so nothing of the suite runs inside the script's profiler loop.
+The progress line is elapsed time against the estimate, printed by a thread every PROGRESS_EVERY_S, so nothing
+of the suite runs inside the script's profiler loop: from PROGRESS_AFTER_S on for a run estimated long, from
+twice its estimate for a shorter one that overruns it, never for a run too small to estimate.
 """
 
 from __future__ import annotations
@@ -178,10 +179,18 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     return lines
 
 
+def progress_after(estimate_s: float | None) -> float | None:
+    """When a run's progress lines start: after PROGRESS_AFTER_S for a run estimated long (SAY_ABOVE_S or more),
+    once it takes twice its estimate for a shorter one, never for a run too small to be estimated."""
+    if estimate_s is None:
+        return None
+    return PROGRESS_AFTER_S if estimate_s >= SAY_ABOVE_S else max(PROGRESS_AFTER_S, 2 * estimate_s)
+
+
 class Progress:
     """A thread that prints, every `every_s` once `after_s` have passed, how long the run has been going."""
 
-    def __init__(self, what: str, estimate_s: float | None, after_s: float, every_s: float) -> None:
+    def __init__(self, what: str, estimate_s: float | None, after_s: float | None, every_s: float) -> None:
         self.what, self.estimate_s, self.after_s, self.every_s = what, estimate_s, after_s, every_s
         self.started = time.monotonic()
         self._stop = threading.Event()
@@ -200,7 +209,7 @@ class Progress:
         self._thread.join()
 
     def _tick(self) -> None:
-        if self._stop.wait(self.after_s):
+        if self.after_s is None or self._stop.wait(self.after_s):
             return
         while True:
             print(self.line(), flush=True)
@@ -210,10 +219,13 @@ class Progress:
 
 @contextlib.contextmanager
 def progress(
-    what: str, estimate_s: float | None = None, after_s: float = PROGRESS_AFTER_S, every_s: float = PROGRESS_EVERY_S
+    what: str,
+    estimate_s: float | None = None,
+    after_s: float | None = PROGRESS_AFTER_S,
+    every_s: float = PROGRESS_EVERY_S,
 ) -> Iterator[Progress]:
-    """Print progress lines while the block runs (see Progress); none after it ends. `what` may be changed
-    through the object yielded, as the run moves on (warm-up, profiled steps)."""
+    """Print progress lines while the block runs (see Progress); none after it ends, none at all with `after_s`
+    None. `what` may be changed through the object yielded, as the run moves on (warm-up, profiled steps)."""
     ticker = Progress(what, estimate_s, after_s, every_s)
     ticker.start()
     try:

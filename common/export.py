@@ -1,8 +1,9 @@
 """The on_trace_ready writer: traces/<script>/<tag>.json (Chrome trace) and <tag>.txt (key_averages table).
 
 Both files are written to unique hidden temporaries in the target folder and renamed into place only
-when both are whole, so concurrent runs never mix their bytes, and a failed, killed or interrupted run
-leaves no file under a final name (trace-util and Perfetto only look at `*.json`). Temporaries that a
+when both are whole and the run's output is checked, so concurrent runs never mix their bytes, and a
+failed, killed or interrupted run leaves no file of its own under a final name (trace-util and Perfetto
+only look at `*.json`), and the earlier run's files of the same tag as they were. Temporaries that a
 killed run left behind are removed by the next run into the same folder.
 """
 
@@ -22,7 +23,7 @@ from torch.autograd.profiler_util import EventList
 
 from common.cli import SuiteError
 from common.files import normal_mode
-from common.interrupts import forget, removed_on_hard_exit
+from common.interrupts import atomic, forget, removed_on_hard_exit
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.runtime import Run
@@ -134,7 +135,13 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
 
 
 class TraceFiles:
-    """Where one run's trace, table and memory snapshot go, and how they are written: all or none."""
+    """Where one run's trace, table and memory snapshot go, and how they are written: all or none.
+
+    `write` (from on_trace_ready) leaves them whole in hidden temporaries; `commit` (once the run's output
+    is checked) renames them into place; `discard` removes the temporaries. Until `commit`, the files an
+    earlier run left under the same names stay as they were, byte for byte; a rename is the one moment a
+    name changes hands, and nothing of the suite ever removes a file under a final name.
+    """
 
     def __init__(self, run: Run, tag: str, label: str, work: Work, extra: dict | None = None) -> None:
         self.run, self.tag, self.label, self.work, self.extra = run, tag, label, work, extra or {}
@@ -143,13 +150,14 @@ class TraceFiles:
         self.pickle = run.traces_dir / f"{tag}.pickle"  # the CUDA memory snapshot, with --memory on a GPU
         self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
         self.memory: dict | None = None  # GPU memory over the steps (common.memory), None on the CPU
+        self.ready: list[tuple[Path, Path]] = []  # (whole temporary, its final name), in the order of the renames
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
 
     def write(self, prof: torch.profiler.profile, memory: dict | None, snapshot: MemoryWatch | None) -> None:
         """Export the trace (with the run's `suite` metadata), the full table and, given `snapshot`, the
-        CUDA memory snapshot: each to a hidden temporary, renamed into place only when all are whole."""
+        CUDA memory snapshot, each to a hidden temporary beside its final name, for `commit` to rename."""
         self.memory = memory
         folder = self.run.traces_dir
         try:
@@ -163,35 +171,45 @@ class TraceFiles:
         )  # the .txt keeps full names
         temporaries: list[Path] = []
         try:
-            raw, trace, table, dump = (
-                temporary_beside(p, temporaries) for p in (self.json, self.json, self.txt, self.pickle)
-            )
-            kineto = raw.with_name(raw.name + ".tmp")  # Kineto writes there first, then renames
-            temporaries.append(kineto)
-            removed_on_hard_exit(*temporaries)
+            with atomic():  # made and remembered together: a hard exit in between would leave one behind
+                raw, trace, table, dump = (
+                    temporary_beside(p, temporaries) for p in (self.json, self.json, self.txt, self.pickle)
+                )
+                kineto = raw.with_name(raw.name + ".tmp")  # Kineto writes there first, then renames
+                temporaries.append(kineto)
+                removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
             add_metadata(raw, trace, self.metadata())
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
-            for written in (trace, table, *([dump] if snapshot is not None else [])):
-                os.chmod(written, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
-            removed_on_hard_exit(self.json, self.txt, self.pickle)  # until the output is checked (recording)
-            if snapshot is not None:
-                os.replace(dump, self.pickle)
-            os.replace(table, self.txt)
-            try:
-                os.replace(trace, self.json)
-            except OSError:
-                self.txt.unlink(missing_ok=True)  # all of them, or none
-                self.pickle.unlink(missing_ok=True)
-                raise
+            written = [(table, self.txt), *([(dump, self.pickle)] if snapshot is not None else []), (trace, self.json)]
+            for path, _ in written:
+                os.chmod(path, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
+        else:
+            self.ready = written
         finally:
+            kept = {tmp for tmp, _ in self.ready}
             for tmp in temporaries:
-                tmp.unlink(missing_ok=True)
-            forget(*temporaries)
+                if tmp not in kept:
+                    tmp.unlink(missing_ok=True)
+                    forget(tmp)
+
+    def commit(self) -> None:
+        """Rename the written temporaries into place, the table (and snapshot) first and the trace last, so
+        a new `.json` always has its own `.txt` beside it. The renames run inside `interrupts.atomic()`: a
+        signal cannot come between them (only a SIGKILL can: then the earlier `.json` keeps a new `.txt`)."""
+        try:
+            with atomic():
+                for tmp, final in self.ready:
+                    os.replace(tmp, final)
+                    forget(tmp)
+                self.ready = []
+        except OSError as exc:
+            self.discard()
+            raise SuiteError(f"cannot write {final}: {exc.strerror or exc}") from None
 
     def metadata(self) -> dict:
         """What the summary reads back from the trace: the run's script, tag, label, device and physics."""
@@ -209,7 +227,9 @@ class TraceFiles:
         }
 
     def discard(self) -> None:
-        """Remove the written files (when the output turns out wrong, or the run ends before it is checked)."""
-        for path in (self.json, self.txt, self.pickle):
-            path.unlink(missing_ok=True)
-        forget(self.json, self.txt, self.pickle)
+        """Remove the temporaries not yet renamed (the output turned out wrong, or the run ended before it
+        was checked). The files under the final names, an earlier run's, are left as they were."""
+        for tmp, _ in self.ready:
+            tmp.unlink(missing_ok=True)
+            forget(tmp)
+        self.ready = []

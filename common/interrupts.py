@@ -5,15 +5,23 @@ own code: never inside torch.profiler's or record_function's code, where an exce
 profiler half-stopped (a KeyboardInterrupt raised in the profiler's callbacks once took the process
 down with SIGSEGV). A second signal ends the process at once, even inside a long native call that holds
 the main thread: a watchdog thread, woken by the signal itself (`signal.set_wakeup_fd`), removes the
-temporaries a save had open and exits. A Ctrl-C during `import torch`, before `setup()`, is Python's own.
+temporaries a save had open (never a file under a final name) and exits. A Ctrl-C during `import torch`,
+before `setup()`, is Python's own. A signal the process was started with ignored (`nohup` ignores SIGHUP,
+`trap '' INT` SIGINT) stays ignored.
+
+Renames that must all land or none (common.export's commit) run inside `atomic()`: a first signal still
+waiting when it begins is taken before it, one arriving during it after it, and a second waits for its end
+(at most HARD_EXIT_WAIT_S) before the process ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -21,6 +29,7 @@ from common.cli import Interrupted, on_exit
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 POLL_S = 0.02  # while a signal waits for a safe point, how often the main thread is looked at again
+HARD_EXIT_WAIT_S = 10.0  # how long a second signal waits for renames in progress (a few system calls) to end
 # Code an exception must not cross: the profiler's state machine and record_function's enter/exit.
 UNSAFE = (f"{os.sep}torch{os.sep}profiler{os.sep}", f"{os.sep}torch{os.sep}autograd{os.sep}profiler")
 
@@ -32,6 +41,9 @@ class _State:
     open_files: set[Path] = set()  # temporaries to remove if the process must end at once
     wakeup_write: int | None = None  # the pipe the C-level handler writes each signal's number to
     seen = 0  # signals since install()
+    taken = False  # a signal was raised as `Interrupted` since install(): the run is ending
+    renaming = threading.RLock()  # held by `atomic()`: the watchdog takes it before it ends the process
+    atomic_depth = 0  # `atomic()` blocks the main thread is in: a first signal waits for their end
 
 
 _state = _State()
@@ -51,12 +63,25 @@ def _raise_when_safe(signum: int, frame: FrameType | None) -> None:
         _state.pending = _state.pending or signum
     if _state.pending is None:
         return
-    if _unsafe(frame):
+    if _state.atomic_depth or _unsafe(frame):
         if hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_REAL, POLL_S)  # look again soon (SIGALRM comes back here)
         return
-    pending, _state.pending = _state.pending, None
+    pending, _state.pending, _state.taken = _state.pending, None, True
     raise Interrupted(pending)
+
+
+def _hard_exit(signum: int) -> None:
+    """End the process now: after any rename in progress, with `interrupted` as the last line it prints,
+    removing only the temporaries of a save still being written."""
+    _state.renaming.acquire(timeout=HARD_EXIT_WAIT_S)  # held from here on: no rename starts after this
+    os.write(2, b"interrupted\n")
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):  # the main thread runs on meanwhile: a write failing on a removed temporary stays unsaid
+        os.dup2(quiet, fd)
+    for path in list(_state.open_files):
+        Path(path).unlink(missing_ok=True)
+    os._exit(128 + signum)
 
 
 def _watchdog(fd: int) -> None:
@@ -70,17 +95,17 @@ def _watchdog(fd: int) -> None:
             if signum in SIGNALS and _state.installed:
                 _state.seen += 1
                 if _state.seen >= 2:
-                    for path in list(_state.open_files):
-                        Path(path).unlink(missing_ok=True)
-                    os.write(2, b"interrupted\n")
-                    os._exit(128 + signum)
+                    _hard_exit(signum)
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP through the safe-point handler (main thread only; idempotent)."""
+    """Route SIGINT, SIGTERM and SIGHUP through the safe-point handler (main thread only; idempotent),
+    except a signal that is ignored (SIG_IGN, inherited from the parent): it stays ignored."""
     if _state.installed or threading.current_thread() is not threading.main_thread():
         return
     for signum in (*SIGNALS, *([signal.SIGALRM] if hasattr(signal, "SIGALRM") else [])):
+        if signum in SIGNALS and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
         _state.previous[signum] = signal.signal(signum, _raise_when_safe)
     if sys.platform != "win32":
         if _state.wakeup_write is None:  # one pipe and one watchdog thread per process
@@ -88,25 +113,54 @@ def install() -> None:
             os.set_blocking(_state.wakeup_write, False)
             threading.Thread(target=_watchdog, args=(read,), name="signal-watchdog", daemon=True).start()
         signal.set_wakeup_fd(_state.wakeup_write, warn_on_full_buffer=False)
-    _state.installed, _state.seen, _state.pending = True, 0, None
+    _state.installed, _state.seen, _state.pending, _state.taken = True, 0, None, False
     on_exit(uninstall)
 
 
+def _end_quietly(signum: int, frame: FrameType | None) -> None:
+    os._exit(128 + signum)
+
+
 def uninstall() -> None:
-    """Give the signals back to the handlers they had before `install()`."""
+    """Give the signals back to the handlers they had before `install()`. After a signal (the run is ending,
+    its `interrupted` said), one more ends the process at once and quietly instead: Python's own handler would
+    raise a KeyboardInterrupt into the interpreter's shutdown, with a traceback."""
     if not _state.installed or threading.current_thread() is not threading.main_thread():
         return
-    if hasattr(signal, "setitimer"):
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in _state.previous.items():
-        signal.signal(signum, handler)
-    if _state.wakeup_write is not None:
-        signal.set_wakeup_fd(-1)
-    _state.previous, _state.pending, _state.installed = {}, None, False
+    with _state.renaming:  # a hard exit under way holds it to the end: its exit code, not the run's, is the one
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in _state.previous.items():
+            signal.signal(signum, _end_quietly if (_state.seen or _state.taken) and signum in SIGNALS else handler)
+        if _state.wakeup_write is not None:
+            signal.set_wakeup_fd(-1)
+        _state.previous, _state.pending, _state.installed = {}, None, False
+
+
+def _take_pending() -> None:
+    """Raise the signal waiting for a safe point now, where the caller's stack is one (outside torch.profiler)."""
+    if _state.pending is not None and _state.installed and threading.current_thread() is threading.main_thread():
+        _raise_when_safe(_state.pending, sys._getframe())
+
+
+@contextlib.contextmanager
+def atomic() -> Iterator[None]:
+    """A block of renames that must all happen or none. A signal still waiting for a safe point when it
+    begins is taken before it (the renames do not start); one that arrives during it raises `Interrupted`
+    after it, and a second signal's hard exit waits for it to end. Keep it to a few system calls."""
+    _take_pending()
+    with _state.renaming:
+        _state.atomic_depth += 1
+        try:
+            yield
+        finally:
+            _state.atomic_depth -= 1
+    _take_pending()  # now, not at the next poll
 
 
 def removed_on_hard_exit(*paths: Path) -> None:
-    """Remember temporaries the watchdog removes if a second signal ends the process mid-write."""
+    """Remember temporaries the watchdog removes if a second signal ends the process mid-write (only this
+    run's temporaries: a file under its final name is never handed here)."""
     _state.open_files.update(paths)
 
 

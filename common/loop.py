@@ -102,6 +102,23 @@ def read_options(prof: torch.profiler.profile) -> dict[str, bool]:
     return {name: bool(getattr(prof, name, False)) for name in OPTIONS}
 
 
+# The words an option adds to the tag where the loop sets it otherwise than the scripts do (record_shapes=True,
+# the rest off): each changes what the trace holds, so its trace sits beside the plain run's instead of over it.
+OPTION_WORDS = {
+    "record_shapes": (True, "noshapes"),
+    "profile_memory": (False, "memory"),
+    "with_stack": (False, "stack"),
+    "with_flops": (False, "flops"),
+    "with_modules": (False, "modules"),
+}
+
+
+def options_tag_part(options: dict[str, bool]) -> str:
+    """`memory` for profile_memory=True (--memory), `stack` for with_stack=True, ..., joined by `_`; '' for the
+    scripts' own options."""
+    return "_".join(word for name, (usual, word) in OPTION_WORDS.items() if options.get(name, usual) != usual)
+
+
 def describe_loop(schedule: Schedule | None, options: dict[str, bool], label: str | None, recorded: int) -> str:
     """What the profiler ran, within TEXT_WIDTH: the schedule, the steps recorded, the options set, the label."""
     how = f"schedule({schedule.describe()})" if schedule else "a schedule of its own" if recorded else "no schedule"

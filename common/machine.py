@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -57,32 +58,103 @@ def native_16bit(dtype_name: str) -> str | None:
     return next((name for flag, name in NATIVE_16BIT.get(dtype_name, ()) if flag in flags), None)
 
 
-# A container's memory limit and use: cgroup v2, then v1 (where "no limit" reads as a number near 2**63).
-CGROUP_MEMORY = [
-    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-]
-NO_CGROUP_LIMIT = 1 << 60
+PROC = Path("/proc")  # where cpu_available_bytes reads the process's cgroups and MemAvailable
+FILESYSTEM_ROOT = Path("/")  # what the mount points of /proc/self/mountinfo are under
+NO_CGROUP_LIMIT = 1 << 60  # cgroup v1 reads "no limit" as a number near 2**63
+# The limit and the use of one memory cgroup: v2 ("max" for no limit), then v1's memory controller.
+CGROUP_FILES = {
+    "cgroup2": ("memory.max", "memory.current"),
+    "cgroup": ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+}
 
 
-def cpu_available_bytes() -> int:
-    """Memory a new allocation can get on this machine: MemAvailable, capped by a cgroup (container) limit,
-    v2 or v1."""
+def _unescape(field: str) -> str:
+    """A mountinfo path with its octal escapes decoded (`\\040` is a space)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def memory_cgroup_dirs(proc: Path, root: Path) -> list[tuple[str, Path, Path]]:
+    """(kind, the process's own memory cgroup folder, the folder its hierarchy is mounted at), for the cgroup
+    v2 tree and v1's memory controller that /proc/self/cgroup names, found through /proc/self/mountinfo."""
+    try:
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+        mounts = (proc / "self" / "mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    wanted = {}  # kind -> the cgroup's path in its hierarchy
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":
+            wanted.setdefault("cgroup2", path)
+        elif "memory" in controllers.split(","):
+            wanted.setdefault("cgroup", path)
+    found = []
+    for mount in mounts:
+        fields, _, fs = mount.partition(" - ")
+        fields, fs = fields.split(), fs.split()
+        if len(fields) < 5 or len(fs) < 3 or fs[0] not in wanted:
+            continue
+        if fs[0] == "cgroup" and "memory" not in fs[2].split(","):
+            continue
+        mounted, point, path = _unescape(fields[3]), _unescape(fields[4]), wanted[fs[0]]
+        if mounted == "/":
+            rel = path
+        elif path == mounted or path.startswith(mounted.rstrip("/") + "/"):
+            rel = path[len(mounted) :]
+        else:
+            rel = ""  # the cgroup lies outside what is mounted here (a container sees its own only): the mount
+        top = root / point.lstrip("/")
+        found.append((fs[0], top / rel.lstrip("/"), top))
+    return found
+
+
+def cgroup_available_bytes(proc: Path, root: Path) -> int | None:
+    """What the process's memory cgroups leave a new allocation, as the kernel applies their limits: for its
+    own cgroup and every ancestor up to the mounted root (v2 and v1 alike), the limit less that cgroup's use;
+    the smallest wins. None where none of them has a limit."""
+    have = None
+    for kind, folder, top in memory_cgroup_dirs(proc, root):
+        limit_name, used_name = CGROUP_FILES[kind]
+        while True:
+            try:
+                limit = (folder / limit_name).read_text().strip()
+                if limit != "max" and int(limit) < NO_CGROUP_LIMIT:
+                    try:
+                        used = int((folder / used_name).read_text())
+                    except (OSError, ValueError):
+                        used = 0
+                    have = min(have if have is not None else int(limit), int(limit) - used)
+            except (OSError, ValueError):
+                pass  # no limit file at this level (v2's root cgroup has none)
+            if folder == top or top not in folder.parents:
+                break
+            folder = folder.parent
+    return have
+
+
+def cpu_available_bytes(proc: Path | None = None, root: Path | None = None) -> int:
+    """Memory a new allocation can get: MemAvailable, capped by the process's cgroup (container) limits, v2
+    or v1 (`cgroup_available_bytes`). `proc` and `root`: where /proc and the cgroup mounts are (a test's tree)."""
+    proc, root = proc or PROC, root or FILESYSTEM_ROOT
     have = None
     try:
-        with open("/proc/meminfo") as fh:
+        with open(proc / "meminfo") as fh:
             have = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
         have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else None
-    for limit_file, used_file in CGROUP_MEMORY:
-        try:
-            limit = Path(limit_file).read_text().strip()
-            used = int(Path(used_file).read_text())
-        except (OSError, ValueError):
-            continue
-        if limit != "max" and int(limit) < NO_CGROUP_LIMIT:
-            have = min(have or int(limit), int(limit) - used)
+    limited = cgroup_available_bytes(proc, root)
+    if limited is not None:
+        have = min(have, limited) if have is not None else limited
     return have if have is not None else 1 << 62
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on: its affinity mask (narrowed by `taskset`, a container's cpuset,
+    a batch scheduler), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 TINY_STEP_FLOPS = 1e7  # below this a CPU step runs on one thread (a 128 x 128 matmul is 4 MFLOP)

@@ -4,6 +4,7 @@ reference, the physics, and Liger's layer built with the post's weights."""
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -13,13 +14,21 @@ from common.checks import reference_dtype
 from common.cli import SuiteError
 from common.physics import Work
 
-# The post's shape: flag -> (default, help); see runtime.add_shape_flags.
-SHAPE = {
-    "batch": (64, "batch size"),
-    "seq": (128, "sequence length"),
-    "dim": (768, "model width, in and out"),
-    "hidden": (3072, "gate/up width"),
-}
+
+class MLPShape(NamedTuple):
+    """The GeGLU MLP shape of 03_simple_mlp and 03_kernels_mlp: a flag per field (runtime.add_shape_flags)."""
+
+    batch: int = 64
+    seq: int = 128
+    dim: int = 768
+    hidden: int = 3072
+
+    HELP = {
+        "batch": "batch size",
+        "seq": "sequence length",
+        "dim": "model width, in and out",
+        "hidden": "gate/up width",
+    }
 
 
 def make_input(batch: int, seq: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -24,11 +24,19 @@ import torch
 from common.bench import time_unprofiled
 from common.checks import check_close
 from common.cli import SuiteError, on_exit
-from common.estimate import Progress, estimate, estimate_lines, progress
+from common.estimate import Progress, estimate, estimate_lines, progress, progress_after
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
-from common.interrupts import forget
-from common.loop import Schedule, describe_loop, read_label, read_options, read_schedule, recorded_steps
+from common.interrupts import atomic
+from common.loop import (
+    Schedule,
+    describe_loop,
+    options_tag_part,
+    read_label,
+    read_options,
+    read_schedule,
+    recorded_steps,
+)
 from common.memory import MemoryWatch
 from common.physics import Work
 from common.report import exit_code, print_files, print_report, print_unprofiled
@@ -51,6 +59,7 @@ class Recording:
         self.recorded = 0
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
+        self.estimate_s: float | None = None  # the run's estimate (common.estimate), None for a small run
         self.checked = False  # the output matched the reference: the files are kept from here on
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
@@ -60,18 +69,20 @@ class Recording:
         return self.cycles[0] if self.cycles else None
 
     def keep(self) -> None:
-        """The output is checked: its files stay, whatever happens next (an interrupt while printing)."""
-        self.checked = True
-        for files in self.cycles:
-            forget(files.json, files.txt, files.pickle)
+        """The output is checked: rename its files into place (replacing an earlier run's), and from that
+        moment they stay, whatever happens next (an interrupt while printing, another rank failing)."""
+        with atomic():
+            for files in self.cycles:
+                files.commit()
+            self.checked = True
 
     def discard(self) -> None:
-        """Remove every file written."""
+        """Remove every temporary written (an earlier run's files under the final names stay as they were)."""
         for files in self.cycles:
             files.discard()
 
     def discard_unchecked(self) -> None:
-        """When the run ends (common.cli) before its output was checked, remove what it wrote."""
+        """When the run ends (common.cli) before its output was checked, remove its temporaries."""
         if not self.checked:
             self.discard()
 
@@ -119,7 +130,8 @@ class Recording:
             self.schedule, self.recorded = schedule, recorded
             self.loop = describe_loop(schedule, read_options(prof), label, recorded)
         part = schedule.tag_part() if schedule else "custom" if prof.record_steps else "noschedule"
-        tag = "_".join(w for w in (self.tag, part, "" if first else f"cycle{len(self.cycles) + 1}") if w)
+        options = options_tag_part(read_options(prof))  # profile_memory=True: `memory`, and so on
+        tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
         meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
         files = TraceFiles(self.run, tag, label, self.work, meta)
         memory = self.watch.stop(prof.step_num) if first else None
@@ -131,8 +143,9 @@ class Recording:
 def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
     """The guard around a script's profiler block: the run's estimate before it starts (common.estimate;
     printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
-    memory watch over the steps, and no file left under a final name if anything in the block fails or is
-    interrupted. `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
+    memory watch over the steps, and no file of this run under a final name if anything in the block fails or
+    is interrupted (an earlier run's files stay as they were). `meta`: more entries for the trace's `suite`
+    metadata (a rank, say)."""
     rec = Recording(run, tag, work, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
     estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
@@ -140,7 +153,8 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
         print(line)
     rec.watch.start()
     try:
-        with progress("profiled steps, then the reference", estimated.seconds if estimated else None) as rec.progress:
+        seconds = rec.estimate_s = estimated.seconds if estimated else None
+        with progress("profiled steps, then the reference", seconds, progress_after(seconds)) as rec.progress:
             yield rec
     except BaseException:
         rec.discard()
@@ -162,7 +176,7 @@ def finish(
     """The tail of every script, and its exit code.
 
     Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
-    trace is removed, not kept), read the trace back, print guess vs trace with the report, time the
+    trace is not kept), read the trace back, print guess vs trace with the report, time the
     step without the profiler under --bench (`step` is the step), and print the files written.
     `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
     """
@@ -171,7 +185,7 @@ def finish(
         check_close(output, expected, run.dtype, what or (files.label if files else None) or "the output")
     except SuiteError as exc:
         rec.discard()
-        raise SuiteError(f"{exc}{': its trace is removed' if files else ''}") from None
+        raise SuiteError(f"{exc}{': its trace is not kept' if files else ''}") from None
     if files is None:
         print("the loop's on_trace_ready is not rec.save, so the suite wrote no trace and has no report on it "
               "(the output matches the reference)")  # fmt: skip
@@ -186,7 +200,7 @@ def finish(
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
     if run.bench and step is not None:
-        with progress("--bench: the step timed without the profiler"):
+        with progress("--bench: the step timed without the profiler", after_s=progress_after(rec.estimate_s)):
             timed = time_unprofiled(step, run.on_gpu, rec.grad)
         print_unprofiled(timed, trace)
     print_files(rec.cycles, run)

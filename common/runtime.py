@@ -8,6 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -19,6 +20,7 @@ from common.machine import (
     NATIVE_16BIT,
     WITHOUT_NATIVE,
     cpu_available_bytes,
+    cpu_cores,
     isa_cap,
     native_16bit,
     quiet_profiler,
@@ -27,6 +29,7 @@ from common.machine import (
 
 SEED = 0
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ShapeT = TypeVar("ShapeT", bound=tuple)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -68,11 +71,15 @@ class Run:
         return torch.cuda.get_device_name(self.device) if self.on_gpu else "cpu"
 
     def tag(self, *parts: object) -> str:
-        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled:
-        `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`. The recording adds the schedule the
-        profiler ran where it is not the default (`64_bf16_cold_eager_w0u0a20`, common.loop)."""
+        """File stem for this run: the script's own parts, then dtype, cold/warm, eager/compiled, and
+        `threadsN` for --threads N on the CPU: `64_bf16_cold_eager`, `8_16_1024_64_flash_bf16_cold_eager`,
+        `64_bf16_cold_eager_threads2`. The recording adds what the profiler ran where it is not the default:
+        the schedule and the options that change the trace (`64_bf16_cold_eager_w0u0a20_memory`, common.loop).
+        Flags that change only what is printed (--bench, --per-step, --strict, the peaks) add nothing."""
         words = [str(p) for p in parts]
         words += [self.dtype_name, "warm" if self.warm else "cold", "compiled" if self.compiled else "eager"]
+        if self.threads and not self.on_gpu:  # a GPU run leaves the CPU threads as torch sets them
+            words.append(f"threads{self.threads}")
         return "_".join(words)
 
     def describe(self) -> str:
@@ -107,7 +114,8 @@ def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser
         "--threads",
         type=positive_int,
         default=None,
-        help="CPU threads (default: torch's, which is the core count, or 1 for a step under 10 MFLOP)",
+        help="CPU threads, at most the cores this process may use (default: torch's, which is the core count, "
+        "or 1 for a step under 10 MFLOP)",
     )
 
     mode = parser.add_argument_group("how the step runs")
@@ -162,16 +170,19 @@ def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser
     return parser
 
 
-def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: dict[str, tuple[int, str]]) -> None:
-    """One integer flag per entry of `shape` (name -> (default, help)), e.g. --batch 8 --seq 1024."""
+def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: type[NamedTuple]) -> None:
+    """One integer flag per field of the shape type `shape` (a NamedTuple with a default and a HELP entry per
+    field), e.g. --batch 8 --seq 1024."""
     group = parser.add_argument_group(title)
-    for name, (default, text) in shape.items():
-        group.add_argument(f"--{name}", type=positive_int, default=default, help=f"{text} (default: {default})")
+    for name, default in shape._field_defaults.items():
+        group.add_argument(
+            f"--{name}", type=positive_int, default=default, help=f"{shape.HELP[name]} (default: {default})"
+        )
 
 
-def shape_of(args: argparse.Namespace, shape: dict[str, tuple[int, str]]) -> tuple[int, ...]:
-    """The values of `shape`'s flags, in order: the shape part of the tag."""
-    return tuple(getattr(args, name) for name in shape)
+def shape_of(args: argparse.Namespace, shape: type[ShapeT]) -> ShapeT:
+    """The `shape` the flags give (fields by name; iterating it gives the tag's parts, in field order)."""
+    return shape(**{name: getattr(args, name) for name in shape._fields})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -220,6 +231,17 @@ def resolve_dtype(name: str | None, device: torch.device) -> tuple[str, str | No
             f"  {EMULATED_COST}; --dtype fp32 is the fast one here"
         )
     return name, None
+
+
+def check_threads(threads: int | None) -> int | None:
+    """Refuse, in one line, more --threads than the cores this process may use: OpenMP threads beyond them
+    only wait for a core (see fit_machine: a spin-waiting thread can stall a 20 µs step for 8 ms), so the
+    trace would show the waits, not the work."""
+    cores = cpu_cores()
+    if threads is not None and threads > cores:
+        raise SuiteError(f"--threads {threads}: this process may run on {cores} CPU core(s) "
+                         f"(os.sched_getaffinity); use --threads {cores} or fewer")  # fmt: skip
+    return threads
 
 
 def check_nameable(folder: Path) -> Path:
@@ -301,7 +323,7 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
         bench=args.bench,
         per_step=args.per_step,
         memory=args.memory,
-        threads=args.threads,
+        threads=check_threads(args.threads),
         peak_tflops=args.peak_tflops,
         peak_gbps=args.peak_gbps,
         argv=tuple(getattr(args, "argv", ())),

@@ -6,7 +6,10 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +42,27 @@ def run(name: str, traces_dir: Path, *flags: str) -> int:
     unless `flags` name a --device (so a test means the same on a machine with a GPU)."""
     device = [] if "--device" in flags else ["--device", "cpu"]
     return load_script(name).main([*flags, *device, "--traces-dir", str(traces_dir)])
+
+
+# Start a Python program with SIGINT, SIGTERM and SIGHUP at their defaults, whatever this test process
+# inherited (a runner under nohup ignores SIGHUP, one started in the background of a script SIGINT): the
+# scripts keep a signal ignored when they start with it ignored.
+DEFAULT_SIGNALS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def start_script(name: str, *flags: str, traces: Path, prefix: tuple[str, ...] | None = None) -> subprocess.Popen:
+    """`python <name>.py FLAGS --traces-dir traces` in its own process, output unbuffered, its signals at their
+    defaults; `prefix` runs it under another command instead (`nohup`), inheriting this process's signals."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    launch = [sys.executable, "-c", DEFAULT_SIGNALS] if prefix is None else list(prefix)
+    return subprocess.Popen(
+        [*launch, str(ROOT / f"{name}.py"), *flags, "--traces-dir", str(traces)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
 
 
 def command(main: Callable[[list[str]], int], capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:

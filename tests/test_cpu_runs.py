@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
-from helpers import CPU_DTYPE, ROOT, run
+from helpers import CPU_DTYPE, ROOT, run, usage_error, written
 
 from common.bench import MIN_CALLS, time_unprofiled
 
@@ -34,6 +35,15 @@ def test_threads_flag_overrides_the_tiny_step_rule(tmp_path, capsys):
     assert run("01_matmul_add", tmp_path, "--size", "16", "--threads", "2") == 0
     out = capsys.readouterr().out
     assert "notice: a tiny step" not in out and "CPU threads: 2" in out
+
+
+def test_more_threads_than_the_cores_this_process_may_use_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "16", "--threads", str(cores + 1)), capsys)
+    assert f"--threads {cores + 1}" in err and f"{cores} CPU core(s)" in err and f"--threads {cores} or fewer" in err
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})  # `taskset -c 3`
+    err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "16", "--threads", "2"), capsys)
+    assert "1 CPU core(s)" in err and written(tmp_path) == []
 
 
 def test_a_larger_cpu_step_keeps_torchs_threads(tmp_path, capsys):

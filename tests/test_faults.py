@@ -12,23 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CPU_DTYPE, ROOT, command, ev, run, tiny_gpu_trace, usage_error, written
+from helpers import CPU_DTYPE, ROOT, command, ev, run, start_script, tiny_gpu_trace, usage_error, written
 
 import common.trace
 from common.export import STALE_TEMP_S
 from common.summary import main as summary_main
 from common.trace import Step, parse, read_trace
 
-SCRIPT = str(ROOT / "01_matmul_add.py")
-
 
 def start(*flags: str, traces: Path) -> subprocess.Popen:
     """`python 01_matmul_add.py FLAGS --traces-dir traces` in its own process, output unbuffered."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, SCRIPT, *flags, "--traces-dir", str(traces)], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    return start_script("01_matmul_add", *flags, traces=traces)
 
 
 def wait_for_line(proc: subprocess.Popen, start: str) -> None:

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import CPU_DTYPE, ROOT, command, run, tiny_gpu_trace, usage_error, written
@@ -50,22 +51,80 @@ def test_traces_and_tables_get_the_mode_a_plain_write_would(tmp_path, umask_022)
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
 
 
-def test_a_cgroup_v1_memory_limit_is_honoured(tmp_path, monkeypatch, capsys):
-    limit, usage = tmp_path / "memory.limit_in_bytes", tmp_path / "memory.usage_in_bytes"
-    limit.write_text(f"{1 << 30}\n")
-    usage.write_text(f"{1 << 29}\n")
-    monkeypatch.setattr(common.machine, "CGROUP_MEMORY", [(tmp_path / "no-v2", tmp_path / "no-v2"), (limit, usage)])
-    assert cpu_available_bytes() <= 1 << 29
+NO_V1_LIMIT = 9223372036854771712  # what cgroup v1's memory.limit_in_bytes reads without a limit
+GB = 10**9
+
+
+def fake_machine(tmp_path: Path, cgroup: str, mounts: list[str], files: dict[str, object]) -> tuple[Path, Path]:
+    """A /proc (self/cgroup, self/mountinfo, meminfo with 20 GB available) and a file tree of cgroup files
+    under `tmp_path`: the roots cpu_available_bytes reads instead of the machine's."""
+    proc, root = tmp_path / "proc", tmp_path / "root"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text(cgroup)
+    (proc / "self" / "mountinfo").write_text("".join(line + "\n" for line in mounts))
+    (proc / "meminfo").write_text(f"MemTotal: {64 * GB // 1024} kB\nMemAvailable: {20 * GB // 1024} kB\n")
+    for name, value in files.items():
+        path = root / name.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+    return proc, root
+
+
+V1_MOUNTS = [
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755",
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu",
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory",
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw",
+]
+V1_CGROUP = "4:memory:/jobs/job7\n1:cpu:/\n0::/\n"
+V2_MOUNTS = ["30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate"]
+V2_CGROUP = "0::/user.slice/job7\n"
+M1 = "/sys/fs/cgroup/memory"
+M2 = "/sys/fs/cgroup"
+
+
+@pytest.mark.parametrize(
+    "cgroup, mounts, files, available",
+    [
+        # v1: the process's own cgroup has the 4 GB limit, its root none (the issue's child cgroup)
+        (V1_CGROUP, V1_MOUNTS, {f"{M1}/memory.limit_in_bytes": NO_V1_LIMIT, f"{M1}/jobs/memory.limit_in_bytes":
+         NO_V1_LIMIT, f"{M1}/jobs/job7/memory.limit_in_bytes": 4 * GB, f"{M1}/jobs/job7/memory.usage_in_bytes": GB},
+         3 * GB),
+        # v1: a parent's limit is the smaller one, and its use counts its children's
+        (V1_CGROUP, V1_MOUNTS, {f"{M1}/jobs/memory.limit_in_bytes": 3 * GB, f"{M1}/jobs/memory.usage_in_bytes":
+         2 * GB, f"{M1}/jobs/job7/memory.limit_in_bytes": 8 * GB, f"{M1}/jobs/job7/memory.usage_in_bytes": GB},
+         GB),
+        # v2: the parent's memory.max wins over the process's own "max"
+        (V2_CGROUP, V2_MOUNTS, {f"{M2}/user.slice/memory.max": 5 * GB, f"{M2}/user.slice/memory.current": GB,
+         f"{M2}/user.slice/job7/memory.max": "max", f"{M2}/user.slice/job7/memory.current": GB}, 4 * GB),
+        # v2: the process's own limit, below its parents'
+        (V2_CGROUP, V2_MOUNTS, {f"{M2}/user.slice/memory.max": 9 * GB, f"{M2}/user.slice/job7/memory.max": 2 * GB,
+         f"{M2}/user.slice/job7/memory.current": GB // 2}, 3 * GB // 2),
+        # a container: its cgroup is the mount's root, and a path outside it reads the mount's own files
+        ("4:memory:/docker/abc\n", ["35 31 0:32 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory"],
+         {f"{M1}/memory.limit_in_bytes": 6 * GB, f"{M1}/memory.usage_in_bytes": GB}, 5 * GB),
+        # a mount point with a space, escaped in mountinfo
+        (V2_CGROUP, ["30 23 0:26 / /my\\040cgroups rw - cgroup2 cgroup2 rw"],
+         {"/my cgroups/user.slice/job7/memory.max": 2 * GB}, 2 * GB),
+        # no limit anywhere: MemAvailable
+        (V2_CGROUP, V2_MOUNTS, {f"{M2}/user.slice/memory.max": "max", f"{M2}/user.slice/job7/memory.max": "max"},
+         20 * GB),
+        (V1_CGROUP, V1_MOUNTS, {f"{M1}/jobs/job7/memory.limit_in_bytes": NO_V1_LIMIT}, 20 * GB),
+    ],
+    ids=["v1-own", "v1-parent", "v2-parent", "v2-own", "container", "escaped-mount", "v2-none", "v1-none"],
+)  # fmt: skip
+def test_the_memory_check_reads_the_process_own_cgroup_and_its_ancestors(tmp_path, cgroup, mounts, files, available):
+    proc, root = fake_machine(tmp_path, cgroup, mounts, files)
+    assert cpu_available_bytes(proc, root) == available
+
+
+def test_a_cgroup_limit_refuses_shapes_in_one_line_before_allocating(tmp_path, monkeypatch, capsys):
+    files = {f"{M1}/jobs/job7/memory.limit_in_bytes": 1 << 30, f"{M1}/jobs/job7/memory.usage_in_bytes": 1 << 29}
+    proc, root = fake_machine(tmp_path, V1_CGROUP, V1_MOUNTS, files)
+    monkeypatch.setattr(common.machine, "PROC", proc)
+    monkeypatch.setattr(common.machine, "FILESYSTEM_ROOT", root)
     err = usage_error(lambda: run("01_matmul_add", tmp_path / "traces", "--size", "6000"), capsys)
     assert "these shapes need about" in err and "0.537 GB free" in err
-
-
-def test_an_unlimited_cgroup_v1_is_no_limit(tmp_path, monkeypatch):
-    limit, usage = tmp_path / "memory.limit_in_bytes", tmp_path / "memory.usage_in_bytes"
-    limit.write_text("9223372036854771712\n")  # what v1 reads without a limit
-    usage.write_text("4446773248\n")
-    monkeypatch.setattr(common.machine, "CGROUP_MEMORY", [(limit, usage)])
-    assert cpu_available_bytes() > 1 << 20
 
 
 def test_out_of_inodes_names_the_trace_and_leaves_no_temporary(tmp_path, capsys):

@@ -14,7 +14,7 @@ from common.checks import check_close
 from common.cli import SuiteError
 from common.export import key_averages_table
 from common.guess import check_guess, expect_kernels, expect_launches, expect_memcpy, expect_op, format_verdicts
-from common.loop import Schedule
+from common.loop import Schedule, options_tag_part
 from common.naming import kernel_family, short_name
 from common.physics import Work, achieved, find_peak
 from common.runtime import Run
@@ -46,6 +46,19 @@ def test_tag_encodes_dtype_warmth_mode_and_the_schedule_part_names_a_non_default
         "w0u0a20",
         "w1u1a3r2",
     ]
+
+
+def test_tag_encodes_cpu_threads_and_the_options_part_every_option_that_changes_the_trace(tmp_path):
+    assert make_run(tmp_path, threads=2).tag(64) == "64_bf16_cold_eager_threads2"
+    assert make_run(tmp_path, threads=2, device=torch.device("cuda")).tag(64) == "64_bf16_cold_eager"  # GPU: unused
+    printed_only = {"bench": True, "per_step": True, "strict": True, "peak_tflops": 9.0, "peak_gbps": 9.0}
+    assert make_run(tmp_path, memory=True, **printed_only).tag(64) == "64_bf16_cold_eager"  # the loop's options say
+    usual = {"record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False}
+    assert options_tag_part(usual) == ""
+    assert options_tag_part({**usual, "profile_memory": True}) == "memory"
+    assert options_tag_part({"record_shapes": False, "with_stack": True, "with_flops": True, "with_modules": True}) == (
+        "noshapes_stack_flops_modules"
+    )
 
 
 def test_table_falls_back_when_the_gpu_sort_key_is_refused():

@@ -187,3 +187,12 @@ def test_the_copy_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_c
     clock = iter([0.0, 0.02, 1.0, 1.01, 2.0, 2.03])  # three copies: 20 ms, 10 ms, 30 ms
     monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: next(clock))
     assert common.estimate.copy_rate() == pytest.approx(2 * common.estimate.COPY_BYTES / 0.01)
+
+
+def test_progress_lines_start_only_for_a_run_estimated_long_or_once_one_overruns_its_estimate():
+    from common.estimate import PROGRESS_AFTER_S, SAY_ABOVE_S, progress_after
+
+    assert progress_after(None) is None  # too small to estimate: never a progress line
+    assert progress_after(SAY_ABOVE_S * 3) == PROGRESS_AFTER_S  # estimated long: said from the start
+    assert progress_after(SAY_ABOVE_S / 2) == 2 * SAY_ABOVE_S / 2 >= PROGRESS_AFTER_S  # short: only past twice it
+    assert progress_after(0.1) == PROGRESS_AFTER_S  # and never sooner than a long run's first line

@@ -48,15 +48,28 @@ def test_memory_on_the_cpu_says_the_snapshot_is_gpu_only_and_records_memory_even
     assert "memory snapshot: GPU-only" in out and "memory: GPU-only" in out
     folder = tmp_path / "04_a_naive_attention"
     assert not list(folder.glob("*.pickle"))
-    events = json.loads((folder / f"1_2_32_8_{CPU_DTYPE}_cold_eager.json").read_text())["traceEvents"]
+    events = json.loads((folder / f"1_2_32_8_{CPU_DTYPE}_cold_eager_memory.json").read_text())["traceEvents"]
     assert any(e.get("name") == "[memory]" for e in events)  # profile_memory=True: the CPU allocator's events
+
+
+def test_a_memory_run_sits_beside_the_plain_run_instead_of_replacing_it(tmp_path):
+    assert run("04_a_naive_attention", tmp_path, *SMALL) == 0
+    folder = tmp_path / "04_a_naive_attention"
+    plain = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert run("04_a_naive_attention", tmp_path, *SMALL, "--memory") == 0
+    after = {p.name: p.read_bytes() for p in folder.iterdir()}
+    tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager"
+    assert sorted(after) == sorted([f"{tag}.json", f"{tag}.txt", f"{tag}_memory.json", f"{tag}_memory.txt"])
+    assert {name: after[name] for name in plain} == plain
+    tags = [read_trace(folder / name).meta["tag"] for name in after if name.endswith(".json")]
+    assert sorted(tags) == [tag, f"{tag}_memory"]
 
 
 @pytest.mark.gpu
 @requires_cuda
 def test_memory_on_a_gpu_writes_a_snapshot_beside_the_trace(tmp_path, capsys):
     assert run("04_a_naive_attention", tmp_path, "--seq", "256", "--memory", "--device", "cuda") == 0
-    snapshot = tmp_path / "04_a_naive_attention" / "8_16_256_64_bf16_cold_eager.pickle"
+    snapshot = tmp_path / "04_a_naive_attention" / "8_16_256_64_bf16_cold_eager_memory.pickle"
     assert snapshot.stat().st_size > 1000 and f"memory snapshot: {snapshot}" in capsys.readouterr().out
     meta = json.loads(snapshot.with_suffix(".json").read_text())["suite"]["memory"]
     scores = 8 * 16 * 256 * 256 * 2

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import FIXTURES, ev, load_script, run, usage_error
 
-from common.block import AMP, block_reference, saved_for_backward
+from common.block import AMP, BlockShape, block_reference, saved_for_backward
 from common.cli import SuiteError
 from common.diff import main as diff_main
 from common.guess import (
@@ -140,12 +140,12 @@ def test_the_saved_activations_worked_out_per_tensor_are_what_autograd_saves(pre
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype, enabled=amp):
         torch.nn.functional.mse_loss(block(x), target)
-    worked_out = saved_for_backward(batch, seq, dim, heads, hidden, precision, dtype)
+    worked_out = saved_for_backward(BlockShape(batch, seq, dim, heads, hidden), precision, dtype)
     assert sum(saved.values()) == sum(worked_out.values())
 
 
 def test_the_default_shape_saves_409_mb_for_the_backward():
-    saved = saved_for_backward(8, 1024, 768, 12, 3072, AMP, torch.bfloat16)
+    saved = saved_for_backward(BlockShape(8, 1024, 768, 12, 3072), AMP, torch.bfloat16)
     tokens = 8 * 1024
     assert saved["mul: gelu output and up output"] == 2 * tokens * 3072 * 2
     weight_casts = 2 * (4 * 768**2 + 3 * 768 * 3072)
@@ -278,7 +278,7 @@ def test_at_128_tokens_the_peak_is_the_optimizers_gradients_and_sqrt_temporary()
     for tag in (EAGER, COMPILED, GRAPHS):
         peak = h200(tag).meta["memory"]["peak_bytes"]
         assert 2 * 4 * PARAMETERS < peak < 2 * 4 * PARAMETERS + 1e6
-    assert sum(saved_for_backward(1, 128, 768, 12, 3072, AMP, torch.bfloat16).values()) < 4 * PARAMETERS
+    assert sum(saved_for_backward(BlockShape(1, 128, 768, 12, 3072), AMP, torch.bfloat16).values()) < 4 * PARAMETERS
 
 
 def test_the_summary_shows_a_row_per_phase_with_graph_launches(capsys):
@@ -310,7 +310,7 @@ DEFAULT = "8_1024_768_12_3072_amp_bf16_cold_"
 
 def test_at_8192_tokens_the_eager_peak_is_the_saved_activations_plus_the_backwards_working_set():
     peak = h200(DEFAULT + "eager").meta["memory"]["peak_bytes"]
-    saved = sum(saved_for_backward(8, 1024, 768, 12, 3072, AMP, torch.bfloat16).values())
+    saved = sum(saved_for_backward(BlockShape(8, 1024, 768, 12, 3072), AMP, torch.bfloat16).values())
     gradients, hidden_buffer = 4 * PARAMETERS, 8 * 1024 * 3072 * 2  # fp32 gradients; one bf16 [tokens, hidden]
     assert saved + gradients < peak < saved + gradients + 4 * hidden_buffer
     assert round(peak / 1e6, 1) == 566.8
@@ -319,7 +319,7 @@ def test_at_8192_tokens_the_eager_peak_is_the_saved_activations_plus_the_backwar
 def test_compile_holds_less_than_eager_saves_for_its_backward():
     """Inductor's partitioner saves a few inputs and recomputes the pointwise ops in the backward."""
     compiled = h200(DEFAULT + "compiled").meta["memory"]["peak_bytes"]
-    saved = sum(saved_for_backward(8, 1024, 768, 12, 3072, AMP, torch.bfloat16).values())
+    saved = sum(saved_for_backward(BlockShape(8, 1024, 768, 12, 3072), AMP, torch.bfloat16).values())
     assert compiled < saved < h200(DEFAULT + "eager").meta["memory"]["peak_bytes"]
     assert round(compiled / 1e6, 1) == 389.4
 

@@ -1,0 +1,185 @@
+"""A signal never costs the reader a trace they already had: real signals sent to runs in subprocesses, at
+several delays, and the earlier trace compared byte for byte. Also: a signal ignored from the start stays so."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import DEFAULT_SIGNALS, ROOT, start_script
+
+from common.trace import read_trace
+
+# 05's tiny decoder block, as the issue ran it: a 21 MB trace whose save takes long enough to land signals in
+TINY_05 = ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--active", "60"]
+POLL_S = 0.001
+HANG_GUARD_S = 600  # a run that has not ended by then is stuck: only a guard, nothing is timed
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    """The visible files of `folder` (a trace folder), name -> bytes."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
+
+
+def hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+def wait_for_temporary(proc: subprocess.Popen, folder: Path) -> None:
+    """Poll `folder` until the run's first hidden temporary appears: its save has begun."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (folder.is_dir() and list(folder.glob(".*.tmp"))):
+        assert proc.poll() is None, "the run ended before it began to save"
+        assert time.monotonic() < deadline, "no temporary appeared"
+        time.sleep(POLL_S)
+
+
+@pytest.fixture(scope="module")
+def earlier_05(tmp_path_factory) -> dict[str, bytes]:
+    """A good run's two files, to be replaced (or not) by an interrupted rerun of the same tag."""
+    traces = tmp_path_factory.mktemp("earlier")
+    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=traces)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    earlier = files(traces / "05_training_step")
+    assert sorted(Path(name).suffix for name in earlier) == [".json", ".txt"]
+    return earlier
+
+
+@pytest.mark.parametrize("delay_ms", [0, 50, 100, 150])
+def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_whole_new_one(
+    tmp_path, earlier_05, delay_ms
+):
+    folder = tmp_path / "05_training_step"
+    folder.mkdir()
+    for name, data in earlier_05.items():
+        (folder / name).write_bytes(data)
+    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=tmp_path)
+    wait_for_temporary(proc, folder)
+    time.sleep(delay_ms / 1000)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGINT)  # the second: the hard exit, wherever the first has got to
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    after = files(folder)
+    assert sorted(after) == sorted(earlier_05), f"files lost: {sorted(set(earlier_05) - set(after))}"
+    assert hidden(folder) == []  # the hard exit removed this run's temporaries, and only those
+    replaced = [name for name in after if after[name] != earlier_05[name]]
+    assert replaced in ([], sorted(after)), f"one file replaced without the other: {replaced}"  # all or none
+    if replaced:  # the renames landed: the new trace is whole
+        trace = read_trace(folder / next(n for n in after if n.endswith(".json")))
+        assert len(trace.steps) == 60
+    lines = err.strip().splitlines()
+    assert proc.returncode in (0, 130) and "error:" not in err and "Traceback" not in err, (proc.returncode, err)
+    assert proc.returncode == 0 or lines[-1] == "interrupted"
+
+
+def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_path, earlier_05):
+    folder = tmp_path / "05_training_step"
+    folder.mkdir()
+    for name, data in earlier_05.items():
+        (folder / name).write_bytes(data)
+    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=tmp_path)
+    wait_for_temporary(proc, folder)
+    os.kill(proc.pid, signal.SIGTERM)  # taken once the save is done, before the output is checked
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted"
+    assert files(folder) == earlier_05 and hidden(folder) == []
+
+
+@pytest.mark.parametrize(
+    "launcher, signum",
+    [(("nohup",), signal.SIGHUP), (("bash", "-c", 'trap \'\' INT; exec "$0" "$@"'), signal.SIGINT)],
+    ids=["nohup-SIGHUP", "trap-INT-SIGINT"],
+)
+def test_a_signal_ignored_when_the_run_starts_stays_ignored(tmp_path, launcher, signum):
+    prefix = (*launcher, sys.executable)
+    proc = start_script("01_matmul_add", "--size", "8", "--active", "2000", traces=tmp_path, prefix=prefix)
+    for line in proc.stdout:
+        if line.startswith("CPU threads:"):  # the inputs, the 2002 profiled steps and the save are still ahead
+            break
+    os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, err
+    assert "interrupted" not in err and "\ntrace: " in out
+    assert [p.suffix for p in sorted((tmp_path / "01_matmul_add").iterdir())] == [".json", ".txt"]
+
+
+# 06 on the CPU: two gloo ranks under torchrun; one SIGINT to torchrun, which passes it on to both ranks
+TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
+
+
+def start_torchrun(traces: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    return subprocess.Popen(
+        [sys.executable, "-c", DEFAULT_SIGNALS, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "40", "--device", "cpu",
+         "--traces-dir", str(traces)],
+        cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def earlier_06(tmp_path_factory) -> dict[str, bytes]:
+    traces = tmp_path_factory.mktemp("earlier-ddp")
+    proc = start_torchrun(traces)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    earlier = files(traces / "06_ddp_training_step")
+    assert len(earlier) == 4  # rank 0's and rank 1's .json and .txt
+    return earlier
+
+
+def rerun_06_and_interrupt(tmp_path: Path, earlier: dict[str, bytes], when: str, delay_ms: int) -> dict[str, bytes]:
+    """Rerun 06 into a folder holding `earlier`'s files; once `when` happens (a temporary appears, or rank 0's
+    .json is replaced) and `delay_ms` later, send torchrun one SIGINT; what the folder holds once it ends."""
+    folder = tmp_path / "06_ddp_training_step"
+    folder.mkdir()
+    for name, data in earlier.items():
+        (folder / name).write_bytes(data)
+    rank0 = folder / next(n for n in earlier if "_rank0" in n and n.endswith(".json"))
+    before = rank0.stat().st_ino
+    proc = start_torchrun(tmp_path)
+    if when == "temporary":
+        wait_for_temporary(proc, folder)
+    else:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while rank0.stat().st_ino == before:  # the rename gives the name a new file
+            assert proc.poll() is None and time.monotonic() < deadline, "rank 0's trace was never replaced"
+            time.sleep(POLL_S)
+    time.sleep(delay_ms / 1000)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=HANG_GUARD_S)
+    return files(folder)
+
+
+def assert_each_rank_whole(earlier: dict[str, bytes], after: dict[str, bytes], folder: Path) -> list[int]:
+    """Every rank has its .json and .txt: both the earlier run's, byte for byte, or both new with a whole trace.
+    The ranks whose files are new."""
+    assert sorted(after) == sorted(earlier), f"files lost: {sorted(set(earlier) - set(after))}"
+    new = []
+    for rank in (0, 1):
+        names = sorted(n for n in after if f"_rank{rank}" in n)
+        replaced = [n for n in names if after[n] != earlier[n]]
+        assert replaced in ([], names), f"rank {rank}: one file replaced without the other: {replaced}"
+        if replaced:
+            new.append(rank)
+            assert len(read_trace(folder / names[0]).steps) == 40
+    return new
+
+
+@pytest.mark.parametrize("delay_ms", [0, 20])
+def test_once_a_rank_has_replaced_its_trace_one_ctrl_c_to_torchrun_keeps_it(tmp_path, earlier_06, delay_ms):
+    after = rerun_06_and_interrupt(tmp_path, earlier_06, "rank 0 replaced", delay_ms)
+    assert 0 in assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
+
+
+@pytest.mark.parametrize("delay_ms", [0, 150])
+def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_path, earlier_06, delay_ms):
+    after = rerun_06_and_interrupt(tmp_path, earlier_06, "temporary", delay_ms)
+    assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
