@@ -353,7 +353,7 @@ class _Scan:
     launched: list  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
-    groups: list  # per step with some: External id (in trace.shapes) -> its kernels, for efficiency's _rates
+    groups: list  # per step with some: External id (a key of Trace.shapes) -> its kernels, for efficiency's _rates
 
 
 def _scan(trace: Trace) -> _Scan:
