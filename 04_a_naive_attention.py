@@ -16,6 +16,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import (
+    SCORE_PASSES,
     AttentionShape,
     attention_memory,
     attention_work,
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    work = attention_work(*shape, run.dtype.itemsize)
+    work = attention_work(*shape, run.dtype.itemsize, SCORE_PASSES["out_of_place"], run.reference_dtype.itemsize)
     # before any tensor exists. Scores, scaled scores, the masked copy and softmax are [batch, heads, seq, seq]:
     # 3 counted, 2 alive at once
     fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=3 * run.dtype.itemsize), work.flops)

@@ -20,6 +20,7 @@ from torch.nn.attention import sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.attention import (
+    SCORE_PASSES,
     SDPA_BACKENDS,
     AttentionShape,
     attention_memory,
@@ -105,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
-    work = attention_work(*shape, run.dtype.itemsize)
     # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
     score_bytes = 3 * 4 if args.backend == "math" else 0
+    passes = SCORE_PASSES["out_of_place"] * 4 / run.dtype.itemsize if args.backend == "math" else 0  # fp32 scores
+    work = attention_work(*shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize)
     fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes), work.flops)
 
     q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]

@@ -79,12 +79,34 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dtype
     return torch.softmax(scores, dim=-1) @ v
 
 
-def attention_work(batch: int, heads: int, seq: int, head_dim: int, element_size: int) -> Work:
+# Passes over the [batch, heads, seq, seq] scores, each element read or written once, for the CPU estimate's
+# `moved` (common.physics.Work): the first GEMM writes them (1), the scale reads and writes a new tensor (2),
+# an out-of-place masked_fill clones (2) and fills (1) where masked_fill_ reads and writes in place (2),
+# softmax reads and writes a new tensor (2), the second GEMM reads them (1).
+SCORE_PASSES = {"out_of_place": 9, "in_place": 8}
+REFERENCE_PASSES = SCORE_PASSES["out_of_place"]  # reference_attention: the same ops, out of place
+
+
+def attention_work(
+    batch: int,
+    heads: int,
+    seq: int,
+    head_dim: int,
+    element_size: int,
+    score_passes: float = 0,
+    reference_size: int = 4,
+) -> Work:
     """FLOPs of causal attention as executed by a fused kernel (half of the two seq x seq GEMMs),
-    and the fewest bytes: read q, k, v and write the output once."""
+    and the fewest bytes: read q, k, v and write the output once.
+
+    For the CPU estimate only: `score_passes` passes over the scores of `element_size` bytes each (0 for a
+    fused kernel), and the reference's work in `reference_size` bytes an element (fp32: 4), all s x s scores
+    computed and REFERENCE_PASSES passes over them."""
     b, h, s, d = batch, heads, seq, head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
-    return Work(flops=flops, bytes=4 * b * h * s * d * element_size)
+    scores = b * h * s * s
+    reference = Work(2 * flops, 4 * b * h * s * d * reference_size, REFERENCE_PASSES * scores * reference_size)
+    return Work(flops, 4 * b * h * s * d * element_size, score_passes * scores * element_size, reference)
 
 
 def attention_memory(

@@ -1,8 +1,12 @@
 """How long a run will take, said before its first step, and a progress line while a long run goes on.
 
 On the CPU the estimate comes from the work the script already computes (`Work.flops` and `Work.bytes`
-per step) and rates measured here in a fraction of a second: a matmul in the run's dtype and in its
-reference's (256 x 256 or larger, see gemm_rate), and a 16 MB copy. Nothing is measured for a run whose
+per step, `Work.moved` for its intermediates, `Work.reference` for its reference) and rates measured here,
+at the run's dtype and thread count, in a fraction of a second each: a matmul in the run's dtype and in its
+reference's (256 x 256 or larger, see gemm_rate), a 16 MB copy, and where the step moves intermediates an
+out-of-place multiply into a fresh 64 MB output (pointwise_rate: the slow bf16 path of a CPU without native
+bf16, and the page faults of a fresh large tensor, are in it). Each rate is measured once a process.
+Nothing is measured for a run whose
 whole work is under MEASURE_ABOVE_FLOPS and MEASURE_ABOVE_BYTES (it cannot take long): short runs print
 the same lines every time, and a cold run's first step stays cold. A run estimated above SAY_ABOVE_S
 prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype is emulated, a smaller
@@ -40,6 +44,8 @@ PROGRESS_EVERY_S = 10.0
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
 GEMM_MIN_S = 0.1  # ... until one product takes this long
 COPY_BYTES = 16 << 20
+POINTWISE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MB): a fresh output is fresh pages, as
+# attention's [8, 16, 1024, 1024] scores are
 
 
 @dataclass(frozen=True)
@@ -95,12 +101,58 @@ def copy_rate() -> float:
     return 2 * COPY_BYTES / best
 
 
-def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, rate: Callable[[torch.dtype], float]) -> float:
-    """`calls` steps in `dtype`, the reference once in its higher precision, and --bench's minimum run, at
-    the matmul rates `rate(dtype)` and the copy rate `rate(torch.uint8)`."""
-    step = work.flops / rate(dtype) + work.bytes / rate(torch.uint8)
-    reference = work.flops / rate(run.reference_dtype if dtype == run.dtype else torch.float64)
-    return calls * step + reference + (MIN_RUN_TIME_S if run.bench else 0.0)
+def pointwise_rate(dtype: torch.dtype) -> float:
+    """Bytes/s moved (read plus written) by `x * 0.5` in `dtype` on POINTWISE_BYTES, each call into a fresh
+    output as an out-of-place op writes one, best of three (after an untimed call)."""
+    x = torch.ones(POINTWISE_BYTES // dtype.itemsize, dtype=dtype)
+    x * 0.5
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        y = x * 0.5
+        best = min(best, time.perf_counter() - start)
+        del y
+    return 2 * POINTWISE_BYTES / best
+
+
+def profiler_imports() -> None:
+    """Import what torch.profiler imports when it first starts (torch._inductor's config: a few seconds where
+    Python compiles it afresh), before the estimate is printed: it is paid then, not inside the run."""
+    import torch._inductor.config  # noqa: F401, PLC0415
+
+
+Rate = Callable[[str, torch.dtype], float]  # ("gemm" | "copy" | "pointwise", dtype) -> FLOP/s or bytes/s
+_measured: dict[tuple, float] = {}  # each rate once a process, by the function that measured it and the threads
+
+
+def measured_rate(kind: str, dtype: torch.dtype, size: float) -> float:
+    """The rate of `kind` in `dtype` on this CPU at its current thread count, measured the first time it is
+    asked for in this process (gemm_rate at `size`, copy_rate, pointwise_rate)."""
+    measure = {"gemm": lambda: gemm_rate(dtype, size), "copy": copy_rate, "pointwise": lambda: pointwise_rate(dtype)}
+    what = {"gemm": gemm_rate, "copy": copy_rate, "pointwise": pointwise_rate}[kind]
+    key = (what, kind, dtype if kind != "copy" else None, size if kind == "gemm" else None, torch.get_num_threads())
+    if key not in _measured:
+        _measured[key] = measure[kind]()
+    return _measured[key]
+
+
+def step_seconds(work: Work, dtype: torch.dtype, rate: Rate) -> float:
+    """One call of `work` in `dtype`: its FLOPs at the matmul rate, its bytes at the copy rate, the bytes its
+    intermediates move at the out-of-place pointwise rate (measured only where it moves some)."""
+    moved = work.moved / rate("pointwise", dtype) if work.moved else 0.0
+    return work.flops / rate("gemm", dtype) + work.bytes / rate("copy", torch.uint8) + moved
+
+
+def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, rate: Rate) -> float:
+    """`calls` steps in `dtype`, the reference once in its higher precision (`work.reference`, or the step's
+    FLOPs), and --bench's minimum run, at the rates `rate(kind, dtype)`."""
+    reference_dtype = run.reference_dtype if dtype == run.dtype else torch.float64
+    reference = work.reference or Work(work.flops, 0.0)
+    return (
+        calls * step_seconds(work, dtype, rate)
+        + step_seconds(reference, reference_dtype, rate)
+        + (MIN_RUN_TIME_S if run.bench else 0.0)
+    )
 
 
 def with_flag(argv: tuple[str, ...], flag: str, value: object) -> tuple[str, ...]:
@@ -131,23 +183,25 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
     return argv, seconds
 
 
-def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
-    """How long this run will take on the CPU, or None on a GPU and for a run too small to take long."""
+def estimate(run: Run, work: Work, warmup_calls: int, rates: Rate | None = None) -> Estimate | None:
+    """How long this run will take on the CPU, or None on a GPU and for a run too small to take long.
+    `rates(kind, dtype)`: the rates to use (default: measured here, once a process; see measured_rate)."""
     calls = run.planned_steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
-    small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * work.bytes < MEASURE_ABOVE_BYTES
+    moves = work.bytes + work.moved
+    small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * moves < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None
     size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
-    measured: dict[torch.dtype, float] = {}
 
-    def rate(dtype: torch.dtype) -> float:  # each rate measured once
-        if dtype not in measured:
-            measured[dtype] = copy_rate() if dtype == torch.uint8 else gemm_rate(dtype, size)
-        return measured[dtype]
+    def measured(kind: str, dtype: torch.dtype) -> float:
+        return measured_rate(kind, dtype, size)
 
+    rate = rates or measured
+    if rates is None:
+        profiler_imports()
     seconds = run_seconds(run, work, calls, run.dtype, rate)
     if seconds <= LONG_S:
-        return Estimate(seconds, calls, rate(run.dtype))
+        return Estimate(seconds, calls, rate("gemm", run.dtype))
     argv, cheaper = run.argv, seconds
     if run.dtype != torch.float32:
         fp32 = run_seconds(run, work, calls, torch.float32, rate)
@@ -156,8 +210,8 @@ def estimate(run: Run, work: Work, warmup_calls: int) -> Estimate | None:
     if cheaper > LONG_S:
         argv, cheaper = shrink(run, argv, cheaper)
     if argv == run.argv:
-        return Estimate(seconds, calls, rate(run.dtype))
-    return Estimate(seconds, calls, rate(run.dtype), argv, cheaper)
+        return Estimate(seconds, calls, rate("gemm", run.dtype))
+    return Estimate(seconds, calls, rate("gemm", run.dtype), argv, cheaper)
 
 
 def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:

@@ -7,10 +7,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Work:
-    """What one step must do: floating-point operations and the fewest bytes it must move to/from memory."""
+    """What one step must do: floating-point operations and the fewest bytes it must move to/from memory.
+
+    `moved` and `reference` are for the CPU estimate only (common.estimate), never a figure of the trace:
+    `moved`, the bytes the step's eager code reads and writes in its intermediates, an out-of-place op writing a
+    fresh output (attention's [batch, heads, seq, seq] scores, scaled, masked and softmaxed; 0 where they are
+    small beside the FLOPs); `reference`, the work of the higher-precision reference the output is checked
+    against, in the reference's dtype (None: the step's FLOPs, nothing moved).
+    """
 
     flops: float
     bytes: float
+    moved: float = 0.0
+    reference: Work | None = None
 
 
 @dataclass(frozen=True)

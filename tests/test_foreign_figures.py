@@ -402,3 +402,23 @@ def test_the_launch_columns_of_steps_that_differ_add_up_to_the_median():
 
     row = summarize(parse(data))
     assert row.launches == 11 and sum(row.launch_apis.values()) == 11
+
+
+# Real H200 traces of items 2 and 7 (tests/fixtures/make_foreign_traces.py graph_capture overlapping_streams)
+
+
+def test_a_real_graph_capture_counts_its_captured_launches_apart_from_those_that_ran():
+    trace = read_trace(FOREIGN / "graph_capture.json.gz")
+    [step] = trace.steps  # a bare `with profile()`: the whole window is one step
+    assert step.captured_launches == 5 and sum(step.captured.values()) == 5
+    assert (step.launches, step.graph_launches, len(step.kernels)) == (2, 1, 7)  # 2 eager kernels + 5 replayed
+    assert any(note.startswith("a CUDA graph capture: 5 kernel launches") for note in trace.notes)
+
+
+def test_real_gemms_on_two_streams_at_once_give_busy_below_their_sum_by_their_overlap():
+    trace = read_trace(FOREIGN / "overlapping_streams.json.gz")
+    assert len(trace.steps) == 3
+    for step in trace.steps:
+        assert len(step.streams) == 2 and step.stream_overlap_us > 100  # H200: about 315 µs of each step
+        assert step.gpu_busy_us == pytest.approx(step.gpu_sum_us - step.stream_overlap_us, abs=1e-3)
+        assert step.gpu_busy_us < step.dur_us < step.gpu_sum_us  # the sum would exceed the step itself

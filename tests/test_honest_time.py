@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 import threading
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -196,3 +197,76 @@ def test_progress_lines_start_only_for_a_run_estimated_long_or_once_one_overruns
     assert progress_after(SAY_ABOVE_S * 3) == PROGRESS_AFTER_S  # estimated long: said from the start
     assert progress_after(SAY_ABOVE_S / 2) == 2 * SAY_ABOVE_S / 2 >= PROGRESS_AFTER_S  # short: only past twice it
     assert progress_after(0.1) == PROGRESS_AFTER_S  # and never sooner than a long run's first line
+
+
+def test_attention_s_estimate_counts_its_passes_over_the_scores_at_the_pointwise_rate_in_the_run_s_dtype(tmp_path):
+    from common.attention import SCORE_PASSES, attention_work
+
+    asked = []
+
+    def rate(kind, dtype, pointwise=1e9):
+        asked.append((kind, dtype))
+        return {"gemm": 100e9, "copy": 10e9, "pointwise": pointwise}[kind]
+
+    r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=())
+    work = attention_work(8, 16, 1024, 64, 2, SCORE_PASSES["out_of_place"], 4)
+    scores = 8 * 16 * 1024 * 1024
+    assert work.moved == 9 * scores * 2 and work.reference.moved == 9 * scores * 4
+    guess = estimate(r, work, 0, rate)
+    step = work.flops / 100e9 + work.bytes / 10e9 + 9 * scores * 2 / 1e9
+    reference = 2 * work.flops / 100e9 + work.reference.bytes / 10e9 + 9 * scores * 4 / 1e9
+    assert guess.seconds == pytest.approx(5 * step + reference)
+    assert ("pointwise", torch.bfloat16) in asked and ("pointwise", torch.float32) in asked  # step, reference
+    slower = estimate(r, work, 0, lambda kind, dtype: rate(kind, dtype, pointwise=0.5e9))
+    assert slower.seconds > 1.8 * guess.seconds  # the scores' passes are most of it: a halved rate shows
+
+
+def test_each_rate_is_measured_once_a_process_per_thread_count(monkeypatch):
+    calls = []
+    monkeypatch.setattr(common.estimate, "pointwise_rate", lambda dtype: calls.append(dtype) or 2e9)
+    threads = torch.get_num_threads()
+    assert common.estimate.measured_rate("pointwise", torch.bfloat16, 0) == 2e9
+    assert common.estimate.measured_rate("pointwise", torch.bfloat16, 0) == 2e9
+    assert calls == [torch.bfloat16]
+    common.estimate.measured_rate("pointwise", torch.float32, 0)
+    try:
+        torch.set_num_threads(threads + 1)
+        common.estimate.measured_rate("pointwise", torch.bfloat16, 0)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == [torch.bfloat16, torch.float32, torch.bfloat16]
+
+
+def test_the_pointwise_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_fresh_outputs(monkeypatch):
+    clock = iter([0.0, 0.2, 1.0, 1.1, 2.0, 2.3])  # three products: 200 ms, 100 ms, 300 ms
+    monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: next(clock))
+    assert common.estimate.pointwise_rate(torch.float32) == pytest.approx(2 * common.estimate.POINTWISE_BYTES / 0.1)
+
+
+def test_the_estimate_benchmark_runs_each_readme_script_command_on_the_cpu(tmp_path):
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "estimate_accuracy.py"
+    spec = importlib.util.spec_from_file_location("estimate_accuracy", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclass looks its module up
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        del sys.modules[spec.name]
+    commands = bench.readme_commands((path.parent.parent / "README.md").read_text())
+    lines = [c.line for c in commands]
+    for line in (
+        "uv run 01_matmul_add.py --size 4096 --warmup",
+        "uv run 04_c_sdpa_attention.py --backend math",  # its comment dropped
+        "uv run 01_matmul_add.py --size 4096 --warmup --compile --dtype bf16",  # a `$ ` example
+        "uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py --bucket-cap-mb 5",
+    ):
+        assert line in lines
+    assert not [x for x in lines if "pytest" in x or "common.summary" in x] and len(set(lines)) == len(lines)
+    math = commands[lines.index("uv run 04_c_sdpa_attention.py --backend math")]
+    argv = math.argv(tmp_path)
+    assert argv[1:5] == [str(path), "--one", "04_c_sdpa_attention.py", "--backend"]
+    assert argv[-4:] == ["--device", "cpu", "--traces-dir", str(tmp_path)]
+    ddp = commands[lines.index("uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py")]
+    assert ddp.argv(tmp_path)[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]

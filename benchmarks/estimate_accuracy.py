@@ -1,0 +1,164 @@
+"""Each README command run on the CPU, its estimate (common.estimate) against the time it took.
+
+Usage (from the repository root): `python3 benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]`.
+
+The commands are the README's ``` blocks' `uv run <script>.py ...`, `uv run torchrun ... <script>.py ...` and
+`python3 <script>.py ...` lines (a `$ ` prompt and a trailing `# comment` dropped); each runs as
+`python <script>.py ... --device cpu --traces-dir <temp>` (torchrun as `python -m torch.distributed.run`) in a
+fresh process, through this file's `--one` mode: it wraps common.recording's `estimate` to note the estimate
+(also the ones below the printed threshold) and the moment it was made, then runs the script as `__main__`. The
+table gives, per command: the estimate, the run's own time (from the estimate to the script's end: what the
+estimate covers), the ratio of the two, and the whole process's wall time (Python and torch's start
+included). A command refused on the CPU (GPU only) says so; a run too small to estimate shows "-".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import runpy
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "estimate_accuracy:"  # the --one mode's line on stderr
+SCRIPT = re.compile(r"^\d\d_\w+\.py$")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One README command: the line as printed, and what runs it here."""
+
+    line: str
+    script: str  # e.g. 01_matmul_add.py
+    args: tuple[str, ...]
+    torchrun: tuple[str, ...] = ()  # torchrun's own flags, for a torchrun line
+
+    def argv(self, traces_dir: Path) -> list[str]:
+        """The command as run here: the script through --one, on the CPU, its traces in `traces_dir`."""
+        one = [str(Path(__file__).resolve()), "--one", self.script, *self.args, "--device", "cpu"]
+        one += ["--traces-dir", str(traces_dir)]
+        if self.torchrun:
+            return [sys.executable, "-m", "torch.distributed.run", *self.torchrun, *one]
+        return [sys.executable, *one]
+
+
+def readme_commands(text: str) -> list[Command]:
+    """The numbered scripts' commands in the ``` blocks of `text` (a README), in order, each once."""
+    commands: list[Command] = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
+        for raw in block.splitlines():
+            line = raw.strip().removeprefix("$ ")
+            if not line.startswith(("uv run ", "python ", "python3 ")):
+                continue
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["uv", "run"]:
+                words = words[2:]
+            elif words[:1] in (["python"], ["python3"]):
+                words = words[1:]
+            else:
+                continue
+            torchrun: tuple[str, ...] = ()
+            if words[:1] == ["torchrun"]:
+                at = next((i for i, w in enumerate(words) if SCRIPT.match(w)), None)
+                if at is None:
+                    continue
+                torchrun, words = tuple(words[1:at]), words[at:]
+            if not words or not SCRIPT.match(words[0]):
+                continue
+            command = Command(re.split(r"\s+#", line)[0].strip(), words[0], tuple(words[1:]), torchrun)
+            if command not in commands:
+                commands.append(command)
+    return commands
+
+
+def one(script: str, args: list[str]) -> None:
+    """Run `script` as `__main__` with `args`, noting its estimate and when it was made on stderr at the end."""
+    sys.path.insert(0, str(ROOT))
+    import common.recording  # noqa: PLC0415 (after the path is set)
+
+    noted: dict[str, float | None] = {}
+    made = common.recording.estimate
+
+    def noting(*a, **kw):
+        start = time.perf_counter()
+        guess = made(*a, **kw)
+        at = time.perf_counter()
+        noted.update(estimate_s=guess.seconds if guess else None, at=at, calibrate_s=at - start)
+        return guess
+
+    common.recording.estimate = noting
+    sys.argv = [script, *args]
+    rc = 0
+    try:
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    end = time.perf_counter()
+    rank = int(os.environ.get("RANK", "0"))
+    run_s = end - noted["at"] if "at" in noted else None
+    note = {"rank": rank, "rc": rc, "run_s": run_s, **{k: noted.get(k) for k in ("estimate_s", "calibrate_s")}}
+    print(MARK + json.dumps(note), file=sys.stderr)
+    raise SystemExit(rc)
+
+
+def fmt(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3g} s"
+
+
+def measure(command: Command, timeout: float) -> dict:
+    """Run `command` here and read back its estimate, its own time and its wall time."""
+    import subprocess  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as traces:
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command.argv(Path(traces)), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"why": f"killed after {timeout:.0f} s", "wall_s": time.perf_counter() - start}
+        wall = time.perf_counter() - start
+    notes = [json.loads(x[len(MARK) :]) for x in done.stderr.splitlines() if x.startswith(MARK)]
+    note = min(notes, key=lambda n: n["rank"]) if notes else {}
+    errors = [x for x in (done.stdout + done.stderr).splitlines() if x.startswith("error:")]
+    why = "" if done.returncode == 0 else (errors[0] if errors else f"exit {done.returncode}")
+    return {**note, "wall_s": wall, "why": why}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="", help="run only the commands whose line holds this text")
+    parser.add_argument("--list", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a command may take (default: 900)")
+    args = parser.parse_args(argv)
+    if args.one:
+        one(args.one[0], args.one[1:])
+    commands = [c for c in readme_commands((ROOT / "README.md").read_text()) if args.only in c.line]
+    if args.list:
+        print("\n".join(c.line for c in commands))
+        return 0
+    print(f"{len(commands)} README commands on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
+    print("| command | estimate | run | run / estimate | before it (rates, profiler import) | wall (process) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    worst = 1.0
+    for command in commands:
+        got = measure(command, args.timeout)
+        est, took = got.get("estimate_s"), got.get("run_s")
+        ratio = f"{took / est:.2f}" if est and took else "-"
+        if est and took and not got["why"]:
+            worst = max(worst, took / est, est / took)
+        wall = fmt(got["wall_s"]) + (f" ({got['why']})" if got["why"] else "")
+        cells = [f"`{command.line}`", fmt(est), fmt(took), ratio, fmt(got.get("calibrate_s")), wall]
+        print("| " + " | ".join(cells) + " |", flush=True)
+    print(f"worst miss: {worst:.2f}x (load now {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
