@@ -12,11 +12,13 @@ where their evidence is in the trace. Everything comes from the one pass of comm
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from common.naming import kernel_family
 from common.physics import Peak, find_peak
@@ -43,10 +45,10 @@ MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused ba
 SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
 
 
-@dataclass(slots=True)
-class Gap:
+class Gap(NamedTuple):
     """A time the GPU ran nothing inside a step, and why: "host" (the next op was not launched yet), "kernel"
-    (launched, a short wait), "other" (launched, waiting on something else)."""
+    (launched, a short wait), "other" (launched, waiting on something else). A named tuple: a step has a gap
+    per op or so, and the budget makes them with `_new_gap` in C."""
 
     start: float
     end: float
@@ -57,6 +59,9 @@ class Gap:
     @property
     def us(self) -> float:
         return self.end - self.start
+
+
+_new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
 
 
 @dataclass
@@ -113,9 +118,13 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     is the ops' own (HTA's temporal breakdown: first start to last end). One pass over the ops in start order
     (a step's are in that order already) finds the union over streams, the union of the kernels and the gaps;
     communication, rare, takes a second pass."""
-    timed = [op for op in ops if op.start is not None]
-    if any(b.start < a.start for a, b in zip(timed, timed[1:], strict=False)):
-        timed.sort(key=_start)
+    timed, last = ops, -math.inf
+    for op in ops:  # in start order, none untimed (a step's ops): used as they are
+        begin = op.start
+        if begin is None or begin < last:
+            timed = sorted((op for op in ops if op.start is not None), key=_start)
+            break
+        last = begin
     out = Budget(end - start)
     if not timed:
         out.host_wait = max(0.0, end - start) if edges else 0.0
@@ -135,18 +144,20 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
                 busy += single if size == 1 else busy_until - group_start
             group_start, single, size = begin, us, 0
             if begin > start and busy_until < end:  # a gap in the window: classed as HTA classes it
-                gap_start, gap_end = max(busy_until, start), min(begin, end)
+                gap_start = start if start > busy_until else busy_until  # max(busy_until, start)
+                gap_end = end if end < begin else begin  # min(begin, end)
+                length = gap_end - gap_start
                 launch = op.launch
                 if launch is None or launch[1] > gap_start:
-                    host += gap_end - gap_start
+                    host += length
                     kind = "host"
-                elif gap_end - gap_start < KERNEL_WAIT_US:
-                    kernel += gap_end - gap_start
+                elif length < KERNEL_WAIT_US:
+                    kernel += length
                     kind = "kernel"
                 else:
-                    other += gap_end - gap_start
+                    other += length
                     kind = "other"
-                gaps.append(Gap(gap_start, gap_end, kind, number, op))
+                gaps.append(_new_gap((gap_start, gap_end, kind, number, op)))
         elif size == 0:
             group_start, single = begin, us
         size += 1
@@ -168,7 +179,7 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     if edges and busy_until < end:  # nothing left to run: the GPU waits for the host's next step
         gap_start = max(busy_until, start)
         host += end - gap_start
-        gaps.append(Gap(gap_start, end, "host", number, None))
+        gaps.append(_new_gap((gap_start, end, "host", number, None)))
     out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
     if comm:
         is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
@@ -181,10 +192,6 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         out.compute = kernels
         out.non_compute = busy - kernels
     return out
-
-
-def _gap_us(gap: Gap) -> float:
-    return gap.end - gap.start
 
 
 def step_budget(step: Step) -> Budget:
@@ -251,14 +258,21 @@ def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str
     shapes = trace.shapes
     if not shapes:
         return {}
-    peak = find_peak(trace.device_name, peak_tflops)
-    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
-    out: dict[tuple[str, str], Efficiency] = {}
+    groups = []
     for step in trace.steps:
         by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
             if op.external in shapes and op.category == "kernel":
                 by_op.setdefault(op.external, []).append(op)
+        groups.append(by_op)
+    return _rates(groups, shapes, find_peak(trace.device_name, peak_tflops))
+
+
+def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str, str], Efficiency]:
+    """efficiency's figures from `groups`: per step, External id -> the kernels with that id, in order."""
+    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
+    out: dict[tuple[str, str], Efficiency] = {}
+    for by_op in groups:
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
             flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
@@ -282,15 +296,14 @@ def _flops_and_peak(shaped: ShapedOp, peak: Peak | None) -> tuple[float | None, 
 # ---- the rules ----
 
 
-def _in_step_syncs(step: Step) -> list[tuple]:
+def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize (its last sync, where no
-    GPU work was launched after it)."""
+    GPU work was launched after it: `last_launch`, the start of the step's last launch call)."""
     if not step.syncs:
         return []
     syncs = list(step.syncs)
-    launched = [op.launch[1] for op in step.gpu if op.launch is not None]
     device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    if syncs and syncs[-1][0] in device_wide and (not launched or syncs[-1][1] > max(launched)):
+    if syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
         syncs.pop()
     return syncs
 
@@ -302,12 +315,12 @@ def _op_before(trace: Trace, ts: float) -> str | None:
     return names[i - 1] if i > 0 else None
 
 
-def _rule_syncs(trace: Trace) -> Rule | None:
+def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     calls: Counter = Counter()
     inside: Counter = Counter()
     us = 0.0
-    for step in trace.steps:
-        for name, ts, dur, *_ in _in_step_syncs(step):
+    for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
+        for name, ts, dur, *_ in _in_step_syncs(step, last_launch):
             calls[name] += 1
             us += dur
             op = _op_before(trace, ts)
@@ -330,8 +343,55 @@ def _rule_syncs(trace: Trace) -> Rule | None:
     )
 
 
-def _rule_pageable(trace: Trace) -> Rule | None:
-    copies = [op for s in trace.steps for op in s.memcpy if "Pageable" in op.name]
+@dataclass(slots=True)
+class _Scan:
+    """What the rules and the verdict read of every GPU op, gathered in one pass over the steps' ops."""
+
+    shares: dict  # family -> GPU time, over all steps
+    compiled: bool  # some kernel is Triton's (torch.compile)
+    pageable: list  # memcpy ops from pageable host memory
+    launched: list  # kernels whose launch call is known
+    short: list  # ... of them, those shorter than their launch call
+    last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
+    groups: list  # per step with some: External id (a key of Trace.shapes) -> its kernels, for efficiency's _rates
+
+
+def _scan(trace: Trace) -> _Scan:
+    shares: dict = {}
+    families: dict[str, str] = {}  # kernel name -> family
+    pageable, launched, short, last_launch, groups = [], [], [], [], []
+    shapes = trace.shapes
+    for step in trace.steps:
+        last = None
+        by_op: dict[object, list[GpuOp]] = {}
+        for op in step.gpu:
+            category, us, launch = op.category, op.us, op.launch
+            if category == "kernel":
+                if shapes and (ext := op.external) in shapes:
+                    by_op.setdefault(ext, []).append(op)
+                name = op.name
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = kernel_family(name)
+                if launch is not None:
+                    launched.append(op)
+                    if us < launch[2]:
+                        short.append(op)
+            else:
+                family = category.removeprefix("gpu_")
+                if category == "gpu_memcpy" and "Pageable" in op.name:
+                    pageable.append(op)
+            shares[family] = shares.get(family, 0) + us
+            if launch is not None and (last is None or launch[1] > last):
+                last = launch[1]
+        last_launch.append(last)
+        if by_op:
+            groups.append(by_op)
+    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch, groups)
+
+
+def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
+    copies = scan.pageable
     if not copies:
         return None
     n = len(trace.steps)
@@ -345,9 +405,8 @@ def _rule_pageable(trace: Trace) -> Rule | None:
     )
 
 
-def _rule_short_kernels(trace: Trace) -> Rule | None:
-    kernels = [op for s in trace.steps for op in s.kernels if op.launch is not None]
-    short = [op for op in kernels if op.us < op.launch[2]]
+def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
+    kernels, short = scan.launched, scan.short
     if not kernels or len(short) < SHORT_KERNELS * len(kernels):
         return None
     n = len(trace.steps)
@@ -414,10 +473,10 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
             f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
 
 
-def _rule_gaps(trace: Trace, budgets: list[Budget], median: Budget) -> Rule | None:
+def _rule_gaps(trace: Trace, gaps: list[Gap], lengths: list[float], median: Budget) -> Rule | None:
     if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span:
         return None
-    gaps = heapq.nlargest(GAPS_SHOWN, (g for b in budgets for g in b.gaps), key=_gap_us)
+    gaps = [gaps[i] for i in heapq.nlargest(GAPS_SHOWN, range(len(gaps)), key=lengths.__getitem__)]
     if not gaps:
         return None
     return Rule(
@@ -492,15 +551,7 @@ def _rule_math_attention(trace: Trace) -> Rule | None:
 # ---- the verdict ----
 
 
-def _family_shares(trace: Trace) -> Counter:
-    shares: Counter = Counter()
-    for step in trace.steps:
-        for op in step.gpu:
-            shares[op.family] += op.us
-    return shares
-
-
-def _cpu_lever(trace: Trace, phase: str | None) -> str:
+def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     optimizers = [p for p in trace.phases if "optim" in p.lower()]
     if graphs and optimizers:  # the phase still launching kernel by kernel, where the others replay graphs
@@ -513,7 +564,6 @@ def _cpu_lever(trace: Trace, phase: str | None) -> str:
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
     if graphs:
         return "a larger batch: CUDA graphs already launch the work, the GPU still has too little of it"
-    compiled = any(op.family == "triton" for s in trace.steps for op in s.kernels)
     if compiled:
         return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
     return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'
@@ -535,8 +585,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     m = _median_budget(budgets)
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    longest = max((g for b in budgets for g in b.gaps), key=_gap_us, default=None)
-    eff = efficiency(trace, peak_tflops)
+    gaps = [g for b in budgets for g in b.gaps]
+    lengths = [g.end - g.start for g in gaps]
+    longest = gaps[max(range(len(gaps)), key=lengths.__getitem__)] if gaps else None
+    scan = _scan(trace)
+    eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
         bound = "communication"
         line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of the {human_time(m.span)} step is "
@@ -560,7 +613,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             line = (f"bound by the CPU: GPU idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step "
                     f"({_pct(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                     f"launch{'' if launches == 1 else 'es'}{gap} "
-                    f"→ try {_cpu_lever(trace, phase)}")  # fmt: skip
+                    f"→ try {_cpu_lever(trace, phase, scan.compiled)}")  # fmt: skip
         else:
             line = (f"bound by waits on the GPU: idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step, "
                     f"{_pct(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
@@ -572,7 +625,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 "in-place ops instead of copies")  # fmt: skip
     else:
         bound = "GPU"
-        shares = _family_shares(trace)
+        shares = Counter(scan.shares)
         total = sum(shares.values()) or 1.0
         family, us = max(shares.items(), key=lambda kv: kv[1])
         line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of the {human_time(m.span)} step; {family} "
@@ -592,10 +645,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     rules = [
         r
         for r in (
-            _rule_syncs(trace),
-            _rule_pageable(trace),
-            _rule_short_kernels(trace),
-            _rule_gaps(trace, budgets, m),
+            _rule_syncs(trace, scan),
+            _rule_pageable(trace, scan),
+            _rule_short_kernels(trace, scan),
+            _rule_gaps(trace, gaps, lengths, m),
             _rule_first_step(trace),
             _rule_far_from_peak(trace, eff, m.busy),
             _rule_math_attention(trace),

@@ -68,7 +68,7 @@ from common.tables import (
     step_table,
     table,
 )
-from common.trace import CPU_SOURCES, GpuOp, Step, Trace, read_trace
+from common.trace import CPU_SOURCES, GpuOp, Step, Trace, no_gc, read_trace
 from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
@@ -161,9 +161,12 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
 
 
 def read_digest(path: Path, args: argparse.Namespace) -> Digest | str:
-    """The Digest of the trace at `path`, or why it cannot be read (the message names the file)."""
+    """The Digest of the trace at `path`, or why it cannot be read (the message names the file). The cyclic
+    garbage collector stays paused until the trace is freed: its millions of objects make no cycles, and a pass
+    over them on the way (once the reader or the diagnosis resumed it) would find nothing to free."""
     try:
-        return digest(read_trace(path, args.region), args)
+        with no_gc():
+            return digest(read_trace(path, args.region), args)
     except ValueError as exc:
         return str(exc)
 

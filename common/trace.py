@@ -236,8 +236,14 @@ class Step:
     @property
     def gpu_busy_us(self) -> float:
         """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
-        intervals over every stream, not wall time). On one stream it is the sum of their durations."""
-        return busy_us(self.gpu)
+        intervals over every stream, not wall time). On one stream it is the sum of their durations. Kept once
+        found (the summary's tables and figures each ask for it), while `gpu` is the same list of the same length."""
+        ops, kept = self.gpu, self.__dict__.get("_busy")
+        if kept is not None and kept[0] is ops and kept[1] == len(ops):
+            return kept[2]
+        busy = busy_us(ops)
+        self._busy = (ops, len(ops), busy)
+        return busy
 
     @property
     def gpu_sum_us(self) -> float:
