@@ -123,15 +123,17 @@ def _end_quietly(signum: int, frame: FrameType | None) -> None:
 
 def uninstall() -> None:
     """Give the signals back to the handlers they had before `install()`. After a signal (the run is ending,
-    its `interrupted` said), one more ends the process at once and quietly instead: Python's own handler would
-    raise a KeyboardInterrupt into the interpreter's shutdown, with a traceback."""
+    its `interrupted` said, or one arrived too late to be taken), one more ends the process at once and quietly
+    instead: Python's own handler would raise a KeyboardInterrupt into the interpreter's shutdown, with a
+    traceback and exit 1."""
     if not _state.installed or threading.current_thread() is not threading.main_thread():
         return
     with _state.renaming:  # a hard exit under way holds it to the end: its exit code, not the run's, is the one
         if hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_REAL, 0)
         for signum, handler in _state.previous.items():
-            signal.signal(signum, _end_quietly if (_state.seen or _state.taken) and signum in SIGNALS else handler)
+            signalled = _state.seen or _state.taken or _state.pending is not None  # a first one not yet taken too
+            signal.signal(signum, _end_quietly if signalled and signum in SIGNALS else handler)
         if _state.wakeup_write is not None:
             signal.set_wakeup_fd(-1)
         _state.previous, _state.pending, _state.installed = {}, None, False

@@ -247,10 +247,13 @@ def test_a_refusal_ends_torchrun_s_report_with_the_rank_s_line_and_one_exit_code
 
 @pytest.fixture(scope="module")
 def long_run(tmp_path_factory):
-    """One rank at the default shape (long on a CPU): what it says before its first step, then its launcher is
-    killed (SIGKILL, no chance to pass anything on) and the rank's last words are read until it is gone."""
+    """One rank at the default shape and --batch 32, long on any 2-core CPU (172 s estimated at 93 GFLOP/s; the
+    default batch is 30-40 s, under the estimate's LONG_S, since the estimate reads measured rates): what it says
+    before its first step, then its launcher is killed (SIGKILL, no chance to pass anything on) and the rank's last
+    words are read until it is gone."""
     folder = tmp_path_factory.mktemp("ddp-long")
-    proc = subprocess.Popen(torchrun_argv(folder, nproc=1, tiny=False), cwd=ROOT, env=clean_env(), text=True,
+    argv = torchrun_argv(folder, "--batch", "32", nproc=1, tiny=False)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=clean_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     before = []
     for line in proc.stdout:

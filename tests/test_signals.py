@@ -75,8 +75,11 @@ def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_
         trace = read_trace(folder / next(n for n in after if n.endswith(".json")))
         assert len(trace.steps) == 60
     lines = err.strip().splitlines()
-    assert proc.returncode in (0, 130) and "error:" not in err and "Traceback" not in err, (proc.returncode, err)
-    assert proc.returncode == 0 or lines[-1] == "interrupted"
+    # 130 from the suite; -SIGINT (a shell shows 130 too) when both signals land as the finished run exits, after
+    # its handlers went back to this test's SIG_DFL
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err)
+    assert "error:" not in err and "Traceback" not in err, err
+    assert proc.returncode == 0 or lines[-1] == "interrupted" or (proc.returncode == -signal.SIGINT and replaced)
 
 
 def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_path, earlier_05):
