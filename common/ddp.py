@@ -184,6 +184,7 @@ def start_process_group(launch: Launch, backend: str, timeout_s: float) -> None:
             store = dist.TCPStore(
                 addr, port, launch.world_size, is_master=master, wait_for_workers=False,
                 timeout=timedelta(seconds=max(1.0, min(2.0, deadline - time.monotonic()))),
+                use_libuv=os.environ.get("USE_LIBUV", "0") == "1",  # as init_process_group's env:// store does
             )  # fmt: skip
         except (RuntimeError, ValueError, OSError) as exc:  # DistNetworkError, DistStoreError are RuntimeErrors
             if master or time.monotonic() > deadline:
