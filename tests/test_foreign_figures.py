@@ -72,14 +72,7 @@ def training_loop_trace(path: Path) -> Path:
 
 def cpu_cell(out: str, name: str) -> str:
     """The CPU cell of trace `name`'s row in the summary's table (columns: trace, kernels, GPU busy, CPU)."""
-    words = next(line.split() for line in out.splitlines() if line.startswith(name + " "))
-    cells: list[str] = []
-    for word in words:
-        if word in ("ns", "µs", "ms", "s"):
-            cells[-1] += " " + word
-        else:
-            cells.append(word)
-    return cells[3]
+    return row_cells(out, name)[3]
 
 
 # 1. The CPU column

@@ -51,16 +51,22 @@ def earlier_05(tmp_path_factory) -> dict[str, bytes]:
     return earlier
 
 
+def rerun_05_over(tmp_path: Path, earlier: dict[str, bytes]) -> tuple[Path, subprocess.Popen]:
+    """The earlier run's files in a fresh folder, and the same 05 run started over them, once its save began."""
+    folder = tmp_path / "05_training_step"
+    folder.mkdir()
+    for name, data in earlier.items():
+        (folder / name).write_bytes(data)
+    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=tmp_path)
+    wait_for_temporary(proc, folder)
+    return folder, proc
+
+
 @pytest.mark.parametrize("delay_ms", [0, 50, 100, 150])
 def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_whole_new_one(
     tmp_path, earlier_05, delay_ms
 ):
-    folder = tmp_path / "05_training_step"
-    folder.mkdir()
-    for name, data in earlier_05.items():
-        (folder / name).write_bytes(data)
-    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=tmp_path)
-    wait_for_temporary(proc, folder)
+    folder, proc = rerun_05_over(tmp_path, earlier_05)
     time.sleep(delay_ms / 1000)
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(0.02)
@@ -83,12 +89,7 @@ def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_
 
 
 def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_path, earlier_05):
-    folder = tmp_path / "05_training_step"
-    folder.mkdir()
-    for name, data in earlier_05.items():
-        (folder / name).write_bytes(data)
-    proc = start_script("05_training_step", *TINY_05, "--device", "cpu", traces=tmp_path)
-    wait_for_temporary(proc, folder)
+    folder, proc = rerun_05_over(tmp_path, earlier_05)
     os.kill(proc.pid, signal.SIGTERM)  # taken once the save is done, before the output is checked
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted"
