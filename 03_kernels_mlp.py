@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if not run.on_gpu:
         raise SuiteError("LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py")
     shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden
-    work = mlp_work(*shape, run.dtype.itemsize)
-    fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
+    work = mlp_work(shape, run.dtype.itemsize)
+    fit_machine(run, *mlp_memory(shape, run.dtype), work.flops)  # before any tensor exists
 
     try:  # the layer, as the post loads it; hub_access makes the call offline-aware and its failures one line
         with hub_access(REPO, skip=args.source == "pypi"):

@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden
-    work = mlp_work(*shape, run.dtype.itemsize)
-    fit_machine(run, *mlp_memory(*shape, run.dtype), work.flops)  # before any tensor exists
+    work = mlp_work(shape, run.dtype.itemsize)
+    fit_machine(run, *mlp_memory(shape, run.dtype), work.flops)  # before any tensor exists
 
     model = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype)
     x = make_input(args.batch, args.seq, args.dim, run.device, run.dtype)  # [batch, seq, dim]

@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    work = attention_work(*shape, run.dtype.itemsize, SCORE_PASSES["out_of_place"], run.reference_dtype.itemsize)
+    work = attention_work(shape, run.dtype.itemsize, SCORE_PASSES["out_of_place"], run.reference_dtype.itemsize)
     # before any tensor exists. Scores, scaled scores, the masked copy and softmax are [batch, heads, seq, seq]:
     # 3 counted, 2 alive at once
-    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=3 * run.dtype.itemsize), work.flops)
+    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes=3 * run.dtype.itemsize), work.flops)
 
-    q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]
+    q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step
     attention = NaiveCausalAttention(args.head_dim)
     model = torch.compile(attention) if args.compile else attention

@@ -109,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
     score_bytes = 3 * 4 if args.backend == "math" else 0
     passes = SCORE_PASSES["out_of_place"] * 4 / run.dtype.itemsize if args.backend == "math" else 0  # fp32 scores
-    work = attention_work(*shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize)
-    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes), work.flops)
+    work = attention_work(shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize)
+    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes), work.flops)
 
-    q, k, v = make_qkv(*shape, run)  # [batch, heads, seq, head_dim]
+    q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     attention = torch.compile(sdpa_attention) if args.compile else sdpa_attention
 
     tag = run.tag(*shape, args.backend)

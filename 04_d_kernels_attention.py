@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
     require_flash(run, args.head_dim)  # a CUDA GPU, bf16 or fp16, a head_dim FlashAttention supports
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
-    work = attention_work(*shape, run.dtype.itemsize)
-    fit_machine(run, *attention_memory(*shape, run.dtype, score_bytes=0), work.flops)  # fused: no [seq, seq] scores
+    work = attention_work(shape, run.dtype.itemsize)
+    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes=0), work.flops)  # fused: no [seq, seq] scores
 
     # The kernel, from the Hub as the post loads it (or from a local kernel directory, or an installed package).
     repo = args.repo or default_flash_repo(torch.cuda.get_device_capability(run.device))
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             flash_attn_func, source = installed_flash_attn(exc, repo)
     print(f"kernel: flash_attn_func from {source} ({getattr(flash_attn_func, '__module__', '?')})")
 
-    q, k, v = make_qkv(*shape, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
+    q, k, v = make_qkv(shape, run, layout="bshd")  # [batch, seq, heads, head_dim]: FlashAttention's own layout
     fn = torch.compile(flash_attention) if args.compile else flash_attention
 
     with torch.no_grad(), recording(run, run.tag(*shape, source), work) as rec:

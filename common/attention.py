@@ -44,18 +44,16 @@ class AttentionShape(NamedTuple):
     }
 
 
-def make_qkv(
-    batch: int, heads: int, seq: int, head_dim: int, run: Run, layout: str = "bhsd"
-) -> tuple[torch.Tensor, ...]:
-    """Random q, k, v in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's),
+def make_qkv(shape: AttentionShape, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
+    """Random q, k, v of `shape` in `layout`: 'bhsd' = [batch, heads, seq, head_dim] (PyTorch's),
     'bshd' = [batch, seq, heads, head_dim] (FlashAttention's).
 
     The same seed gives the same numbers in either layout ('bshd' is 'bhsd' made contiguous
     after a transpose), so outputs of different scripts are comparable.
     """
     torch.manual_seed(SEED)
-    shape = (batch, heads, seq, head_dim)
-    qkv = [torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3)]
+    bhsd = (shape.batch, shape.heads, shape.seq, shape.head_dim)
+    qkv = [torch.randn(bhsd, device=run.device, dtype=run.dtype) for _ in range(3)]
     if layout == "bshd":
         qkv = [t.transpose(1, 2).contiguous() for t in qkv]
     elif layout != "bhsd":
@@ -87,35 +85,25 @@ SCORE_PASSES = {"out_of_place": 9, "in_place": 8}
 REFERENCE_PASSES = SCORE_PASSES["out_of_place"]  # reference_attention: the same ops, out of place
 
 
-def attention_work(
-    batch: int,
-    heads: int,
-    seq: int,
-    head_dim: int,
-    element_size: int,
-    score_passes: float = 0,
-    reference_size: int = 4,
-) -> Work:
-    """FLOPs of causal attention as executed by a fused kernel (half of the two seq x seq GEMMs),
+def attention_work(shape: AttentionShape, element_size: int, score_passes: float = 0, reference_size: int = 4) -> Work:
+    """FLOPs of causal attention of `shape` as executed by a fused kernel (half of the two seq x seq GEMMs),
     and the fewest bytes: read q, k, v and write the output once.
 
     For the CPU estimate only: `score_passes` passes over the scores of `element_size` bytes each (0 for a
     fused kernel), and the reference's work in `reference_size` bytes an element (fp32: 4), all s x s scores
     computed and REFERENCE_PASSES passes over them."""
-    b, h, s, d = batch, heads, seq, head_dim
+    b, h, s, d = shape.batch, shape.heads, shape.seq, shape.head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     scores = b * h * s * s
     reference = Work(2 * flops, 4 * b * h * s * d * reference_size, REFERENCE_PASSES * scores * reference_size)
     return Work(flops, 4 * b * h * s * d * element_size, score_passes * scores * element_size, reference)
 
 
-def attention_memory(
-    batch: int, heads: int, seq: int, head_dim: int, dtype: torch.dtype, score_bytes: int
-) -> tuple[int, str]:
-    """Bytes a variant allocates at its peak, and for what: q, k, v and the output, `score_bytes` per element of
-    the [batch, heads, seq, seq] scores it holds at once (0 for a fused kernel), and the fp32/fp64 reference the
-    output is checked against, which materialises the scores itself (two [seq, seq] buffers per head)."""
-    b, h, s, d = batch, heads, seq, head_dim
+def attention_memory(shape: AttentionShape, dtype: torch.dtype, score_bytes: int) -> tuple[int, str]:
+    """Bytes a variant of `shape` allocates at its peak, and for what: q, k, v and the output, `score_bytes` per
+    element of the [batch, heads, seq, seq] scores it holds at once (0 for a fused kernel), and the fp32/fp64
+    reference the output is checked against, which materialises the scores itself (two [seq, seq] buffers per head)."""
+    b, h, s, d = shape.batch, shape.heads, shape.seq, shape.head_dim
     ref = reference_dtype(dtype).itemsize
     need = 4 * b * h * s * d * (dtype.itemsize + ref) + b * h * s * s * (score_bytes + 2 * ref) + 2 * s * s
     return need, "q, k, v, output, scores, reference" if score_bytes else "q, k, v, output, reference"

@@ -107,8 +107,8 @@ def parameter_count(dim: int, hidden: int) -> int:
     return 4 * dim * dim + 3 * dim * hidden + 2 * dim
 
 
-def block_work(batch: int, seq: int, dim: int, hidden: int, param_bytes: int, input_bytes: int) -> Work:
-    """FLOPs of one training step and the fewest bytes it must move.
+def block_work(shape: BlockShape, param_bytes: int, input_bytes: int) -> Work:
+    """FLOPs of one training step of `shape` and the fewest bytes it must move.
 
     FLOPs: the forward's GEMMs (2 per multiply-add) and causal attention (half of q @ k.T and attn @ v), times
     three: the backward computes two GEMMs per forward GEMM (the input gradient and the weight gradient). The
@@ -117,6 +117,7 @@ def block_work(batch: int, seq: int, dim: int, hidden: int, param_bytes: int, in
     moments and write parameter and moments: 9 accesses per parameter. Saved activations are not required
     traffic (a step that recomputed everything would never write them).
     """
+    batch, seq, dim, hidden = shape.batch, shape.seq, shape.dim, shape.hidden
     tokens = batch * seq
     forward = 2 * tokens * (4 * dim * dim + 3 * dim * hidden) + 2 * batch * seq * seq * dim
     moved = 2 * tokens * dim * input_bytes + 9 * parameter_count(dim, hidden) * param_bytes

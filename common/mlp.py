@@ -46,20 +46,20 @@ def geglu_reference(mlp: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> torc
         return (F.gelu(x @ gate.T, approximate="tanh") * (x @ up.T)) @ down.T
 
 
-def mlp_memory(batch: int, seq: int, dim: int, hidden: int, dtype: torch.dtype) -> tuple[int, str]:
-    """Bytes at the peak, and for what: the three weights, x, the [batch*seq, hidden] activations held at
+def mlp_memory(shape: MLPShape, dtype: torch.dtype) -> tuple[int, str]:
+    """Bytes at the peak for `shape`, and for what: the three weights, x, the [batch*seq, hidden] activations held at
     once (gate, up, their product), y, and all of it again for the fp32/fp64 reference."""
-    m, d, h = batch * seq, dim, hidden
+    m, d, h = shape.batch * shape.seq, shape.dim, shape.hidden
     e, ref = dtype.itemsize, reference_dtype(dtype).itemsize
     need = 3 * d * h * (e + ref) + (2 * m * d + 3 * m * h) * (e + ref)
     return need, "weights, x, activations, y, reference"
 
 
-def mlp_work(batch: int, seq: int, dim: int, hidden: int, element_size: int) -> Work:
-    """FLOPs of the three GEMMs (plus GeLU and mul, one op per element each), and the fewest bytes:
+def mlp_work(shape: MLPShape, element_size: int) -> Work:
+    """FLOPs of `shape`'s three GEMMs (plus GeLU and mul, one op per element each), and the fewest bytes:
     read x and the three weights, write y. The [batch*seq, hidden] intermediates are not required traffic:
     a fully fused MLP never writes them out."""
-    m, d, h = batch * seq, dim, hidden
+    m, d, h = shape.batch * shape.seq, shape.dim, shape.hidden
     flops = 3 * 2 * m * d * h + 2 * m * h  # gate, up, down: 2*m*d*h each
     return Work(flops=flops, bytes=(2 * m * d + 3 * d * h) * element_size)
 

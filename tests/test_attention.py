@@ -5,12 +5,21 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import CPU_DTYPE, load_script, requires_cuda, run, usage_error, written
 
-from common.attention import SDPA_BACKENDS, causal_mask, reference_attention
+from common.attention import (
+    SDPA_BACKENDS,
+    AttentionShape,
+    attention_memory,
+    attention_work,
+    causal_mask,
+    make_qkv,
+    reference_attention,
+)
 from common.checks import check_close
 from common.trace import read_trace
 
@@ -99,6 +108,19 @@ def test_all_variants_compute_the_same_attention():
     assert torch.equal(naive, inplace), "in place or not, the same numbers"
     for out in (naive, outs["math"], outs["flash"]):
         check_close(out, ref, torch.bfloat16, "attention")
+
+
+def test_the_attention_physics_and_inputs_read_the_shapes_fields_by_name():
+    shape = AttentionShape(head_dim=7, seq=5, heads=3, batch=2)  # every field differs: a mix-up shows
+    b, h, s, d = 2, 3, 5, 7
+    work = attention_work(shape, element_size=2, score_passes=9, reference_size=4)
+    assert work.flops == 4 * b * h * s * s * d / 2 and work.bytes == 4 * b * h * s * d * 2
+    assert work.moved == 9 * b * h * s * s * 2  # the scores: b, h and d swapped would read as b * h * s * d
+    need, _ = attention_memory(shape, torch.bfloat16, score_bytes=6)
+    assert need == 4 * b * h * s * d * (2 + 4) + b * h * s * s * (6 + 2 * 4) + 2 * s * s
+    cpu = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
+    assert [t.shape for t in make_qkv(shape, cpu)] == [(b, h, s, d)] * 3
+    assert [t.shape for t in make_qkv(shape, cpu, layout="bshd")] == [(b, s, h, d)] * 3
 
 
 @pytest.mark.parametrize("backend", ["efficient", "cudnn"])

@@ -200,7 +200,7 @@ def test_progress_lines_start_only_for_a_run_estimated_long_or_once_one_overruns
 
 
 def test_attention_s_estimate_counts_its_passes_over_the_scores_at_the_pointwise_rate_in_the_run_s_dtype(tmp_path):
-    from common.attention import SCORE_PASSES, attention_work
+    from common.attention import SCORE_PASSES, AttentionShape, attention_work
 
     asked = []
 
@@ -209,7 +209,7 @@ def test_attention_s_estimate_counts_its_passes_over_the_scores_at_the_pointwise
         return {"gemm": 100e9, "copy": 10e9, "pointwise": pointwise}[kind]
 
     r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=())
-    work = attention_work(8, 16, 1024, 64, 2, SCORE_PASSES["out_of_place"], 4)
+    work = attention_work(AttentionShape(8, 16, 1024, 64), 2, SCORE_PASSES["out_of_place"], 4)
     scores = 8 * 16 * 1024 * 1024
     assert work.moved == 9 * scores * 2 and work.reference.moved == 9 * scores * 4
     guess = estimate(r, work, 0, rate)

@@ -248,7 +248,7 @@ def test_offline_flash_attn_takes_fa4s_flash_attn_cute_not_the_bare_flash_attn_n
 def test_fa4s_out_and_lse_pair_gives_the_causal_reference_output(monkeypatch):
     calls = fa4_stand_in(monkeypatch)
     cpu = SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
-    q, k, v = attention.make_qkv(2, 3, 16, 8, cpu, layout="bshd")
+    q, k, v = attention.make_qkv(attention.AttentionShape(2, 3, 16, 8), cpu, layout="bshd")
     func, _ = attention.installed_flash_attn(hub.HubError("offline"), FLASH_ATTN3)
     out = load_script("04_d_kernels_attention").flash_attention(func, q, k, v)
     expected = reference_attention(*(t.transpose(1, 2) for t in (q, k, v)), torch.float64).transpose(1, 2)

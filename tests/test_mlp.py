@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from helpers import CPU_DTYPE, load_script, requires_cuda, run, trace_names, usage_error
 from torch import nn
 
-from common.mlp import geglu_reference, liger_geglu
+from common.mlp import MLPShape, geglu_reference, liger_geglu, mlp_memory, mlp_work
 
 TINY = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
 TINY_TAG = "2_8_32_64"
@@ -49,6 +49,15 @@ def test_simple_mlp_matches_the_tanh_gelu_formula_in_fp32():
     with torch.no_grad():
         torch.testing.assert_close(mlp(x), expected, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(mlp.to(torch.bfloat16)(x.bfloat16()).float(), expected, rtol=3e-2, atol=3e-2)
+
+
+def test_the_mlp_physics_reads_the_shapes_fields_by_name():
+    shape = MLPShape(hidden=7, dim=5, seq=3, batch=2)  # every field differs: a mix-up shows
+    m, d, h = 2 * 3, 5, 7
+    work = mlp_work(shape, element_size=2)
+    assert work.flops == 3 * 2 * m * d * h + 2 * m * h and work.bytes == (2 * m * d + 3 * d * h) * 2
+    need, _ = mlp_memory(shape, torch.bfloat16)
+    assert need == 3 * d * h * (2 + 4) + (2 * m * d + 3 * m * h) * (2 + 4)
 
 
 class ForwardOnlyGeGLU(nn.Module):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import FIXTURES, ev, load_script, run, usage_error
 
-from common.block import AMP, BlockShape, block_reference, saved_for_backward
+from common.block import AMP, BlockShape, block_reference, block_work, saved_for_backward
 from common.cli import SuiteError
 from common.diff import main as diff_main
 from common.guess import (
@@ -142,6 +142,14 @@ def test_the_saved_activations_worked_out_per_tensor_are_what_autograd_saves(pre
         torch.nn.functional.mse_loss(block(x), target)
     worked_out = saved_for_backward(BlockShape(batch, seq, dim, heads, hidden), precision, dtype)
     assert sum(saved.values()) == sum(worked_out.values())
+
+
+def test_the_step_physics_reads_the_shapes_fields_by_name():
+    shape = BlockShape(hidden=7, heads=3, dim=12, seq=5, batch=2)  # every field differs: a mix-up shows
+    b, s, d, h = 2, 5, 12, 7
+    work = block_work(shape, param_bytes=4, input_bytes=2)
+    assert work.flops == 3 * (2 * b * s * (4 * d * d + 3 * d * h) + 2 * b * s * s * d)
+    assert work.bytes == 2 * b * s * d * 2 + 9 * (4 * d * d + 3 * d * h + 2 * d) * 4
 
 
 def test_the_default_shape_saves_409_mb_for_the_backward():
