@@ -38,6 +38,7 @@ from common.ddp import (
     TORCHRUN,
     add_ddp_flags,
     ddp_memory,
+    exit_rank,
     expected_buckets,
     not_launched,
     one_verdict,
@@ -208,4 +209,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_rank(main)  # main's exit code, without the interpreter teardown that can abort a finished rank

@@ -15,6 +15,8 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # the repository root: `common`, as pytest has it
 from helpers import LOOP_EDITS, run_edited  # noqa: E402
 
+from common.ddp import exit_rank  # noqa: E402
+
 
 def main(argv: list[str]) -> int:
     folder, name, *edits = argv
@@ -30,4 +32,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    exit_rank(lambda: main(sys.argv[1:]))  # as 06 ends: no interpreter teardown for gloo's threads to abort

@@ -277,6 +277,35 @@ def test_a_rank_ends_when_its_launcher_is_killed(long_run):
     assert after.strip().splitlines()[-1] == "interrupted", after
 
 
+EXIT_RANK = """
+import atexit, sys
+from common.ddp import exit_rank
+atexit.register(lambda: print("the interpreter's teardown ran"))
+print("the rank's report")  # still in the buffer of a piped stdout
+def main():
+    if sys.argv[1] == "raise":
+        raise SystemExit(2)  # a refusal, as cli makes it
+    return int(sys.argv[1])
+exit_rank(main)
+"""
+
+
+@pytest.mark.parametrize(("how", "code"), [("0", 0), ("3", 3), ("raise", 2)])
+def test_a_rank_ends_with_main_s_code_and_its_output_but_no_interpreter_teardown(how, code):
+    """06 ends its process through exit_rank: a gloo worker thread that frees a finished collective's tensors
+    while Python shuts down aborts a rank that ran cleanly (SIGABRT, seen in CI), so no rank shuts Python down."""
+    done = subprocess.run([sys.executable, "-c", EXIT_RANK, how], cwd=ROOT, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == code, done.stderr
+    assert done.stdout == "the rank's report\n"
+
+
+def test_06_ends_through_exit_rank():
+    tree = ast.parse((ROOT / "06_ddp_training_step.py").read_text())
+    last = tree.body[-1]
+    assert isinstance(last, ast.If) and "exit_rank(main)" in ast.unparse(last.body[0])
+
+
 def test_every_printed_06_command_starts_with_uv_run_torchrun():
     readme = (ROOT / "README.md").read_text()
     doc = load_script("06_ddp_training_step").__doc__
