@@ -109,15 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
     score_bytes = 3 * 4 if args.backend == "math" else 0
     passes = SCORE_PASSES["out_of_place"] * 4 / run.dtype.itemsize if args.backend == "math" else 0  # fp32 scores
-    work = attention_work(shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize)
+    work = attention_work(shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize, args.backend == "flash")
     fit_machine(run, *attention_memory(shape, run.dtype, score_bytes), work.flops)
 
     q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     attention = torch.compile(sdpa_attention) if args.compile else sdpa_attention
 
     tag = run.tag(*shape, args.backend)
+    with sdpa_kernel(SDPA_BACKENDS[args.backend]):
+        require_sdpa_backend(args.backend, q, k, v, run)  # only this backend may run: say so first if it cannot
     with torch.no_grad(), sdpa_kernel(SDPA_BACKENDS[args.backend]), recording(run, tag, work) as rec:
-        require_sdpa_backend(args.backend, q, k, v, run)  # only this backend may run: say so if it cannot
         if args.warmup:  # a few unprofiled calls first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: attention(q, k, v))
         with profile(

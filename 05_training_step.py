@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     check_shape(args.dim, args.heads)
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
-    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize)
+    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize, amp, args.fused_optimizer)
     fit_machine(run, *block_memory(shape, precision, run.dtype), work.flops)  # before any tensor exists
 
     block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     print(rank_line(launch, backend))
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
-    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize)
+    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize, amp)
     start_process_group(launch, backend, args.startup_timeout)  # with a timeout that names the ranks it waited for
     try:
         with one_verdict(launch):  # every rank checks; a shape one rank cannot hold stops them all, before any tensor

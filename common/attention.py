@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend
 from common.checks import reference_dtype
 from common.cli import SuiteError
 from common.hub import HubError
-from common.physics import Work
+from common.physics import FusedAttention, Work
 from common.private_api import SDPA_REFUSAL_END, SDPA_REFUSAL_HEADERS, SDPA_TRIGGERED_AT, fused_sdp_choice
 from common.runtime import SEED, Run
 
@@ -85,18 +85,22 @@ SCORE_PASSES = {"out_of_place": 9, "in_place": 8}
 REFERENCE_PASSES = SCORE_PASSES["out_of_place"]  # reference_attention: the same ops, out of place
 
 
-def attention_work(shape: AttentionShape, element_size: int, score_passes: float = 0, reference_size: int = 4) -> Work:
+def attention_work(
+    shape: AttentionShape, element_size: int, score_passes: float = 0, reference_size: int = 4, fused: bool = False
+) -> Work:
     """FLOPs of causal attention of `shape` as executed by a fused kernel (half of the two seq x seq GEMMs),
     and the fewest bytes: read q, k, v and write the output once.
 
     For the CPU estimate only: `score_passes` passes over the scores of `element_size` bytes each (0 for a
-    fused kernel), and the reference's work in `reference_size` bytes an element (fp32: 4), all s x s scores
-    computed and REFERENCE_PASSES passes over them."""
+    fused kernel), the reference's work in `reference_size` bytes an element (fp32: 4), all s x s scores
+    computed and REFERENCE_PASSES passes over them, and with `fused` the FLOPs' rate is SDPA's CPU flash
+    kernel's on this shape (Work.fused), not a matmul's."""
     b, h, s, d = shape.batch, shape.heads, shape.seq, shape.head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     scores = b * h * s * s
     reference = Work(2 * flops, 4 * b * h * s * d * reference_size, REFERENCE_PASSES * scores * reference_size)
-    return Work(flops, 4 * b * h * s * d * element_size, score_passes * scores * element_size, reference)
+    kernel = FusedAttention(h, s, d) if fused else None
+    return Work(flops, 4 * b * h * s * d * element_size, score_passes * scores * element_size, reference, fused=kernel)
 
 
 def attention_memory(shape: AttentionShape, dtype: torch.dtype, score_bytes: int) -> tuple[int, str]:

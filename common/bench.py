@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ MIN_RUN_TIME_S = 0.5  # wall-clock timing runs at least this long (sustained)
 MIN_CALLS = 5  # the wall-clock median is over at least this many calls
 BURST_CALLS = 20  # CUDA-event timing: a short burst, like the profiled window
 UNTIMED_CALLS = 3  # calls before any timing, so compilation is not timed
+TIMEIT_WARMUP_CALLS = 2  # torch.utils.benchmark's Timer.timeit(1) calls the step twice before timing it
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,27 @@ class UnprofiledTime:
     wall_calls: int
     gpu_s: float | None  # median GPU-stream time per call of a short burst (CUDA events); None on the CPU
     gpu_calls: int
+
+
+def timing_calls(step_s: float) -> int:
+    """How many times time_unprofiled calls a step of `step_s` seconds on the CPU (for the run's estimate).
+
+    UNTIMED_CALLS; then blocked_autorange(min_run_time=MIN_RUN_TIME_S), which calls blocks of 1, 10, 100 ... once
+    each until one takes a thousandth of MIN_RUN_TIME_S (or all of it), then blocks of that size until
+    MIN_RUN_TIME_S has passed (torch also wants a block to be 10,000 timer overheads: a µs or so, which only makes
+    a step of under 10 ms, called hundreds of times anyway, a larger block); where that timed fewer than MIN_CALLS,
+    MIN_CALLS single timings, each after Timer.timeit's warm-up calls.
+    """
+    step_s = max(step_s, 1e-9)
+    block, calibration = 1, 0
+    while True:
+        calibration += block
+        if block * step_s >= MIN_RUN_TIME_S / 1000:
+            break
+        block *= 10
+    timed = block * max(1, math.ceil(MIN_RUN_TIME_S / (block * step_s)))
+    single = MIN_CALLS * (1 + TIMEIT_WARMUP_CALLS) if timed < MIN_CALLS else 0
+    return UNTIMED_CALLS + calibration + timed + single
 
 
 def time_unprofiled(step: Callable[[], object], on_gpu: bool, grad: bool = False) -> UnprofiledTime:

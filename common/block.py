@@ -107,8 +107,40 @@ def parameter_count(dim: int, hidden: int) -> int:
     return 4 * dim * dim + 3 * dim * hidden + 2 * dim
 
 
-def block_work(shape: BlockShape, param_bytes: int, input_bytes: int) -> Work:
-    """FLOPs of one training step of `shape` and the fewest bytes it must move.
+# The aten ops one eager training step on the CPU dispatches, views left out (what a TorchDispatchMode sees; a
+# test counts them on the real step): the CPU estimate's per-op part (Work.ops), most of a small step's time.
+STEP_OPS = 69  # forward and backward of the block and the MSE loss, in one dtype: 15 mm, 14 mul, 7 add, 6 casts ...
+AUTOCAST_OPS = 12  # bf16 autocast's casts: each Linear's weight and input, forward and backward
+ADAMW_OPS_PER_PARAMETER = 10  # AdamW's loop (no foreach on the CPU): step += 1 and its .item(), param *= 1 - lr * wd,
+# lerp_, mul_ and addcmul_ for the moments, the bias corrections' sqrt and div, denom's add_, addcdiv_
+FUSED_ADAMW_OPS = 2  # AdamW(fused=True): the steps' _foreach_add_ and one _fused_adamw_
+BLOCK_PARAMETERS = 7  # qkv, out, gate, up, down and the two RMSNorm weights
+
+
+# Bytes the eager step's other ops (not its GEMMs or attention kernels) read and write out of place, each into a fresh
+# output (the CPU estimate's Work.moved, at its pointwise rate), as a TorchDispatchMode counts them on the real step
+# (a test pins them): per token and unit of dim, the norms (fp32 math in every precision), residual adds, casts and
+# loss and their gradients, by precision; per token and unit of hidden, HIDDEN_PASSES in the GEMMs' dtype (GeGLU's
+# gelu and product, their gradients); per parameter, AdamW's sqrt and division of the second moment (2 passes each,
+# none fused) and under autocast AUTOCAST_BYTES (each weight's bf16 copy, its gradient's fp32 copy).
+DIM_BYTES = {"amp": 314, 2: 244, 4: 303}  # AMP, or pure bf16 / fp32 by the parameters' element size
+HIDDEN_PASSES = 18
+ADAMW_PASSES = 4
+AUTOCAST_BYTES = 12
+
+
+def step_ops(amp: bool, fused_optimizer: bool) -> int:
+    """The aten ops of one eager training step of the decoder block on the CPU, views left out (see STEP_OPS)."""
+    optimizer = FUSED_ADAMW_OPS if fused_optimizer else ADAMW_OPS_PER_PARAMETER * BLOCK_PARAMETERS
+    return STEP_OPS + AUTOCAST_OPS * amp + optimizer
+
+
+def block_work(
+    shape: BlockShape, param_bytes: int, input_bytes: int, amp: bool = False, fused_optimizer: bool = False
+) -> Work:
+    """FLOPs of one training step of `shape` and the fewest bytes it must move; for the CPU estimate, the bytes its
+    eager ops move out of place (DIM_BYTES ...) and its ops (step_ops), under bf16 autocast with `amp`, with
+    AdamW(fused=True) with `fused_optimizer`, and no reference left to compute.
 
     FLOPs: the forward's GEMMs (2 per multiply-add) and causal attention (half of q @ k.T and attn @ v), times
     three: the backward computes two GEMMs per forward GEMM (the input gradient and the weight gradient). The
@@ -120,8 +152,14 @@ def block_work(shape: BlockShape, param_bytes: int, input_bytes: int) -> Work:
     batch, seq, dim, hidden = shape.batch, shape.seq, shape.dim, shape.hidden
     tokens = batch * seq
     forward = 2 * tokens * (4 * dim * dim + 3 * dim * hidden) + 2 * batch * seq * seq * dim
-    moved = 2 * tokens * dim * input_bytes + 9 * parameter_count(dim, hidden) * param_bytes
-    return Work(flops=3 * forward, bytes=moved)
+    parameters = parameter_count(dim, hidden)
+    moved = 2 * tokens * dim * input_bytes + 9 * parameters * param_bytes
+    gemm_bytes = 2 if amp else param_bytes
+    per_parameter = ADAMW_PASSES * param_bytes * (not fused_optimizer) + AUTOCAST_BYTES * amp
+    eager = tokens * (DIM_BYTES["amp" if amp else param_bytes] * dim + HIDDEN_PASSES * gemm_bytes * hidden)
+    nothing = Work(0.0, 0.0)  # 05 checks against a reference made before the estimate, 06 against rank 0's weights
+    ops = step_ops(amp, fused_optimizer)
+    return Work(3 * forward, moved, eager + per_parameter * parameters, reference=nothing, ops=ops)
 
 
 def saved_for_backward(shape: BlockShape, precision: str, dtype: torch.dtype) -> dict[str, int]:

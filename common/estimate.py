@@ -1,14 +1,18 @@
 """How long a run will take, said before its first step, and a progress line while a long run goes on.
 
 On the CPU the estimate comes from the work the script already computes (`Work.flops` and `Work.bytes`
-per step, `Work.moved` for its intermediates, `Work.reference` for its reference) and rates measured here,
-at the run's dtype and thread count, in a fraction of a second each: a matmul in the run's dtype and in its
-reference's (256 x 256 or larger, see gemm_rate), a 16 MB copy, and where the step moves intermediates an
-out-of-place multiply into a fresh 64 MB output (pointwise_rate: the slow bf16 path of a CPU without native
-bf16, and the page faults of a fresh large tensor, are in it). Each rate is measured once a process.
-Nothing is measured for a run whose
-whole work is under MEASURE_ABOVE_FLOPS and MEASURE_ABOVE_BYTES (it cannot take long): short runs print
-the same lines every time, and a cold run's first step stays cold. A run estimated above SAY_ABOVE_S
+per step, `Work.moved` for its intermediates, `Work.reference` for its reference, `Work.ops` for the ops a step
+dispatches, `Work.fused` for a fused attention kernel's shape) and rates measured here, at the run's dtype and
+thread count, in a fraction of a second each: a matmul in the run's dtype and in its reference's (256 x 256 or
+larger, see gemm_rate), a 16 MB copy, where the step moves intermediates an out-of-place multiply into a fresh
+64 MB output (pointwise_rate: the slow bf16 path of a CPU without native bf16, and the page faults of a fresh
+large tensor, are in it), where it counts its ops the cost of one op (op_rate: OpenMP's fork and join, and its
+stalls while another process keeps a core busy, are in it), and where its FLOPs run in SDPA's CPU flash kernel
+that kernel on one batch element of the step's shape (fused_attention_rate). Each rate is measured once a
+process. --bench's calls are counted as time_unprofiled makes them for a step of the estimated time
+(common.bench.timing_calls). Nothing is measured for a run whose whole work is under MEASURE_ABOVE_FLOPS and
+MEASURE_ABOVE_BYTES (it cannot take long): short runs print the same lines every time, and a cold run's first
+step stays cold. A run estimated above SAY_ABOVE_S
 prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype is emulated, a smaller
 --batch or --size). On a GPU there is no estimate: the posts' shapes take milliseconds there, and
 torch.compile's time cannot be told in advance anywhere.
@@ -21,6 +25,7 @@ twice its estimate for a shorter one that overruns it, never for a run too small
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 import time
@@ -29,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from common.bench import MIN_CALLS, MIN_RUN_TIME_S, UNTIMED_CALLS
-from common.physics import Work
+from common.bench import MIN_CALLS, UNTIMED_CALLS, timing_calls
+from common.physics import FusedAttention, Work
 from common.runtime import Run
 from common.units import human_time
 
@@ -46,6 +51,10 @@ GEMM_MIN_S = 0.1  # ... until one product takes this long
 COPY_BYTES = 16 << 20
 POINTWISE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MB): a fresh output is fresh pages, as
 # attention's [8, 16, 1024, 1024] scores are
+OP_ELEMENTS = 1 << 16  # fp32 elements of the op whose cost is measured: above ATen's grain size (32,768), so on
+# more than one thread it enters OpenMP's pool, as a training step's ops on [tokens, dim] activations do
+OP_MIN_S = 0.25  # ... calls back to back for at least this long: some scheduler ticks, however busy the CPU
+FUSED_SLICE_FLOPS = 5e8  # the fused attention slice timed: one batch element, as many heads as stay under this
 
 
 @dataclass(frozen=True)
@@ -54,9 +63,10 @@ class Estimate:
 
     seconds: float
     calls: int  # calls of the step in the run's dtype (warm-up, profiled loop, --bench)
-    flops_per_s: float  # the matmul rate measured in the run's dtype
+    flops_per_s: float  # the rate measured in the run's dtype for the step's FLOPs: a matmul's, or the fused kernel's
     cheaper: tuple[str, ...] = ()  # flags of a cheaper run, when this one is long
     cheaper_seconds: float | None = None
+    op_s: float | None = None  # the measured cost of one op, where the step counts its ops (Work.ops)
 
 
 def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
@@ -115,44 +125,100 @@ def pointwise_rate(dtype: torch.dtype) -> float:
     return 2 * POINTWISE_BYTES / best
 
 
+def op_rate() -> float:
+    """Calls per second of `torch.add(x, y, out=z)` on OP_ELEMENTS fp32 elements at the current thread count, back
+    to back for OP_MIN_S (after untimed calls): the cost of one op of a small step beyond its arithmetic.
+
+    A mean, not a best of a few: what it measures is mostly what a best leaves out. On more than one thread each
+    op forks and joins OpenMP's pool, and while another process keeps a core busy the join waits for a scheduler
+    tick: on this project's 2-core machine at a load of 3, 8 ms a call on 2 threads, 12 µs on one (a 1-element
+    add, which stays on one thread, 2 µs on either).
+    """
+    x, y, z = torch.ones(OP_ELEMENTS), torch.ones(OP_ELEMENTS), torch.empty(OP_ELEMENTS)
+    for _ in range(3):
+        torch.add(x, y, out=z)
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < OP_MIN_S:
+        torch.add(x, y, out=z)
+        calls += 1
+    return calls / elapsed
+
+
+def fused_attention_rate(dtype: torch.dtype, fused: FusedAttention) -> float:
+    """FLOP/s of causal SDPA pinned to its flash backend (torch's CPU flash-attention kernel, which tiles the
+    scores rather than computing them with a matmul) on one batch element of `fused`'s shape: `fused.seq` and
+    `fused.head_dim` as the run has them, as many of its heads as keep one call under FUSED_SLICE_FLOPS (at
+    least as many as threads, where it has them), best of three after an untimed call. FLOPs as attention_work
+    counts them: half of q @ k.T and attn @ v, the causal half."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415 (only where a step runs it)
+
+    per_head = 2 * fused.seq * fused.seq * fused.head_dim
+    heads = min(fused.heads, max(torch.get_num_threads(), int(FUSED_SLICE_FLOPS // per_head), 1))
+    q, k, v = (torch.randn(1, heads, fused.seq, fused.head_dim, dtype=dtype) for _ in range(3))
+    best = math.inf
+    with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        for _ in range(3):
+            start = time.perf_counter()
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            best = min(best, time.perf_counter() - start)
+    return heads * per_head / best
+
+
 def profiler_imports() -> None:
     """Import what torch.profiler imports when it first starts (torch._inductor's config: a few seconds where
     Python compiles it afresh), before the estimate is printed: it is paid then, not inside the run."""
     import torch._inductor.config  # noqa: F401, PLC0415
 
 
-Rate = Callable[[str, torch.dtype], float]  # ("gemm" | "copy" | "pointwise", dtype) -> FLOP/s or bytes/s
+Rate = Callable[[str, torch.dtype], float]  # ("gemm" | "copy" | "pointwise" | "op" | "fused", dtype) -> FLOP/s,
+# bytes/s or ops/s
 _measured: dict[tuple, float] = {}  # each rate once a process, by the function that measured it and the threads
 
 
-def measured_rate(kind: str, dtype: torch.dtype, size: float) -> float:
+def measured_rate(kind: str, dtype: torch.dtype, size: float, fused: FusedAttention | None = None) -> float:
     """The rate of `kind` in `dtype` on this CPU at its current thread count, measured the first time it is
-    asked for in this process (gemm_rate at `size`, copy_rate, pointwise_rate)."""
-    measure = {"gemm": lambda: gemm_rate(dtype, size), "copy": copy_rate, "pointwise": lambda: pointwise_rate(dtype)}
-    what = {"gemm": gemm_rate, "copy": copy_rate, "pointwise": pointwise_rate}[kind]
-    key = (what, kind, dtype if kind != "copy" else None, size if kind == "gemm" else None, torch.get_num_threads())
+    asked for in this process (gemm_rate at `size`, copy_rate, pointwise_rate, op_rate, fused_attention_rate of
+    `fused`)."""
+    measure = {
+        "gemm": lambda: gemm_rate(dtype, size),
+        "copy": copy_rate,
+        "pointwise": lambda: pointwise_rate(dtype),
+        "op": op_rate,
+        "fused": lambda: fused_attention_rate(dtype, fused),
+    }
+    what = {"gemm": gemm_rate, "copy": copy_rate, "pointwise": pointwise_rate, "op": op_rate}
+    key = (
+        what.get(kind, fused_attention_rate),
+        kind,
+        dtype if kind not in ("copy", "op") else None,
+        size if kind == "gemm" else fused if kind == "fused" else None,
+        torch.get_num_threads(),
+    )
     if key not in _measured:
         _measured[key] = measure[kind]()
     return _measured[key]
 
 
 def step_seconds(work: Work, dtype: torch.dtype, rate: Rate) -> float:
-    """One call of `work` in `dtype`: its FLOPs at the matmul rate, its bytes at the copy rate, the bytes its
-    intermediates move at the out-of-place pointwise rate (measured only where it moves some)."""
+    """One call of `work` in `dtype`: its FLOPs at the matmul rate (at the fused attention kernel's where it has
+    one), its bytes at the copy rate, the bytes its intermediates move at the out-of-place pointwise rate, its ops
+    at the per-op rate (each measured only where the step has some)."""
     moved = work.moved / rate("pointwise", dtype) if work.moved else 0.0
-    return work.flops / rate("gemm", dtype) + work.bytes / rate("copy", torch.uint8) + moved
+    ops = work.ops / rate("op", dtype) if work.ops else 0.0
+    flops = work.flops / rate("fused" if work.fused else "gemm", dtype) if work.flops else 0.0
+    return flops + (work.bytes / rate("copy", torch.uint8) if work.bytes else 0.0) + moved + ops
 
 
-def run_seconds(run: Run, work: Work, calls: int, dtype: torch.dtype, rate: Rate) -> float:
-    """`calls` steps in `dtype`, the reference once in its higher precision (`work.reference`, or the step's
-    FLOPs), and --bench's minimum run, at the rates `rate(kind, dtype)`."""
+def run_seconds(run: Run, work: Work, steps: int, dtype: torch.dtype, rate: Rate) -> tuple[float, int]:
+    """The seconds and the calls of the step of a run: `steps` calls in `dtype` and --bench's (as many as
+    common.bench.timing_calls says it makes for a step of this time), and the reference once in its higher
+    precision (`work.reference`, or the step's FLOPs), at the rates `rate(kind, dtype)`."""
     reference_dtype = run.reference_dtype if dtype == run.dtype else torch.float64
     reference = work.reference or Work(work.flops, 0.0)
-    return (
-        calls * step_seconds(work, dtype, rate)
-        + step_seconds(reference, reference_dtype, rate)
-        + (MIN_RUN_TIME_S if run.bench else 0.0)
-    )
+    step = step_seconds(work, dtype, rate)
+    calls = steps + (timing_calls(step) if run.bench else 0)
+    return calls * step + step_seconds(reference, reference_dtype, rate), calls
 
 
 def with_flag(argv: tuple[str, ...], flag: str, value: object) -> tuple[str, ...]:
@@ -186,32 +252,34 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
 def estimate(run: Run, work: Work, warmup_calls: int, rates: Rate | None = None) -> Estimate | None:
     """How long this run will take on the CPU, or None on a GPU and for a run too small to take long.
     `rates(kind, dtype)`: the rates to use (default: measured here, once a process; see measured_rate)."""
-    calls = run.planned_steps + warmup_calls + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0)
+    steps = run.planned_steps + warmup_calls
+    fewest = steps + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0) + 1  # and the reference
     moves = work.bytes + work.moved
-    small = (calls + 1) * work.flops < MEASURE_ABOVE_FLOPS and (calls + 1) * moves < MEASURE_ABOVE_BYTES
+    small = fewest * work.flops < MEASURE_ABOVE_FLOPS and fewest * moves < MEASURE_ABOVE_BYTES
     if run.on_gpu or small:
         return None
     size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
 
     def measured(kind: str, dtype: torch.dtype) -> float:
-        return measured_rate(kind, dtype, size)
+        return measured_rate(kind, dtype, size, work.fused)
 
     rate = rates or measured
     if rates is None:
         profiler_imports()
-    seconds = run_seconds(run, work, calls, run.dtype, rate)
+    seconds, calls = run_seconds(run, work, steps, run.dtype, rate)
+    said = Estimate(seconds, calls, rate("fused" if work.fused else "gemm", run.dtype))
+    if work.ops:
+        said = dataclasses.replace(said, op_s=1 / rate("op", run.dtype))
     if seconds <= LONG_S:
-        return Estimate(seconds, calls, rate("gemm", run.dtype))
+        return said
     argv, cheaper = run.argv, seconds
     if run.dtype != torch.float32:
-        fp32 = run_seconds(run, work, calls, torch.float32, rate)
+        fp32, _ = run_seconds(run, work, steps, torch.float32, rate)
         if fp32 < 0.8 * seconds:
             argv, cheaper = with_flag(argv, "--dtype", "fp32"), fp32
     if cheaper > LONG_S:
         argv, cheaper = shrink(run, argv, cheaper)
-    if argv == run.argv:
-        return Estimate(seconds, calls, rate("gemm", run.dtype))
-    return Estimate(seconds, calls, rate("gemm", run.dtype), argv, cheaper)
+    return said if argv == run.argv else dataclasses.replace(said, cheaper=argv, cheaper_seconds=cheaper)
 
 
 def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
@@ -220,10 +288,14 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     if guess is None or guess.seconds < SAY_ABOVE_S:
         return []
     compiling = " (plus compiling)" if run.compiled else ""
-    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s on this CPU"
+    kernel = " in SDPA's flash kernel" if work.fused else ""
+    ops = f" ({work.ops} ops)" if work.ops else ""
+    reference = " and a reference" if work.reference is None or work.reference.flops else ""
+    per_op = f" and {human_time(guess.op_s * 1e6)} an op" if guess.op_s else ""
+    rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
     lines = [
         f"estimate: about {human_time(guess.seconds * 1e6)}{compiling}: {guess.calls} calls of "
-        f"{work.flops / 1e9:.3g} GFLOP and a reference, {rate}"
+        f"{work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"
     ]
     if guess.seconds > LONG_S and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])

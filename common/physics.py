@@ -6,20 +6,35 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class FusedAttention:
+    """The shape of a step whose FLOPs run in torch's fused CPU attention kernel (SDPA's flash backend, causal),
+    not at a matmul's rate: the CPU estimate times that kernel on one batch element of it (common.estimate)."""
+
+    heads: int
+    seq: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
 class Work:
     """What one step must do: floating-point operations and the fewest bytes it must move to/from memory.
 
-    `moved` and `reference` are for the CPU estimate only (common.estimate), never a figure of the trace:
-    `moved`, the bytes the step's eager code reads and writes in its intermediates, an out-of-place op writing a
-    fresh output (attention's [batch, heads, seq, seq] scores, scaled, masked and softmaxed; 0 where they are
-    small beside the FLOPs); `reference`, the work of the higher-precision reference the output is checked
-    against, in the reference's dtype (None: the step's FLOPs, nothing moved).
+    `moved`, `reference`, `ops` and `fused` are for the CPU estimate only (common.estimate), never a figure of the
+    trace: `moved`, the bytes the step's eager code reads and writes in its intermediates, an out-of-place op
+    writing a fresh output (attention's [batch, heads, seq, seq] scores, scaled, masked and softmaxed; 0 where they
+    are small beside the FLOPs); `reference`, the work of the higher-precision reference the output is checked
+    against, in the reference's dtype (None: the step's FLOPs, nothing moved); `ops`, the aten ops one step
+    dispatches, views left out (0 where a step's few ops are nothing beside its FLOPs): each pays a per-op cost,
+    most of a small training step's time; `fused`, the shape of the fused attention kernel the FLOPs run in
+    (None: they run at a matmul's rate).
     """
 
     flops: float
     bytes: float
     moved: float = 0.0
     reference: Work | None = None
+    ops: int = 0
+    fused: FusedAttention | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -270,3 +271,154 @@ def test_the_estimate_benchmark_runs_each_readme_script_command_on_the_cpu(tmp_p
     assert argv[-4:] == ["--device", "cpu", "--traces-dir", str(tmp_path)]
     ddp = commands[lines.index("uv run torchrun --standalone --nproc-per-node 2 06_ddp_training_step.py")]
     assert ddp.argv(tmp_path)[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def test_a_step_s_ops_each_cost_the_measured_per_op_time(tmp_path):
+    def rate(kind, dtype):
+        return {"gemm": 100e9, "copy": 10e9, "op": 1e3}[kind]  # 1 ms an op
+
+    r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=())
+    plain, counted = Work(1e11, 1e9), Work(1e11, 1e9, ops=150)
+    with_ops, without = estimate(r, counted, 0, rate), estimate(r, plain, 0, rate)
+    assert with_ops.seconds - without.seconds == pytest.approx(5 * 150 * 1e-3)  # five steps, the reference has none
+    assert with_ops.op_s == pytest.approx(1e-3) and without.op_s is None
+    assert "(150 ops)" in estimate_lines(r, counted, dataclasses.replace(with_ops, seconds=20.0))[0]
+
+
+def test_the_op_rate_is_a_mean_over_back_to_back_calls_stalls_included(monkeypatch):
+    clock = {"now": 0.0, "calls": 0}
+
+    def add(*args, **kw):  # every fourth call stalls for a scheduler tick, as OpenMP's join does under load
+        clock["calls"] += 1
+        clock["now"] += 0.004 if clock["calls"] % 4 == 0 else 0.0001
+
+    monkeypatch.setattr(common.estimate.torch, "add", add)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: clock["now"])
+    rate = common.estimate.op_rate()
+    assert clock["calls"] > 3 + 20  # the untimed calls, then OP_MIN_S of them
+    assert 1 / rate == pytest.approx((3 * 0.0001 + 0.004) / 4, rel=0.05)  # the mean, not the fastest call
+
+
+def test_a_fused_attention_step_s_flops_run_at_the_fused_kernel_s_rate(tmp_path):
+    from common.attention import AttentionShape, attention_work
+    from common.physics import FusedAttention
+
+    asked = []
+
+    def rate(kind, dtype):
+        asked.append(kind)
+        return {"gemm": 100e9, "copy": 10e9, "pointwise": 1e9, "fused": 5e9}[kind]
+
+    r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=())
+    work = attention_work(AttentionShape(8, 16, 1024, 64), 2, 0, 4, fused=True)
+    assert work.fused == FusedAttention(16, 1024, 64) and work.reference.fused is None
+    guess = estimate(r, work, 0, rate)
+    reference = 2 * work.flops / 100e9 + work.reference.bytes / 10e9 + work.reference.moved / 1e9
+    assert guess.seconds == pytest.approx(5 * (work.flops / 5e9 + work.bytes / 10e9) + reference)
+    assert guess.flops_per_s == 5e9 and "in SDPA's flash kernel" in estimate_lines(r, work, guess)[0]
+    assert "fused" in asked and attention_work(AttentionShape(), 2).fused is None  # math's FLOPs: a matmul's rate
+
+
+def test_the_fused_attention_rate_times_one_batch_element_of_the_run_s_shape(monkeypatch):
+    from common.physics import FusedAttention
+
+    clock, shapes = {"now": 0.0}, []
+
+    def sdpa(q, k, v, is_causal=False):
+        shapes.append((tuple(q.shape), is_causal))
+        clock["now"] += 0.01
+
+    monkeypatch.setattr(common.estimate.torch.nn.functional, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: clock["now"])
+    rate = common.estimate.fused_attention_rate(torch.float32, FusedAttention(16, 1024, 64))
+    heads = shapes[0][0][1]
+    assert {s for s, _ in shapes} == {(1, heads, 1024, 64)} and all(c for _, c in shapes) and len(shapes) == 4
+    assert 2 * 1024 * 1024 * 64 * heads <= max(common.estimate.FUSED_SLICE_FLOPS, 2 * 1024 * 1024 * 64)
+    assert rate == pytest.approx(heads * 2 * 1024 * 1024 * 64 / 0.01)
+
+
+def test_bench_s_calls_are_counted_as_time_unprofiled_makes_them():
+    from common.bench import MIN_CALLS, MIN_RUN_TIME_S, TIMEIT_WARMUP_CALLS, UNTIMED_CALLS, timing_calls
+
+    # a 1 s step: untimed calls, one calibration call, one timed block, then MIN_CALLS timeit(1) with their warm-ups
+    assert timing_calls(1.0) == UNTIMED_CALLS + 1 + 1 + MIN_CALLS * (1 + TIMEIT_WARMUP_CALLS)
+    # a 50 ms step: ten timed calls fill MIN_RUN_TIME_S, enough for the median
+    assert timing_calls(0.05) == UNTIMED_CALLS + 1 + round(MIN_RUN_TIME_S / 0.05)
+    # a 10 us step: blocks of 1, 10 and 100 calibrate (100 calls take a thousandth of MIN_RUN_TIME_S), then 500 blocks
+    assert timing_calls(1e-5) == UNTIMED_CALLS + 111 + 100 * 500
+
+
+def test_bench_s_calls_are_in_the_estimate_at_the_step_s_time(tmp_path):
+    def rate(kind, dtype):
+        return {"gemm": 1e10, "copy": 1e10}[kind]
+
+    r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=(), bench=True)
+    work = Work(1e10, 0)  # a 1 s step
+    guess = estimate(r, work, 0, rate)
+    assert guess.calls == 5 + common.estimate.timing_calls(1.0) and guess.seconds == pytest.approx(guess.calls + 1)
+
+
+def training_step_under(mode_type: type, shape, amp: bool, fused: bool, dtype: torch.dtype):
+    """05's train_step of `shape` on the CPU (its second call: AdamW's state made) under a `mode_type()`."""
+    from helpers import load_script
+
+    from common.block import make_batch
+
+    script = load_script("05_training_step")
+    block = script.DecoderBlock(shape.dim, shape.heads, shape.hidden).to(dtype)
+    x, target = make_batch(shape.batch, shape.seq, shape.dim, CPU, dtype)
+    optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, fused=fused or None)
+    script.train_step(block, x, target, optimizer, amp)
+    with mode_type() as mode:
+        script.train_step(block, x, target, optimizer, amp)
+    return mode
+
+
+STEP_VARIANTS = ((True, False, torch.float32), (False, False, torch.bfloat16), (True, True, torch.float32))
+# the default (AMP), --dtype bf16, --fused-optimizer
+
+
+def test_a_training_step_s_op_count_is_what_it_dispatches():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from common.block import BlockShape, step_ops
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += func.namespace == "aten" and not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    for amp, fused, dtype in STEP_VARIANTS:
+        count = training_step_under(Count, BlockShape(1, 16, 32, 2, 64), amp, fused, dtype)
+        assert count.ops == step_ops(amp, fused), (amp, fused, dtype)
+
+
+def test_a_training_step_s_moved_bytes_are_what_its_eager_ops_read_and_write_out_of_place():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from common.block import BlockShape, block_work
+
+    flash = "_scaled_dot_product_flash_attention_for_cpu"
+    kernels = {"mm", flash, f"{flash}_backward"}  # their FLOPs are the estimate's matmul part
+
+    def nbytes(tree) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+    class Bytes(TorchDispatchMode):
+        moved = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func._schema.name.split("::")[1]
+            if func.namespace == "aten" and not func.is_view and name not in kernels and not name.endswith("_"):
+                self.moved += nbytes((args, kwargs)) + nbytes(out)
+            return out
+
+    for shape in (BlockShape(1, 16, 32, 2, 64), BlockShape(2, 32, 64, 4, 256)):
+        for amp, fused, dtype in STEP_VARIANTS:
+            counted = training_step_under(Bytes, shape, amp, fused, dtype).moved
+            work = block_work(shape, dtype.itemsize, dtype.itemsize, amp, fused)
+            assert work.moved == pytest.approx(counted, rel=0.1), (shape, amp, fused, dtype)
