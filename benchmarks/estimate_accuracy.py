@@ -8,8 +8,10 @@ The commands are the README's ``` blocks' `uv run <script>.py ...`, `uv run torc
 fresh process, through this file's `--one` mode: it wraps common.recording's `estimate` to note the estimate
 (also the ones below the printed threshold) and the moment it was made, then runs the script as `__main__`. The
 table gives, per command: the estimate, the run's own time (from the estimate to the script's end: what the
-estimate covers), the ratio of the two, and the whole process's wall time (Python and torch's start
-included). A command refused on the CPU (GPU only) says so; a run too small to estimate shows "-".
+estimate covers), torch.compile's time inside it (torch._dynamo's own timings: each frame's compile and a
+backward compiled at its first call; the estimate leaves compiling out and says so), the ratio of the run less
+that to the estimate, and the whole process's wall time (Python and torch's start included). A command refused
+on the CPU (GPU only) says so; a run too small to estimate shows "-".
 """
 
 from __future__ import annotations
@@ -78,6 +80,17 @@ def readme_commands(text: str) -> list[Command]:
     return commands
 
 
+COMPILING = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")  # torch._dynamo's timings of compiling
+
+
+def compiling_s() -> float:
+    """Seconds torch.compile has spent compiling in this process so far (0 where torch._dynamo is not loaded)."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is None:
+        return 0.0
+    return sum(sum(dynamo.compilation_time_metrics.get(key, ())) for key in COMPILING)
+
+
 def one(script: str, args: list[str]) -> None:
     """Run `script` as `__main__` with `args`, noting its estimate and when it was made on stderr at the end."""
     sys.path.insert(0, str(ROOT))
@@ -90,22 +103,42 @@ def one(script: str, args: list[str]) -> None:
         start = time.perf_counter()
         guess = made(*a, **kw)
         at = time.perf_counter()
-        noted.update(estimate_s=guess.seconds if guess else None, at=at, calibrate_s=at - start)
+        noted.update(estimate_s=guess.seconds if guess else None, at=at, calibrate_s=at - start, compiled=compiling_s())
         return guess
 
-    common.recording.estimate = noting
+    def say(code: object) -> None:  # the note, on stderr, once the script's main has returned
+        end = time.perf_counter()
+        rc = code if isinstance(code, int) else (0 if code is None else 1)
+        run_s = end - noted["at"] if "at" in noted else None
+        compile_s = compiling_s() - noted["compiled"] if "at" in noted else None
+        note = {"rank": int(os.environ.get("RANK", "0")), "rc": rc, "run_s": run_s, "compile_s": compile_s}
+        note.update({k: noted.get(k) for k in ("estimate_s", "calibrate_s")})
+        print(MARK + json.dumps(note), file=sys.stderr, flush=True)
+
+    import common.ddp  # noqa: PLC0415
+
+    leave = common.ddp.exit_rank  # 06 ends its ranks with os._exit (common.ddp.exit_rank): note before that
+
+    def noting_exit(main):
+        def noted_main():
+            try:
+                code = main()
+            except SystemExit as exc:
+                code = exc.code
+            say(code)
+            return code
+
+        leave(noted_main)
+
+    common.recording.estimate, common.ddp.exit_rank = noting, noting_exit
     sys.argv = [script, *args]
-    rc = 0
     try:
         runpy.run_path(str(ROOT / script), run_name="__main__")
     except SystemExit as exc:
-        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    end = time.perf_counter()
-    rank = int(os.environ.get("RANK", "0"))
-    run_s = end - noted["at"] if "at" in noted else None
-    note = {"rank": rank, "rc": rc, "run_s": run_s, **{k: noted.get(k) for k in ("estimate_s", "calibrate_s")}}
-    print(MARK + json.dumps(note), file=sys.stderr)
-    raise SystemExit(rc)
+        say(exc.code)
+        raise
+    say(0)
+    raise SystemExit(0)
 
 
 def fmt(seconds: float | None) -> str:
@@ -145,17 +178,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(c.line for c in commands))
         return 0
     print(f"{len(commands)} README commands on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
-    print("| command | estimate | run | run / estimate | before it (rates, profiler import) | wall (process) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| command | estimate | run | compiling in it | (run - compiling) / estimate | before it (rates, profiler "
+          "import) | wall (process) |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     worst = 1.0
     for command in commands:
         got = measure(command, args.timeout)
-        est, took = got.get("estimate_s"), got.get("run_s")
+        est, took, compile_s = got.get("estimate_s"), got.get("run_s"), got.get("compile_s") or 0.0
+        took = took - compile_s if took else took
         ratio = f"{took / est:.2f}" if est and took else "-"
         if est and took and not got["why"]:
             worst = max(worst, took / est, est / took)
         wall = fmt(got["wall_s"]) + (f" ({got['why']})" if got["why"] else "")
-        cells = [f"`{command.line}`", fmt(est), fmt(took), ratio, fmt(got.get("calibrate_s")), wall]
+        run_s, compiled, before = fmt(got.get("run_s")), fmt(got.get("compile_s")), fmt(got.get("calibrate_s"))
+        cells = [f"`{command.line}`", fmt(est), run_s, compiled, ratio, before, wall]
         print("| " + " | ".join(cells) + " |", flush=True)
     print(f"worst miss: {worst:.2f}x (load now {os.getloadavg()[0]:.1f})")
     return 0

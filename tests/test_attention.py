@@ -131,6 +131,17 @@ def test_gpu_only_backend_on_the_cpu_is_one_line_exit_2_and_no_file(tmp_path, ca
     assert written(tmp_path) == []
 
 
+def test_a_gpu_only_backend_is_refused_before_the_run_is_estimated(tmp_path, capsys, monkeypatch):
+    import common.recording
+
+    def estimating(*args, **kw):
+        raise AssertionError("a run that will not run was estimated")
+
+    monkeypatch.setattr(common.recording, "estimate", estimating)
+    err = usage_error(lambda: run(SDPA, tmp_path, *SMALL, "--backend", "cudnn", "--device", "cpu"), capsys)
+    assert err.startswith("error: --backend cudnn cannot run here")
+
+
 def test_unknown_backend_is_one_line_exit_2(tmp_path, capsys):
     err = usage_error(lambda: run(SDPA, tmp_path, *SMALL, "--backend", "xformers"), capsys)
     assert "invalid choice: 'xformers'" in err
