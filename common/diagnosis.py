@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 import functools
-import heapq
+import itertools
 import math
+import operator
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -224,7 +225,7 @@ def _median_budget(budgets: list[Budget]) -> Budget | None:
     if not budgets:
         return None
     names = ("span", "busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
-    return Budget(**{n: statistics.median(getattr(b, n) for b in budgets) for n in names})
+    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names})
 
 
 def _pct(value: float) -> str:
@@ -473,11 +474,23 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
             f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
 
 
-def _rule_gaps(trace: Trace, gaps: list[Gap], lengths: list[float], median: Budget) -> Rule | None:
-    if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span:
-        return None
-    gaps = [gaps[i] for i in heapq.nlargest(GAPS_SHOWN, range(len(gaps)), key=lengths.__getitem__)]
-    if not gaps:
+def _longest(gaps: list[Gap], n: int) -> list[Gap]:
+    """The `n` longest of `gaps`, longest first, an earlier one first among equals (heapq.nlargest's order):
+    a trace has a gap or more per step, so the cut-off length is found by sorting the lengths alone, in C."""
+    if not gaps or n < 1:
+        return []
+    lengths = list(map(operator.sub, map(_END, gaps), map(_START, gaps)))  # end - start of each, in C
+    cut = sorted(lengths, reverse=True)[min(n, len(lengths)) - 1]
+    chosen = itertools.compress(range(len(lengths)), map(cut.__le__, lengths))  # the ones at least `cut` long
+    return [gaps[i] for i in sorted(chosen, key=lengths.__getitem__, reverse=True)[:n]]
+
+
+_START, _END = operator.itemgetter(0), operator.itemgetter(1)  # a Gap's start and end
+
+
+def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:
+    """The longest gaps (`gaps`, longest first) and what the CPU ran in each, where the GPU idles enough."""
+    if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span or not gaps:
         return None
     return Rule(
         "the longest GPU gaps",
@@ -586,8 +599,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
     gaps = [g for b in budgets for g in b.gaps]
-    lengths = [g.end - g.start for g in gaps]
-    longest = gaps[max(range(len(gaps)), key=lengths.__getitem__)] if gaps else None
+    longest_gaps = _longest(gaps, GAPS_SHOWN)
+    longest = longest_gaps[0] if longest_gaps else None
     scan = _scan(trace)
     eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
@@ -648,7 +661,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             _rule_syncs(trace, scan),
             _rule_pageable(trace, scan),
             _rule_short_kernels(trace, scan),
-            _rule_gaps(trace, gaps, lengths, m),
+            _rule_gaps(trace, longest_gaps, m),
             _rule_first_step(trace),
             _rule_far_from_peak(trace, eff, m.busy),
             _rule_math_attention(trace),

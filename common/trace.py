@@ -227,6 +227,12 @@ class Phase:
         return busy_us(self.gpu)
 
 
+@functools.lru_cache(maxsize=4096)
+def _starting_with(names: tuple[str, ...], prefix: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The `names` that start with `prefix` (Step.calls)."""
+    return tuple(name for name in names if name.startswith(prefix))
+
+
 @dataclass
 class Step:
     """One recorded profiler step (`ProfilerStep#N`)."""
@@ -303,20 +309,22 @@ class Step:
             exposed += op.us - hidden
         return exposed
 
-    def calls(self, prefix: str) -> int:
-        """How many runtime/driver calls in this step have a name starting with `prefix`."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(prefix))
+    def calls(self, prefix: str | tuple[str, ...]) -> int:
+        """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
+        names match is worked out once per set of names: the steps of a trace mostly make the same calls."""
+        runtime = self.runtime
+        return sum(runtime[name] for name in _starting_with(tuple(runtime), prefix))
 
     @property
     def launches(self) -> int:
         """Kernel launches through the runtime or the driver, CUDA or HIP (cudaLaunchKernel, cuLaunchKernelEx,
         hipLaunchKernel, ...); CUDA graph launches are counted apart, in graph_launches."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(KERNEL_LAUNCHES))
+        return self.calls(KERNEL_LAUNCHES)
 
     @property
     def graph_launches(self) -> int:
         """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(GRAPH_LAUNCHES))
+        return self.calls(GRAPH_LAUNCHES)
 
     def launch_apis(self) -> Counter:
         """Kernel launches per launch API (LAUNCH_APIS: cudaLaunchKernel, cuLaunchKernelEx, hipLaunchKernel, ...);

@@ -337,3 +337,20 @@ def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
             assert b.busy == pytest.approx(step.gpu_busy_us, abs=1e-6)
     two_streams = parse(rank_trace(0, overlap=True))
     assert diagnose(two_streams).budgets[0].busy == pytest.approx(two_streams.steps[0].gpu_busy_us)
+
+
+def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
+    """_longest finds the cut-off by sorting the lengths alone; it must pick what heapq.nlargest picks, longest
+    first and an earlier gap first among equal lengths."""
+    import heapq
+    import random
+
+    from common.diagnosis import Gap, _longest
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        starts = [rng.random() * 10 for _ in range(rng.randint(0, 30))]
+        gaps = [Gap(s, s + rng.choice([0, 1, 1, 2, rng.random()]), "host", 0, None) for s in starts]
+        n = rng.randint(0, 7)
+        want = heapq.nlargest(n, range(len(gaps)), key=lambda i: gaps[i].end - gaps[i].start) if n else []
+        assert [id(g) for g in _longest(gaps, n)] == [id(gaps[i]) for i in want]
