@@ -350,7 +350,7 @@ class _Scan:
 
     shares: dict  # family -> GPU time, over all steps
     compiled: bool  # some kernel is Triton's (torch.compile)
-    pageable: list  # memcpy ops from pageable host memory
+    pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
     launched: list  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
@@ -358,47 +358,52 @@ class _Scan:
 
 
 def _scan(trace: Trace) -> _Scan:
+    """The families' shares, compiled kernels and pageable copies from the kernel table's per-name figures; one
+    pass over the ops for what is per op: launches known, kernels shorter than theirs, each step's last launch and
+    the shaped ops' kernels."""
     shares: dict = {}
-    families: dict[str, str] = {}  # kernel name -> family
-    pageable, launched, short, last_launch, groups = [], [], [], [], []
+    pageable = []
+    families = set()
+    n = len(trace.steps)
+    for (category, name), use in trace.kernel_uses().items():
+        if category == "kernel":
+            family = kernel_family(name)
+            families.add(family)
+        else:
+            family = category.removeprefix("gpu_")
+            if category == "gpu_memcpy" and "Pageable" in name:
+                pageable.append((name, use.calls * n, use.us * n))
+        shares[family] = shares.get(family, 0) + use.us * n
+    launched, short, last_launch, groups = [], [], [], []
     shapes = trace.shapes
     for step in trace.steps:
         last = None
         by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
-            category, us, launch = op.category, op.us, op.launch
-            if category == "kernel":
-                if shapes and (ext := op.external) in shapes:
-                    by_op.setdefault(ext, []).append(op)
-                name = op.name
-                family = families.get(name)
-                if family is None:
-                    family = families[name] = kernel_family(name)
-                if launch is not None:
+            launch = op.launch
+            if launch is not None:
+                if last is None or launch[1] > last:
+                    last = launch[1]
+                if op.category == "kernel":
                     launched.append(op)
-                    if us < launch[2]:
+                    if op.us < launch[2]:
                         short.append(op)
-            else:
-                family = category.removeprefix("gpu_")
-                if category == "gpu_memcpy" and "Pageable" in op.name:
-                    pageable.append(op)
-            shares[family] = shares.get(family, 0) + us
-            if launch is not None and (last is None or launch[1] > last):
-                last = launch[1]
+            if shapes and (ext := op.external) in shapes and op.category == "kernel":
+                by_op.setdefault(ext, []).append(op)
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch, groups)
+    return _Scan(shares, "triton" in families, pageable, launched, short, last_launch, groups)
 
 
 def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
-    copies = scan.pageable
+    copies = scan.pageable  # (name, calls, µs) over all steps
     if not copies:
         return None
     n = len(trace.steps)
-    kinds = Counter(op.name for op in copies)
+    kinds = Counter({name: calls for name, calls, _ in copies})
     listed = ", ".join(f"{name} ×{num(count / n)}" for name, count in kinds.most_common())
-    us = sum(op.us for op in copies) / n
+    us = sum(us for _, _, us in copies) / n
     return Rule(
         "pageable host copies",
         [f"per step: {listed}, {human_time(us)} on the GPU"],

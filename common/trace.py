@@ -199,7 +199,7 @@ def gpu_op(event: Event) -> GpuOp:
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
-        external if isinstance(external, (int, str)) and not isinstance(external, bool) else None,
+        external if type(external) in ID_TYPES else None,
     )
 
 
@@ -420,7 +420,11 @@ class Trace:
         return self.median_counts(lambda s: s.runtime)
 
     def kernel_uses(self) -> dict[tuple[str, str], KernelUse]:
-        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran."""
+        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran. Found once (the
+        diagnosis and the kernel table both read it), while the trace has as many steps; do not change it."""
+        kept = self.__dict__.get("_uses")
+        if kept is not None and kept[0] is self.steps and kept[1] == len(self.steps):
+            return kept[2]
         uses: dict[tuple[str, str], KernelUse] = {}
         for step in self.steps:
             for op in step.gpu:
@@ -432,6 +436,7 @@ class Trace:
         for use in uses.values():
             use.calls /= len(self.steps)
             use.us /= len(self.steps)
+        self._uses = (self.steps, len(self.steps), uses)
         return uses
 
     def extra_calls(self, step: Step) -> dict[str, int]:
@@ -448,9 +453,12 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
+ID_TYPES = (int, str)
+
+
 def _id(value: object) -> int | str | None:
     """A thread or correlation id: the value if it is a number or text, else None."""
-    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    return value if type(value) in ID_TYPES else None  # JSON's own types: a bool is not an int here
 
 
 def _correlation(event: Event) -> int | str | None:
@@ -549,10 +557,15 @@ class _Collector:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
         the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        if not isinstance(ext, (int, str)) or isinstance(ext, bool):
+        if type(ext) not in ID_TYPES:
             return
         types, concrete = args.types, args.concrete
-        key = (name, key_of(args.dims), types and key_of(types), concrete and key_of(concrete))
+        key = (
+            name,
+            key_of(args.dims),
+            None if types is None else key_of(types),
+            None if concrete is None else key_of(concrete),
+        )
         op = self.distinct_shapes.get(key)
         if op is None:
             get = self.decoded
