@@ -325,9 +325,9 @@ def test_the_diff_leads_with_the_bound_before_and_after(capsys):
     b = FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz"
     code, out, _ = command(diff.main, capsys, a, b)
     assert code == 0
-    header, bounds = out.split("\n\n")[:2]  # the title, what the CPU column is and the notes; then the bounds
-    assert bounds.splitlines()[0] == "bound: CPU → GPU"
-    assert bounds.splitlines()[1].startswith("A: bound by the CPU")
+    title, *lines = out.split("\n\n")[0].splitlines()  # the title, then at once the bounds
+    assert title.startswith("diff: A = ") and lines[0] == "bound: CPU → GPU"
+    assert lines[1].startswith("A: bound by the CPU") and any(line.startswith("B: bound by the GPU") for line in lines)
 
 
 def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
