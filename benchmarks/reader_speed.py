@@ -11,15 +11,17 @@ included) taken here and its peak RSS from os.wait4, as min/median/max over --ru
   summary   `python -m common.summary TRACE` in this checkout: what a user runs.
   folder    the same on a folder of --copies hard links to TRACE (one copy each where links fail): a folder of
             rank traces, read a process per core; "folder ÷ one" below the row is its median over summary's.
-  before    the same in the `common/` of commit --before (exported with git archive into a temp folder), the
-            reader this one replaces; --before "" leaves the column out.
+  before    the same in the `common/` of commit --before (exported with git archive into a temp folder), or of
+            a folder holding a `common/` (--before PATH, where there is no git), the reader this one
+            replaces; --before "" leaves the column out. Both trees are byte-compiled first, as a user's
+            second run finds them (PYTHONDONTWRITEBYTECODE would otherwise time compiling the sources).
   json      stdlib `json.load` of the whole file.        orjson, orjson-nogc  `orjson.loads` of its bytes, gc on/off.
   ijson     iterate `ijson.items(f, "traceEvents.item")` (the yajl2_c backend; the worker fails on another).
   msgspec   `msgspec.json.decode` of the whole file into the reader's own `Event` structs.
   simdjson  pysimdjson `Parser().parse` of its bytes (a lazy document: the bare parse).
   hta       with --hta only: benchmarks/hta_compare.py's HTA worker (HolisticTraceAnalysis, in --hta-python).
-Below each trace's row: the summary's median against `before` and against the pysimdjson parse, and its peak
-memory against the file's size.
+Below each trace's row: the summary's median against `before` (wall time, and CPU time: user + system, which
+a busy machine inflates less) and against the pysimdjson parse, and its peak memory against the file's size.
 """
 
 from __future__ import annotations
@@ -156,11 +158,17 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         before = Path(folder)
-        if "before" in columns:
+        if "before" in columns and Path(args.before, "common").is_dir():
+            before = Path(args.before).resolve()
+        elif "before" in columns:
             archive = subprocess.run(
                 ["git", "archive", args.before, "common"], cwd=REPO, capture_output=True, check=True
             )
             subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for tree in {REPO, before} if "before" in columns else {REPO}:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "common"], cwd=tree, env=env,
+                           stdout=subprocess.DEVNULL, check=True)  # fmt: skip
         if "folder" in columns:
             args.folders = {t.resolve(): copies_of(t.resolve(), args.copies, Path(folder)) for t in args.traces}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -192,7 +200,10 @@ def ratios(name: str, size: int, runs: dict[str, list[Measured]]) -> str:
     peak = max(r.peak_mib for r in ok["summary"]) * 2**20
     parts = [f"{name}: summary peak {peak / size:.2f}x the file"]
     if "before" in median:
-        parts.append(f"{median['before'] / median['summary']:.1f}x faster than before")
+        cpu = {k: statistics.median(r.cpu_s for r in ok[k]) for k in ("before", "summary")}
+        wall = median["summary"] / median["before"]
+        parts.append(f"wall {wall:.3f}x and CPU {cpu['summary'] / cpu['before']:.3f}x the time of before "
+                     f"(CPU medians {cpu['summary']:.3f} s against {cpu['before']:.3f} s)")  # fmt: skip
     if "simdjson" in median:
         parts.append(f"{median['summary'] / median['simdjson']:.1f}x the time of a pysimdjson parse")
     if "folder" in median:

@@ -22,6 +22,7 @@ class Measured:
     rc: int | None  # None: killed at the timeout
     why: str = ""  # where it failed: killed, or its exit code and the last line of its stderr
     out: list[str] = field(default_factory=list)  # its stdout's lines
+    cpu_s: float = 0.0  # user + system CPU time of the process and the children it waited for
 
 
 def measure(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None) -> Measured:
@@ -42,4 +43,5 @@ def measure(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | Non
         errors = err.read().decode(errors="replace").strip().splitlines()
     rc = None if killed else proc.returncode
     why = f"killed after {timeout:.0f} s" if killed else f"exit {rc}: {errors[-1] if errors else ''}"[:160]
-    return Measured(wall, usage.ru_maxrss / 1024, rc, why if rc != 0 else "", lines)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measured(wall, usage.ru_maxrss / 1024, rc, why if rc != 0 else "", lines, cpu)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 import functools
-import heapq
+import itertools
 import math
+import operator
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -224,7 +225,7 @@ def _median_budget(budgets: list[Budget]) -> Budget | None:
     if not budgets:
         return None
     names = ("span", "busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
-    return Budget(**{n: statistics.median(getattr(b, n) for b in budgets) for n in names})
+    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names})
 
 
 def _pct(value: float) -> str:
@@ -349,7 +350,7 @@ class _Scan:
 
     shares: dict  # family -> GPU time, over all steps
     compiled: bool  # some kernel is Triton's (torch.compile)
-    pageable: list  # memcpy ops from pageable host memory
+    pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
     launched: list  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
@@ -357,47 +358,52 @@ class _Scan:
 
 
 def _scan(trace: Trace) -> _Scan:
+    """The families' shares, compiled kernels and pageable copies from the kernel table's per-name figures; one
+    pass over the ops for what is per op: launches known, kernels shorter than theirs, each step's last launch and
+    the shaped ops' kernels."""
     shares: dict = {}
-    families: dict[str, str] = {}  # kernel name -> family
-    pageable, launched, short, last_launch, groups = [], [], [], [], []
+    pageable = []
+    families = set()
+    n = len(trace.steps)
+    for (category, name), use in trace.kernel_uses().items():
+        if category == "kernel":
+            family = kernel_family(name)
+            families.add(family)
+        else:
+            family = category.removeprefix("gpu_")
+            if category == "gpu_memcpy" and "Pageable" in name:
+                pageable.append((name, use.calls * n, use.us * n))
+        shares[family] = shares.get(family, 0) + use.us * n
+    launched, short, last_launch, groups = [], [], [], []
     shapes = trace.shapes
     for step in trace.steps:
         last = None
         by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
-            category, us, launch = op.category, op.us, op.launch
-            if category == "kernel":
-                if shapes and (ext := op.external) in shapes:
-                    by_op.setdefault(ext, []).append(op)
-                name = op.name
-                family = families.get(name)
-                if family is None:
-                    family = families[name] = kernel_family(name)
-                if launch is not None:
+            launch = op.launch
+            if launch is not None:
+                if last is None or launch[1] > last:
+                    last = launch[1]
+                if op.category == "kernel":
                     launched.append(op)
-                    if us < launch[2]:
+                    if op.us < launch[2]:
                         short.append(op)
-            else:
-                family = category.removeprefix("gpu_")
-                if category == "gpu_memcpy" and "Pageable" in op.name:
-                    pageable.append(op)
-            shares[family] = shares.get(family, 0) + us
-            if launch is not None and (last is None or launch[1] > last):
-                last = launch[1]
+            if shapes and (ext := op.external) in shapes and op.category == "kernel":
+                by_op.setdefault(ext, []).append(op)
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    return _Scan(shares, "triton" in families.values(), pageable, launched, short, last_launch, groups)
+    return _Scan(shares, "triton" in families, pageable, launched, short, last_launch, groups)
 
 
 def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
-    copies = scan.pageable
+    copies = scan.pageable  # (name, calls, µs) over all steps
     if not copies:
         return None
     n = len(trace.steps)
-    kinds = Counter(op.name for op in copies)
+    kinds = Counter({name: calls for name, calls, _ in copies})
     listed = ", ".join(f"{name} ×{num(count / n)}" for name, count in kinds.most_common())
-    us = sum(op.us for op in copies) / n
+    us = sum(us for _, _, us in copies) / n
     return Rule(
         "pageable host copies",
         [f"per step: {listed}, {human_time(us)} on the GPU"],
@@ -473,11 +479,23 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
             f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
 
 
-def _rule_gaps(trace: Trace, gaps: list[Gap], lengths: list[float], median: Budget) -> Rule | None:
-    if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span:
-        return None
-    gaps = [gaps[i] for i in heapq.nlargest(GAPS_SHOWN, range(len(gaps)), key=lengths.__getitem__)]
-    if not gaps:
+def _longest(gaps: list[Gap], n: int) -> list[Gap]:
+    """The `n` longest of `gaps`, longest first, an earlier one first among equals (heapq.nlargest's order):
+    a trace has a gap or more per step, so the cut-off length is found by sorting the lengths alone, in C."""
+    if not gaps or n < 1:
+        return []
+    lengths = list(map(operator.sub, map(_END, gaps), map(_START, gaps)))  # end - start of each, in C
+    cut = sorted(lengths, reverse=True)[min(n, len(lengths)) - 1]
+    chosen = itertools.compress(range(len(lengths)), map(cut.__le__, lengths))  # the ones at least `cut` long
+    return [gaps[i] for i in sorted(chosen, key=lengths.__getitem__, reverse=True)[:n]]
+
+
+_START, _END = operator.itemgetter(0), operator.itemgetter(1)  # a Gap's start and end
+
+
+def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:
+    """The longest gaps (`gaps`, longest first) and what the CPU ran in each, where the GPU idles enough."""
+    if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span or not gaps:
         return None
     return Rule(
         "the longest GPU gaps",
@@ -586,8 +604,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
     gaps = [g for b in budgets for g in b.gaps]
-    lengths = [g.end - g.start for g in gaps]
-    longest = gaps[max(range(len(gaps)), key=lengths.__getitem__)] if gaps else None
+    longest_gaps = _longest(gaps, GAPS_SHOWN)
+    longest = longest_gaps[0] if longest_gaps else None
     scan = _scan(trace)
     eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
@@ -648,7 +666,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             _rule_syncs(trace, scan),
             _rule_pageable(trace, scan),
             _rule_short_kernels(trace, scan),
-            _rule_gaps(trace, gaps, lengths, m),
+            _rule_gaps(trace, longest_gaps, m),
             _rule_first_step(trace),
             _rule_far_from_peak(trace, eff, m.busy),
             _rule_math_attention(trace),

@@ -247,19 +247,19 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     out = [heading(title)] if markdown or len(title) <= TEXT_WIDTH else [f"diff: A = {a.name}", f"    → B = {b.name}"]
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
-    notes = comparability(a, b)
-    cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
-    out += [cpu, *(f"note: {n}; compared anyway" for n in notes)]
-    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
-    bound = bound_lines(diagnose(a), diagnose(b))
+    bound = bound_lines(diagnose(a), diagnose(b))  # what the diff leads with: the bound before and after
     out += [
-        "",
+        *gap,
         *(
             bound
             if markdown
             else [w for line in bound for w in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="   ")]
         ),
     ]
+    notes = comparability(a, b)
+    cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
+    out += ["", cpu, *(f"note: {n}; compared anyway" for n in notes)]
+    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())

@@ -141,8 +141,32 @@ def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
 
 def busy_us(ops: list[GpuOp]) -> float:
     """GPU busy time of `ops` (µs): the union of their intervals over every stream, the time at least one stream
-    is busy (common.intervals); an op without a start time adds its duration."""
-    return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
+    is busy (common.intervals); an op without a start time adds its duration. Ops in start order (a step's are)
+    take one pass, group by group, with the same intervals and sums as union_us: the same figure, to the bit."""
+    total = untimed = group_start = group_end = 0.0
+    first, last = None, -math.inf
+    for op in ops:
+        start = op.start
+        if start is None:
+            untimed += op.us
+            continue
+        if start < last:  # not in start order: sort them
+            return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
+        last = start
+        if first is None:
+            first, group_end = start, -math.inf
+        begin = start - first
+        end = begin + op.us
+        if begin <= group_end:
+            if end > group_end:
+                group_end = end
+        else:
+            if group_end > -math.inf:
+                total += group_end - group_start
+            group_start, group_end = begin, end
+    if first is not None:
+        total += group_end - group_start
+    return total + untimed
 
 
 def stream_overlap_us(ops: list[GpuOp]) -> float:
@@ -175,7 +199,7 @@ def gpu_op(event: Event) -> GpuOp:
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
-        external if isinstance(external, (int, str)) and not isinstance(external, bool) else None,
+        external if type(external) in ID_TYPES else None,
     )
 
 
@@ -201,6 +225,12 @@ class Phase:
     def gpu_busy_us(self) -> float:
         """GPU busy time of what the phase launched: the union of its kernel, memcpy and memset intervals."""
         return busy_us(self.gpu)
+
+
+@functools.lru_cache(maxsize=4096)
+def _starting_with(names: tuple[str, ...], prefix: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The `names` that start with `prefix` (Step.calls)."""
+    return tuple(name for name in names if name.startswith(prefix))
 
 
 @dataclass
@@ -279,20 +309,22 @@ class Step:
             exposed += op.us - hidden
         return exposed
 
-    def calls(self, prefix: str) -> int:
-        """How many runtime/driver calls in this step have a name starting with `prefix`."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(prefix))
+    def calls(self, prefix: str | tuple[str, ...]) -> int:
+        """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
+        names match is worked out once per set of names: the steps of a trace mostly make the same calls."""
+        runtime = self.runtime
+        return sum(runtime[name] for name in _starting_with(tuple(runtime), prefix))
 
     @property
     def launches(self) -> int:
         """Kernel launches through the runtime or the driver, CUDA or HIP (cudaLaunchKernel, cuLaunchKernelEx,
         hipLaunchKernel, ...); CUDA graph launches are counted apart, in graph_launches."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(KERNEL_LAUNCHES))
+        return self.calls(KERNEL_LAUNCHES)
 
     @property
     def graph_launches(self) -> int:
         """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
-        return sum(n for name, n in self.runtime.items() if name.startswith(GRAPH_LAUNCHES))
+        return self.calls(GRAPH_LAUNCHES)
 
     def launch_apis(self) -> Counter:
         """Kernel launches per launch API (LAUNCH_APIS: cudaLaunchKernel, cuLaunchKernelEx, hipLaunchKernel, ...);
@@ -388,7 +420,11 @@ class Trace:
         return self.median_counts(lambda s: s.runtime)
 
     def kernel_uses(self) -> dict[tuple[str, str], KernelUse]:
-        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran."""
+        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran. Found once (the
+        diagnosis and the kernel table both read it), while the trace has as many steps; do not change it."""
+        kept = self.__dict__.get("_uses")
+        if kept is not None and kept[0] is self.steps and kept[1] == len(self.steps):
+            return kept[2]
         uses: dict[tuple[str, str], KernelUse] = {}
         for step in self.steps:
             for op in step.gpu:
@@ -400,6 +436,7 @@ class Trace:
         for use in uses.values():
             use.calls /= len(self.steps)
             use.us /= len(self.steps)
+        self._uses = (self.steps, len(self.steps), uses)
         return uses
 
     def extra_calls(self, step: Step) -> dict[str, int]:
@@ -416,9 +453,12 @@ class Trace:
         return self.per_step(lambda s: s.region_us), "CPU"
 
 
+ID_TYPES = (int, str)
+
+
 def _id(value: object) -> int | str | None:
     """A thread or correlation id: the value if it is a number or text, else None."""
-    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    return value if type(value) in ID_TYPES else None  # JSON's own types: a bool is not an int here
 
 
 def _correlation(event: Event) -> int | str | None:
@@ -517,10 +557,15 @@ class _Collector:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
         the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        if not isinstance(ext, (int, str)) or isinstance(ext, bool):
+        if type(ext) not in ID_TYPES:
             return
         types, concrete = args.types, args.concrete
-        key = (name, key_of(args.dims), types and key_of(types), concrete and key_of(concrete))
+        key = (
+            name,
+            key_of(args.dims),
+            None if types is None else key_of(types),
+            None if concrete is None else key_of(concrete),
+        )
         op = self.distinct_shapes.get(key)
         if op is None:
             get = self.decoded

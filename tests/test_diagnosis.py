@@ -325,9 +325,9 @@ def test_the_diff_leads_with_the_bound_before_and_after(capsys):
     b = FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz"
     code, out, _ = command(diff.main, capsys, a, b)
     assert code == 0
-    header, bounds = out.split("\n\n")[:2]  # the title, what the CPU column is and the notes; then the bounds
-    assert bounds.splitlines()[0] == "bound: CPU → GPU"
-    assert bounds.splitlines()[1].startswith("A: bound by the CPU")
+    title, *lines = out.split("\n\n")[0].splitlines()  # the title, then at once the bounds
+    assert title.startswith("diff: A = ") and lines[0] == "bound: CPU → GPU"
+    assert lines[1].startswith("A: bound by the CPU") and any(line.startswith("B: bound by the GPU") for line in lines)
 
 
 def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
@@ -337,3 +337,20 @@ def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
             assert b.busy == pytest.approx(step.gpu_busy_us, abs=1e-6)
     two_streams = parse(rank_trace(0, overlap=True))
     assert diagnose(two_streams).budgets[0].busy == pytest.approx(two_streams.steps[0].gpu_busy_us)
+
+
+def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
+    """_longest finds the cut-off by sorting the lengths alone; it must pick what heapq.nlargest picks, longest
+    first and an earlier gap first among equal lengths."""
+    import heapq
+    import random
+
+    from common.diagnosis import Gap, _longest
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        starts = [rng.random() * 10 for _ in range(rng.randint(0, 30))]
+        gaps = [Gap(s, s + rng.choice([0, 1, 1, 2, rng.random()]), "host", 0, None) for s in starts]
+        n = rng.randint(0, 7)
+        want = heapq.nlargest(n, range(len(gaps)), key=lambda i: gaps[i].end - gaps[i].start) if n else []
+        assert [id(g) for g in _longest(gaps, n)] == [id(gaps[i]) for i in want]

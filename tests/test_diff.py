@@ -21,9 +21,10 @@ def diff(capsys, *argv: object) -> tuple[int, str, str]:
 
 
 def headline_of(out: str) -> str:
-    """The diff's one-sentence headline (wrapped at 120 columns), as one line: the paragraph after the bounds."""
+    """The diff's one-sentence headline (wrapped at 120 columns), as one line: the paragraph after the one that says
+    what the CPU column is (the bounds lead, under the title)."""
     paragraphs = out.split("\n\n")
-    after = next(i for i, p in enumerate(paragraphs) if p.startswith("bound: ")) + 1
+    after = next(i for i, p in enumerate(paragraphs) if p.startswith("CPU = ")) + 1
     return " ".join(paragraphs[after].split())
 
 
@@ -104,7 +105,7 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
     assert code == 0 and "aten::clone" in headline_of(out) and "CPU" in out
-    assert out.splitlines()[1] == "CPU = record_function 'attn_fwd' (the suite's label)"
+    assert out.split("\n\n")[1].splitlines()[0] == "CPU = record_function 'attn_fwd' (the suite's label)"
     assert "GPU busy" not in out and "peak MB" not in out  # GPU figures are absent on the CPU, never zero
 
 

@@ -203,3 +203,22 @@ def test_kernel_counts_per_step_agree_with_prof_events(tmp_path):
     assert [len(s.kernels) for s in trace.steps] == expected_kernels
     assert [len(s.gpu) for s in trace.steps] == expected_all
     assert all(n >= 2 for n in expected_kernels)  # a GEMM and the add
+
+
+def test_gpu_busy_in_one_pass_is_the_union_of_the_intervals_to_the_bit():
+    """busy_us walks ops in start order once; it must give what common.intervals' union gives, bit for bit, with
+    touching, nested and zero-length ops, untimed ops, several streams, a clock near 1e12 µs, and out of order."""
+    from common.intervals import union_us
+    from common.trace import GpuOp, busy_us, intervals
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        t = rng.choice([0.0, 1.7e12, 123456.789])
+        ops = []
+        for _ in range(rng.randint(0, 8)):
+            t += rng.choice([0, 0.5, 1, 3.25, rng.random() * 5])
+            us = rng.choice([0.0, 1.0, 2.5, rng.random() * 4])
+            ops.append(GpuOp("kernel", "k", us, start=None if rng.random() < 0.05 else t, stream=rng.randint(0, 2)))
+        if rng.random() < 0.2:
+            rng.shuffle(ops)
+        assert busy_us(ops) == union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None), ops
