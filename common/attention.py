@@ -94,12 +94,12 @@ def attention_work(
     For the CPU estimate only: `score_passes` passes over the scores of `element_size` bytes each (0 for a
     fused kernel), the reference's work in `reference_size` bytes an element (fp32: 4), all s x s scores
     computed and REFERENCE_PASSES passes over them, and with `fused` the FLOPs' rate is SDPA's CPU flash
-    kernel's on this shape (Work.fused), not a matmul's."""
+    kernel's on a slice of this shape (Work.fused), not a matmul's."""
     b, h, s, d = shape.batch, shape.heads, shape.seq, shape.head_dim
     flops = 4 * b * h * s * s * d / 2  # q @ k.T and attn @ v, 2*s*s*d each; causal skips half
     scores = b * h * s * s
     reference = Work(2 * flops, 4 * b * h * s * d * reference_size, REFERENCE_PASSES * scores * reference_size)
-    kernel = FusedAttention(h, s, d) if fused else None
+    kernel = FusedAttention(b, h, s, d) if fused else None
     return Work(flops, 4 * b * h * s * d * element_size, score_passes * scores * element_size, reference, fused=kernel)
 
 

@@ -8,7 +8,7 @@ larger, see gemm_rate), a 16 MB copy, where the step moves intermediates an out-
 64 MB output (pointwise_rate: the slow bf16 path of a CPU without native bf16, and the page faults of a fresh
 large tensor, are in it), where it counts its ops the cost of one op (op_rate: OpenMP's fork and join, and its
 stalls while another process keeps a core busy, are in it), and where its FLOPs run in SDPA's CPU flash kernel
-that kernel on one batch element of the step's shape (fused_attention_rate). Each rate is measured once a
+that kernel on a slice of the step's shape (fused_attention_rate). Each rate is measured once a
 process. --bench's calls are counted as time_unprofiled makes them for a step of the estimated time
 (common.bench.timing_calls). Nothing is measured for a run whose whole work is under MEASURE_ABOVE_FLOPS and
 MEASURE_ABOVE_BYTES (it cannot take long): short runs print the same lines every time, and a cold run's first
@@ -54,7 +54,7 @@ POINTWISE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MB): a fr
 OP_ELEMENTS = 1 << 16  # fp32 elements of the op whose cost is measured: above ATen's grain size (32,768), so on
 # more than one thread it enters OpenMP's pool, as a training step's ops on [tokens, dim] activations do
 OP_MIN_S = 0.25  # ... calls back to back for at least this long: some scheduler ticks, however busy the CPU
-FUSED_SLICE_FLOPS = 5e8  # the fused attention slice timed: one batch element, as many heads as stay under this
+FUSED_SLICE_FLOPS = 5e9  # the fused attention slice timed: as many batch elements (or heads) as stay under this
 
 
 @dataclass(frozen=True)
@@ -146,15 +146,19 @@ def op_rate() -> float:
 
 def fused_attention_rate(dtype: torch.dtype, fused: FusedAttention) -> float:
     """FLOP/s of causal SDPA pinned to its flash backend (torch's CPU flash-attention kernel, which tiles the
-    scores rather than computing them with a matmul) on one batch element of `fused`'s shape: `fused.seq` and
-    `fused.head_dim` as the run has them, as many of its heads as keep one call under FUSED_SLICE_FLOPS (at
-    least as many as threads, where it has them), best of three after an untimed call. FLOPs as attention_work
-    counts them: half of q @ k.T and attn @ v, the causal half."""
+    scores rather than computing them with a matmul) on a slice of `fused`'s shape: `fused.seq` and
+    `fused.head_dim` as the run has them, as many of its batch elements as keep one call under FUSED_SLICE_FLOPS
+    (at least one; of a single element's heads as many as that allows, at least as many as threads), best of
+    three after an untimed call. FLOPs as attention_work counts them: half of q @ k.T and attn @ v, the causal
+    half. A slice of few heads runs slower per FLOP than the whole (25 GFLOP/s for 3 heads of 04_c's shape in bf16
+    on this project's CPU, 50 for one batch element's 16, 65 for all 8): the kernel splits its work over batch
+    elements, heads and blocks of queries, and a causal block's work grows along the sequence."""
     from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415 (only where a step runs it)
 
     per_head = 2 * fused.seq * fused.seq * fused.head_dim
+    batch = max(1, min(fused.batch, int(FUSED_SLICE_FLOPS // (fused.heads * per_head))))
     heads = min(fused.heads, max(torch.get_num_threads(), int(FUSED_SLICE_FLOPS // per_head), 1))
-    q, k, v = (torch.randn(1, heads, fused.seq, fused.head_dim, dtype=dtype) for _ in range(3))
+    q, k, v = (torch.randn(batch, heads, fused.seq, fused.head_dim, dtype=dtype) for _ in range(3))
     best = math.inf
     with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -162,7 +166,7 @@ def fused_attention_rate(dtype: torch.dtype, fused: FusedAttention) -> float:
             start = time.perf_counter()
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             best = min(best, time.perf_counter() - start)
-    return heads * per_head / best
+    return batch * heads * per_head / best
 
 
 def profiler_imports() -> None:

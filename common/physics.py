@@ -8,8 +8,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class FusedAttention:
     """The shape of a step whose FLOPs run in torch's fused CPU attention kernel (SDPA's flash backend, causal),
-    not at a matmul's rate: the CPU estimate times that kernel on one batch element of it (common.estimate)."""
+    not at a matmul's rate: the CPU estimate times that kernel on a slice of it (common.estimate)."""
 
+    batch: int
     heads: int
     seq: int
     head_dim: int

@@ -311,7 +311,7 @@ def test_a_fused_attention_step_s_flops_run_at_the_fused_kernel_s_rate(tmp_path)
 
     r = cpu_run(tmp_path, warm=False, compiled=False, argv=(), sizes=())
     work = attention_work(AttentionShape(8, 16, 1024, 64), 2, 0, 4, fused=True)
-    assert work.fused == FusedAttention(16, 1024, 64) and work.reference.fused is None
+    assert work.fused == FusedAttention(8, 16, 1024, 64) and work.reference.fused is None
     guess = estimate(r, work, 0, rate)
     reference = 2 * work.flops / 100e9 + work.reference.bytes / 10e9 + work.reference.moved / 1e9
     assert guess.seconds == pytest.approx(5 * (work.flops / 5e9 + work.bytes / 10e9) + reference)
@@ -319,7 +319,7 @@ def test_a_fused_attention_step_s_flops_run_at_the_fused_kernel_s_rate(tmp_path)
     assert "fused" in asked and attention_work(AttentionShape(), 2).fused is None  # math's FLOPs: a matmul's rate
 
 
-def test_the_fused_attention_rate_times_one_batch_element_of_the_run_s_shape(monkeypatch):
+def test_the_fused_attention_rate_times_a_slice_of_the_run_s_shape(monkeypatch):
     from common.physics import FusedAttention
 
     clock, shapes = {"now": 0.0}, []
@@ -330,11 +330,15 @@ def test_the_fused_attention_rate_times_one_batch_element_of_the_run_s_shape(mon
 
     monkeypatch.setattr(common.estimate.torch.nn.functional, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(common.estimate.time, "perf_counter", lambda: clock["now"])
-    rate = common.estimate.fused_attention_rate(torch.float32, FusedAttention(16, 1024, 64))
-    heads = shapes[0][0][1]
-    assert {s for s, _ in shapes} == {(1, heads, 1024, 64)} and all(c for _, c in shapes) and len(shapes) == 4
-    assert 2 * 1024 * 1024 * 64 * heads <= max(common.estimate.FUSED_SLICE_FLOPS, 2 * 1024 * 1024 * 64)
-    assert rate == pytest.approx(heads * 2 * 1024 * 1024 * 64 / 0.01)
+    monkeypatch.setattr(common.estimate, "FUSED_SLICE_FLOPS", 5e9)
+    per_head = 2 * 1024 * 1024 * 64
+    rate = common.estimate.fused_attention_rate(torch.float32, FusedAttention(8, 16, 1024, 64))
+    assert shapes == [((2, 16, 1024, 64), True)] * 4  # 2 of the 8 batch elements: 4.3 GFLOP a call
+    assert rate == pytest.approx(2 * 16 * per_head / 0.01)
+    shapes.clear()
+    common.estimate.fused_attention_rate(torch.float32, FusedAttention(8, 64, 4096, 128))  # 275 GFLOP an element
+    assert shapes[0][0][:1] == (1,) and shapes[0][0][2:] == (4096, 128)
+    assert shapes[0][0][1] == max(torch.get_num_threads(), int(5e9 // (2 * 4096 * 4096 * 128)))
 
 
 def test_bench_s_calls_are_counted_as_time_unprofiled_makes_them():
