@@ -440,3 +440,22 @@ def test_the_estimate_benchmark_leaves_torch_compile_s_own_time_out_of_the_run(m
     timings = {"_compile.compile_inner": [1.0, 2.0], "compile_fx.<locals>.bw_compiler": [0.5], "compile_file": [9.0]}
     monkeypatch.setitem(sys.modules, "torch._dynamo.utils", SimpleNamespace(compilation_time_metrics=timings))
     assert bench.compiling_s() == 3.5  # frames compiled, and a backward compiled at its first call; nothing nested
+
+
+@pytest.mark.parametrize("step_s", [1.0, 0.2, 0.07, 0.003])
+def test_bench_s_call_count_is_what_time_unprofiled_makes(monkeypatch, step_s):
+    import functools
+
+    from torch.utils import benchmark
+
+    from common.bench import time_unprofiled, timing_calls
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def step():  # a step of step_s on a fake clock: torch's Timer reads it
+        clock["now"] += step_s
+        clock["calls"] += 1
+
+    monkeypatch.setattr(benchmark, "Timer", functools.partial(benchmark.Timer, timer=lambda: clock["now"]))
+    time_unprofiled(step, on_gpu=False)
+    assert clock["calls"] == timing_calls(step_s)
