@@ -292,10 +292,10 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     if guess is None or guess.seconds < SAY_ABOVE_S:
         return []
     compiling = " (plus compiling)" if run.compiled else ""
-    kernel = " in SDPA's flash kernel" if work.fused else ""
-    ops = f" ({work.ops} ops)" if work.ops else ""
+    kernel = " (flash)" if work.fused else ""  # SDPA's CPU flash kernel's rate, not a matmul's
+    ops = f", {work.ops} ops" if work.ops else ""
     reference = " and a reference" if work.reference is None or work.reference.flops else ""
-    per_op = f" and {human_time(guess.op_s * 1e6)} an op" if guess.op_s else ""
+    per_op = f", {human_time(guess.op_s * 1e6)} an op," if guess.op_s else ""
     rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
     lines = [
         f"estimate: about {human_time(guess.seconds * 1e6)}{compiling}: {guess.calls} calls of "

@@ -282,7 +282,9 @@ def test_a_step_s_ops_each_cost_the_measured_per_op_time(tmp_path):
     with_ops, without = estimate(r, counted, 0, rate), estimate(r, plain, 0, rate)
     assert with_ops.seconds - without.seconds == pytest.approx(5 * 150 * 1e-3)  # five steps, the reference has none
     assert with_ops.op_s == pytest.approx(1e-3) and without.op_s is None
-    assert "(150 ops)" in estimate_lines(r, counted, dataclasses.replace(with_ops, seconds=20.0))[0]
+    line = estimate_lines(r, counted, dataclasses.replace(with_ops, seconds=1234.0))[0]
+    assert line.endswith("100 GFLOP, 150 ops and a reference, bf16 at 100 GFLOP/s, 1.00 ms an op, on this CPU")
+    assert len(line) <= 120
 
 
 def test_the_op_rate_is_a_mean_over_back_to_back_calls_stalls_included(monkeypatch):
@@ -315,7 +317,8 @@ def test_a_fused_attention_step_s_flops_run_at_the_fused_kernel_s_rate(tmp_path)
     guess = estimate(r, work, 0, rate)
     reference = 2 * work.flops / 100e9 + work.reference.bytes / 10e9 + work.reference.moved / 1e9
     assert guess.seconds == pytest.approx(5 * (work.flops / 5e9 + work.bytes / 10e9) + reference)
-    assert guess.flops_per_s == 5e9 and "in SDPA's flash kernel" in estimate_lines(r, work, guess)[0]
+    line = estimate_lines(r, work, dataclasses.replace(guess, seconds=1234.0))[0]
+    assert guess.flops_per_s == 5e9 and "bf16 at 5 GFLOP/s (flash) on this CPU" in line and len(line) <= 120
     assert "fused" in asked and attention_work(AttentionShape(), 2).fused is None  # math's FLOPs: a matmul's rate
 
 
