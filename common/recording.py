@@ -107,7 +107,7 @@ class Recording:
         print(f"warm-up: {what} {human_time(first * 1e6)} wall, then {WARMUP_CALLS - 1} more at "
               f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
         if self.progress:
-            self.progress.what = "profiled steps, then the reference"
+            self.progress.what = progress_what(self.work)
         self.watch.start()
 
     def _sync(self) -> None:
@@ -139,6 +139,14 @@ class Recording:
         self.cycles.append(files)
 
 
+def progress_what(work: Work) -> str:
+    """What a progress line says the run is doing: its profiled steps, then the reference where it has one to
+    compute (05 and 06 have none: 05 makes it before the estimate, 06 checks against rank 0's weights)."""
+    ref = work.reference
+    none = ref is not None and not (ref.flops or ref.bytes or ref.moved)
+    return "profiled steps" if none else "profiled steps, then the reference"
+
+
 @contextlib.contextmanager
 def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
     """The guard around a script's profiler block: the run's estimate before it starts (common.estimate;
@@ -154,7 +162,7 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
     rec.watch.start()
     try:
         seconds = rec.estimate_s = estimated.seconds if estimated else None
-        with progress("profiled steps, then the reference", seconds, progress_after(seconds)) as rec.progress:
+        with progress(progress_what(work), seconds, progress_after(seconds)) as rec.progress:
             yield rec
     except BaseException:
         rec.discard()

@@ -75,6 +75,16 @@ def command(main: Callable[[list[str]], int], capsys: pytest.CaptureFixture, *ar
     return code, out, err
 
 
+def diff_parts(out: str) -> tuple[list[str], str, str]:
+    """A text diff's lead, as common.diff prints it: the bound lines under its title, the line that says what its
+    CPU column is, and its one-sentence headline (unwrapped)."""
+    paragraphs = out.split("\n\n")
+    at = next(i for i, p in enumerate(paragraphs) if p.startswith("CPU = "))
+    lead = paragraphs[0].splitlines()
+    bounds = lead[next(i for i, line in enumerate(lead) if line.startswith("bound: ")) :]
+    return bounds, paragraphs[at].splitlines()[0], " ".join(paragraphs[at + 1].split())
+
+
 def usage_error(call: Callable[[], object], capsys: pytest.CaptureFixture) -> str:
     """Run `call`, expect the suite's bad-input exit (code 2, one `error:` line on stderr) and return that line."""
     with pytest.raises(SystemExit) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import CPU_DTYPE, FIXTURES, command, run, tiny_gpu_trace
+from helpers import CPU_DTYPE, FIXTURES, command, diff_parts, run, tiny_gpu_trace
 
 from common.diff import KernelUse, main, match_kernels
 from common.trace import GpuOp
@@ -21,11 +21,8 @@ def diff(capsys, *argv: object) -> tuple[int, str, str]:
 
 
 def headline_of(out: str) -> str:
-    """The diff's one-sentence headline (wrapped at 120 columns), as one line: the paragraph after the one that says
-    what the CPU column is (the bounds lead, under the title)."""
-    paragraphs = out.split("\n\n")
-    after = next(i for i, p in enumerate(paragraphs) if p.startswith("CPU = ")) + 1
-    return " ".join(paragraphs[after].split())
+    """The diff's one-sentence headline (wrapped at 120 columns), as one line."""
+    return diff_parts(out)[2]
 
 
 def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):
@@ -105,7 +102,7 @@ def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
     capsys.readouterr()
     code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
     assert code == 0 and "aten::clone" in headline_of(out) and "CPU" in out
-    assert out.split("\n\n")[1].splitlines()[0] == "CPU = record_function 'attn_fwd' (the suite's label)"
+    assert diff_parts(out)[1] == "CPU = record_function 'attn_fwd' (the suite's label)"
     assert "GPU busy" not in out and "peak MB" not in out  # GPU figures are absent on the CPU, never zero
 
 

@@ -462,3 +462,12 @@ def test_bench_s_call_count_is_what_time_unprofiled_makes(monkeypatch, step_s):
     monkeypatch.setattr(benchmark, "Timer", functools.partial(benchmark.Timer, timer=lambda: clock["now"]))
     time_unprofiled(step, on_gpu=False)
     assert clock["calls"] == timing_calls(step_s)
+
+
+def test_progress_names_the_reference_only_where_the_run_has_one_to_compute():
+    from common.attention import AttentionShape, attention_work
+    from common.block import BlockShape, block_work
+    from common.recording import progress_what
+
+    assert progress_what(block_work(BlockShape(2, 16, 32, 2, 64), 4, 4)) == "profiled steps"  # 05/06: none left
+    assert progress_what(attention_work(AttentionShape(1, 2, 16, 8), 2)) == "profiled steps, then the reference"

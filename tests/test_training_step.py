@@ -8,7 +8,7 @@ import io
 
 import pytest
 import torch
-from helpers import FIXTURES, ev, load_script, run, usage_error
+from helpers import FIXTURES, diff_parts, ev, load_script, run, usage_error
 
 from common.block import AMP, BlockShape, block_reference, block_work, saved_for_backward
 from common.cli import SuiteError
@@ -307,9 +307,7 @@ def test_the_summary_shows_a_row_per_phase_with_graph_launches(capsys):
 def test_the_diff_leads_with_the_kernel_count_and_shows_the_phases(before, after, headline, capsys):
     assert diff_main([str(H200 / f"{before}.json.gz"), str(H200 / f"{after}.json.gz")]) == 0
     out = capsys.readouterr().out
-    paragraphs = out.split("\n\n")  # the bounds lead, then the headline, wrapped at 120 columns
-    after_bounds = next(i for i, p in enumerate(paragraphs) if p.startswith("bound: ")) + 1
-    assert headline in " ".join(paragraphs[after_bounds].split())
+    assert headline in diff_parts(out)[2]  # the bounds lead, then the CPU line, then the headline
     assert "Phases per step (medians)" in out and "A launches" in out
 
 
