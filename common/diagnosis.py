@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import math
 import operator
 import statistics
@@ -79,6 +78,7 @@ class Budget:
     kernel_wait: float = 0.0
     other_wait: float = 0.0
     gaps: list[Gap] = field(default_factory=list)
+    longest_gap: float = 0.0  # the length of the longest of `gaps` (0: none)
 
     @property
     def idle(self) -> float:
@@ -136,7 +136,7 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     group_start, single, size = 0.0, 0.0, 0
     kernels, k_start, k_end, k_single, k_size = 0.0, 0.0, -math.inf, 0.0, 0
     comm = False
-    host = kernel = other = 0.0
+    host = kernel = other = longest = 0.0
     for op in timed:
         begin, us = op.start, op.us
         stop = begin + us
@@ -159,13 +159,18 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
                     other += length
                     kind = "other"
                 gaps.append(_new_gap((gap_start, gap_end, kind, number, op)))
+                if length > longest:
+                    longest = length
         elif size == 0:
             group_start, single = begin, us
         size += 1
         if stop > busy_until:
             busy_until = stop
         if op.category == "kernel":
-            if kernel_family(op.name) == "communication":
+            is_comm = _IS_COMMUNICATION.get(op.name)
+            if is_comm is None:
+                is_comm = _IS_COMMUNICATION[op.name] = kernel_family(op.name) == "communication"
+            if is_comm:
                 comm = True
             if k_size and begin < k_end:
                 if stop > k_end:
@@ -181,7 +186,10 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         gap_start = max(busy_until, start)
         host += end - gap_start
         gaps.append(_new_gap((gap_start, end, "host", number, None)))
+        if end - gap_start > longest:
+            longest = end - gap_start
     out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
+    out.longest_gap = longest
     if comm:
         is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
         others = [op for op, c in zip(timed, is_comm, strict=True) if not c]
@@ -193,6 +201,9 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         out.compute = kernels
         out.non_compute = busy - kernels
     return out
+
+
+_IS_COMMUNICATION: dict[str, bool] = {}  # kernel name -> whether it is communication (budget's per-op question)
 
 
 def step_budget(step: Step) -> Budget:
@@ -479,18 +490,20 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
             f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
 
 
-def _longest(gaps: list[Gap], n: int) -> list[Gap]:
-    """The `n` longest of `gaps`, longest first, an earlier one first among equals (heapq.nlargest's order):
-    a trace has a gap or more per step, so the cut-off length is found by sorting the lengths alone, in C."""
-    if not gaps or n < 1:
+def _longest(budgets: list[Budget], n: int) -> list[Gap]:
+    """The `n` longest gaps of `budgets`, longest first, an earlier one first among equals: what heapq.nlargest
+    gives over all their gaps in order. Only the budgets whose longest gap reaches the n-th longest of the
+    budgets' longest gaps can hold one of them (n gaps are at least that long), and only those are looked at."""
+    tops = sorted((b.longest_gap for b in budgets if b.gaps), reverse=True)
+    if not tops or n < 1:
         return []
-    lengths = list(map(operator.sub, map(_END, gaps), map(_START, gaps)))  # end - start of each, in C
-    cut = sorted(lengths, reverse=True)[min(n, len(lengths)) - 1]
-    chosen = itertools.compress(range(len(lengths)), map(cut.__le__, lengths))  # the ones at least `cut` long
-    return [gaps[i] for i in sorted(chosen, key=lengths.__getitem__, reverse=True)[:n]]
+    cut = tops[n - 1] if len(tops) >= n else -math.inf  # fewer budgets with gaps than n: every gap may be one
+    near = [g for b in budgets if b.gaps and b.longest_gap >= cut for g in b.gaps if g.end - g.start >= cut]
+    return sorted(near, key=_gap_length, reverse=True)[:n]
 
 
-_START, _END = operator.itemgetter(0), operator.itemgetter(1)  # a Gap's start and end
+def _gap_length(gap: Gap) -> float:
+    return gap.end - gap.start
 
 
 def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:
@@ -603,8 +616,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     m = _median_budget(budgets)
     assert m is not None
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    gaps = [g for b in budgets for g in b.gaps]
-    longest_gaps = _longest(gaps, GAPS_SHOWN)
+    longest_gaps = _longest(budgets, GAPS_SHOWN)
     longest = longest_gaps[0] if longest_gaps else None
     scan = _scan(trace)
     eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}

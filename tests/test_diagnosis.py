@@ -340,17 +340,29 @@ def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
 
 
 def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
-    """_longest finds the cut-off by sorting the lengths alone; it must pick what heapq.nlargest picks, longest
-    first and an earlier gap first among equal lengths."""
+    """_longest looks only at the budgets whose own longest gap can reach the top; it must pick what heapq.nlargest
+    picks over all the gaps in order, longest first and an earlier gap first among equal lengths."""
     import heapq
     import random
 
-    from common.diagnosis import Gap, _longest
+    from common.diagnosis import Budget, Gap, _longest
 
     rng = random.Random(3)
     for _ in range(2000):
         starts = [rng.random() * 10 for _ in range(rng.randint(0, 30))]
-        gaps = [Gap(s, s + rng.choice([0, 1, 1, 2, rng.random()]), "host", 0, None) for s in starts]
+        gaps = [Gap(s, s + rng.choice([0.5, 1, 1, 2, rng.random() + 0.01]), "host", 0, None) for s in starts]
+        cuts = sorted(rng.sample(range(len(gaps) + 1), min(len(gaps) + 1, rng.randint(1, 6))))
+        chunks = [gaps[a:b] for a, b in zip([0, *cuts], [*cuts, len(gaps)], strict=True)]
+        budgets = [Budget(1.0, gaps=c, longest_gap=max((g.end - g.start for g in c), default=0.0)) for c in chunks]
         n = rng.randint(0, 7)
         want = heapq.nlargest(n, range(len(gaps)), key=lambda i: gaps[i].end - gaps[i].start) if n else []
-        assert [id(g) for g in _longest(gaps, n)] == [id(gaps[i]) for i in want]
+        assert [id(g) for g in _longest(budgets, n)] == [id(gaps[i]) for i in want]
+
+
+def test_a_budget_knows_its_longest_gap():
+    from common.diagnosis import budget
+    from common.trace import GpuOp
+
+    ops = [GpuOp("kernel", "k", 2.0, start=s, launch=("cudaLaunchKernel", s - 1, 1.0, 0, 1)) for s in (3.0, 6.0, 12.0)]
+    b = budget(ops, 0.0, 20.0)
+    assert [g.end - g.start for g in b.gaps] == [3.0, 1.0, 4.0, 6.0] and b.longest_gap == 6.0
