@@ -10,7 +10,8 @@ large tensor, are in it), where it counts its ops the cost of one op (op_rate: O
 stalls while another process keeps a core busy, are in it), and where its FLOPs run in SDPA's CPU flash kernel
 that kernel on a slice of the step's shape (fused_attention_rate). Each rate is measured once a
 process. --bench's calls are counted as time_unprofiled makes them for a step of the estimated time
-(common.bench.timing_calls). Nothing is measured for a run whose whole work is under MEASURE_ABOVE_FLOPS and
+(common.bench.timing_calls), hedged where that count jumps (bench_calls).
+Nothing is measured for a run whose whole work is under MEASURE_ABOVE_FLOPS and
 MEASURE_ABOVE_BYTES (it cannot take long): short runs print the same lines every time, and a cold run's first
 step stays cold. A run estimated above SAY_ABOVE_S
 prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype is emulated, a smaller
@@ -215,14 +216,27 @@ def step_seconds(work: Work, dtype: torch.dtype, rate: Rate) -> float:
 
 
 def run_seconds(run: Run, work: Work, steps: int, dtype: torch.dtype, rate: Rate) -> tuple[float, int]:
-    """The seconds and the calls of the step of a run: `steps` calls in `dtype` and --bench's (as many as
-    common.bench.timing_calls says it makes for a step of this time), and the reference once in its higher
-    precision (`work.reference`, or the step's FLOPs), at the rates `rate(kind, dtype)`."""
+    """The seconds and the calls of the step of a run: `steps` calls in `dtype` and --bench's (bench_calls: as many
+    as common.bench.timing_calls says it makes for a step of this time, hedged at its jump), and the reference once
+    in its higher precision (`work.reference`, or the step's FLOPs), at the rates `rate(kind, dtype)`."""
     reference_dtype = run.reference_dtype if dtype == run.dtype else torch.float64
     reference = work.reference or Work(work.flops, 0.0)
     step = step_seconds(work, dtype, rate)
-    calls = steps + (timing_calls(step) if run.bench else 0)
+    calls = steps + (bench_calls(step) if run.bench else 0)
     return calls * step + step_seconds(reference, reference_dtype, rate), calls
+
+
+STEP_SPREAD = 1.5  # how far a step's estimate may be off either way on a loaded CPU (runs took 0.65-1.8x theirs)
+
+
+def bench_calls(step: float) -> int:
+    """--bench's calls for a step estimated at `step` s: time_unprofiled's count (timing_calls) jumps where its timed
+    calls fall below MIN_CALLS (9 calls of a 0.124 s step, 23 of a 0.126 s one: 2.6x the time), so a step off by
+    STEP_SPREAD lands on either side. The calls whose time is the geometric mean of the two ends' times: the same
+    count away from a jump (within a call), and near one a miss of about the square root of the jump instead of
+    all of it (the worst over steps within STEP_SPREAD: 3.8x -> 2.4x, the bench's part of the run alone)."""
+    lo, hi = step / STEP_SPREAD, step * STEP_SPREAD
+    return max(1, round(math.sqrt(lo * timing_calls(lo) * hi * timing_calls(hi)) / step))
 
 
 def with_flag(argv: tuple[str, ...], flag: str, value: object) -> tuple[str, ...]:
