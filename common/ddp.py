@@ -123,7 +123,7 @@ def exit_rank(main: Callable[[], int]) -> NoReturn:
     work a moment later. When that reference is the last, the work's tensors are freed on that thread, and a
     tensor that Python made needs the GIL for that. If the main thread has meanwhile begun Python's shutdown, that
     thread is killed mid-destructor (pthread_exit), and a rank that finished cleanly aborts: 'terminate called
-    without an active exception', SIGABRT (2 of 74 two-rank CPU runs here; `destroy_process_group` does not end
+    without an active exception', SIGABRT (2 of 55 two-rank CPU runs here; `destroy_process_group` does not end
     gloo's threads while other references to the group live on). By here the traces are whole
     on disk, the process group is destroyed and the output is flushed below: nothing is left to tear down."""
     try:
