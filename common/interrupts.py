@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -38,7 +38,8 @@ class _State:
     installed = False
     pending: int | None = None  # the signal waiting for a safe point
     previous: dict[int, object] = {}
-    open_files: set[Path] = set()  # temporaries to remove if the process must end at once
+    open_files: dict[Path, None] = {}  # temporaries to remove if the process must end at once, in the order made
+    unlink: Callable[[bytes], int] | None = None  # libc's unlink, called with the GIL held (install())
     wakeup_write: int | None = None  # the pipe the C-level handler writes each signal's number to
     seen = 0  # signals since install()
     taken = False  # a signal was raised as `Interrupted` since install(): the run is ending
@@ -79,8 +80,15 @@ def _hard_exit(signum: int) -> None:
     quiet = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):  # the main thread runs on meanwhile: a write failing on a removed temporary stays unsaid
         os.dup2(quiet, fd)
-    for path in list(_state.open_files):
-        Path(path).unlink(missing_ok=True)
+    # The main thread runs on between any two calls that let go of the GIL (os.unlink does): it could open a
+    # temporary just removed by its name again and write it whole before the exit. So the temporaries go, the last
+    # made first (Kineto's own `.tmp` before the file it is renamed to), through libc's unlink called with the GIL
+    # held, and the process ends in the same stretch: no Python code of the main thread runs in between.
+    paths = [os.fsencode(path) for path in reversed(list(_state.open_files))]
+    unlink = _state.unlink or os.unlink
+    for path in paths:
+        with contextlib.suppress(OSError):  # os.unlink's; libc's returns -1
+            unlink(path)
     os._exit(128 + signum)
 
 
@@ -98,6 +106,19 @@ def _watchdog(fd: int) -> None:
                     _hard_exit(signum)
 
 
+def _gil_holding_unlink() -> Callable[[bytes], int] | None:
+    """libc's unlink through ctypes.PyDLL, which keeps the GIL during the call (os.unlink lets go of it); None where
+    there is no libc to load."""
+    try:
+        import ctypes  # noqa: PLC0415 (only scripts install the handlers)
+
+        unlink = ctypes.PyDLL(None).unlink
+    except (OSError, AttributeError):
+        return None
+    unlink.argtypes, unlink.restype = [ctypes.c_char_p], ctypes.c_int
+    return unlink
+
+
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP through the safe-point handler (main thread only; idempotent),
     except a signal that is ignored (SIG_IGN, inherited from the parent): it stays ignored."""
@@ -108,6 +129,8 @@ def install() -> None:
             continue
         _state.previous[signum] = signal.signal(signum, _raise_when_safe)
     if sys.platform != "win32":
+        if _state.unlink is None:
+            _state.unlink = _gil_holding_unlink()
         if _state.wakeup_write is None:  # one pipe and one watchdog thread per process
             read, _state.wakeup_write = os.pipe()
             os.set_blocking(_state.wakeup_write, False)
@@ -163,9 +186,10 @@ def atomic() -> Iterator[None]:
 def removed_on_hard_exit(*paths: Path) -> None:
     """Remember temporaries the watchdog removes if a second signal ends the process mid-write (only this
     run's temporaries: a file under its final name is never handed here)."""
-    _state.open_files.update(paths)
+    _state.open_files.update(dict.fromkeys(paths))
 
 
 def forget(*paths: Path) -> None:
     """The temporaries are renamed or removed: nothing to clean up for them any more."""
-    _state.open_files.difference_update(paths)
+    for path in paths:
+        _state.open_files.pop(path, None)

@@ -187,3 +187,35 @@ def test_once_a_rank_has_replaced_its_trace_one_ctrl_c_to_torchrun_keeps_it(tmp_
 def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_path, earlier_06, delay_ms):
     after = rerun_06_and_interrupt(tmp_path, earlier_06, "temporary", delay_ms)
     assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
+
+
+HARD_EXIT = """
+import sys, pathlib
+from common import interrupts
+interrupts.install()
+folder = pathlib.Path(sys.argv[1])
+made = [folder / name for name in ("trace.tmp", "table.tmp", "trace.tmp.tmp")]  # the order a save makes them
+for path in made:
+    path.write_text("x")
+interrupts.removed_on_hard_exit(*made)
+libc = interrupts._state.unlink
+print(type(libc).__name__, flush=True)
+with open(folder / "order", "w") as log:
+    def noting(path):
+        log.write(path.decode() + "\\n")
+        log.flush()
+        return libc(path)
+    interrupts._state.unlink = noting
+    interrupts._hard_exit(2)
+"""
+
+
+def test_a_hard_exit_removes_the_temporaries_last_made_first_through_libc_with_the_gil_held(tmp_path):
+    """The main thread must not get to open a removed temporary by its name again before the exit: the watchdog
+    unlinks through ctypes.PyDLL's libc (the GIL kept) and the newest first (Kineto's .tmp before its target)."""
+    done = subprocess.run([sys.executable, "-c", HARD_EXIT, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 130 and done.stdout.strip() == "_FuncPtr", (done.stdout, done.stderr)
+    names = [Path(line).name for line in (tmp_path / "order").read_text().splitlines()]
+    assert names == ["trace.tmp.tmp", "table.tmp", "trace.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["order"]
