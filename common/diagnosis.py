@@ -167,10 +167,7 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         if stop > busy_until:
             busy_until = stop
         if op.category == "kernel":
-            is_comm = _IS_COMMUNICATION.get(op.name)
-            if is_comm is None:
-                is_comm = _IS_COMMUNICATION[op.name] = kernel_family(op.name) == "communication"
-            if is_comm:
+            if kernel_family(op.name) == "communication":
                 comm = True
             if k_size and begin < k_end:
                 if stop > k_end:
@@ -201,9 +198,6 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         out.compute = kernels
         out.non_compute = busy - kernels
     return out
-
-
-_IS_COMMUNICATION: dict[str, bool] = {}  # kernel name -> whether it is communication (budget's per-op question)
 
 
 def step_budget(step: Step) -> Budget:
@@ -498,12 +492,8 @@ def _longest(budgets: list[Budget], n: int) -> list[Gap]:
     if not tops or n < 1:
         return []
     cut = tops[n - 1] if len(tops) >= n else -math.inf  # fewer budgets with gaps than n: every gap may be one
-    near = [g for b in budgets if b.gaps and b.longest_gap >= cut for g in b.gaps if g.end - g.start >= cut]
-    return sorted(near, key=_gap_length, reverse=True)[:n]
-
-
-def _gap_length(gap: Gap) -> float:
-    return gap.end - gap.start
+    near = [g for b in budgets if b.gaps and b.longest_gap >= cut for g in b.gaps if g.us >= cut]
+    return sorted(near, key=operator.attrgetter("us"), reverse=True)[:n]
 
 
 def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:

@@ -192,9 +192,10 @@ def measured_rate(kind: str, dtype: torch.dtype, size: float, fused: FusedAttent
         "op": op_rate,
         "fused": lambda: fused_attention_rate(dtype, fused),
     }
-    what = {"gemm": gemm_rate, "copy": copy_rate, "pointwise": pointwise_rate, "op": op_rate}
+    what = {"gemm": gemm_rate, "copy": copy_rate, "pointwise": pointwise_rate, "op": op_rate,
+            "fused": fused_attention_rate}  # fmt: skip
     key = (
-        what.get(kind, fused_attention_rate),
+        what[kind],
         kind,
         dtype if kind not in ("copy", "op") else None,
         size if kind == "gemm" else fused if kind == "fused" else None,
@@ -308,7 +309,7 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     compiling = " (plus compiling)" if run.compiled else ""
     kernel = " (flash)" if work.fused else ""  # SDPA's CPU flash kernel's rate, not a matmul's
     ops = f", {work.ops} ops" if work.ops else ""
-    reference = " and a reference" if work.reference is None or work.reference.flops else ""
+    reference = " and a reference" if work.has_reference else ""
     per_op = f", {human_time(guess.op_s * 1e6)} an op," if guess.op_s else ""
     rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
     lines = [

@@ -37,6 +37,13 @@ class Work:
     ops: int = 0
     fused: FusedAttention | None = None
 
+    @property
+    def has_reference(self) -> bool:
+        """Whether a reference is left to compute in the run: None is the step's own work; a Work of nothing
+        (05 and 06: made before the estimate, or rank 0's weights) is none."""
+        ref = self.reference
+        return ref is None or bool(ref.flops or ref.bytes or ref.moved)
+
 
 @dataclass(frozen=True)
 class Peak:

@@ -142,9 +142,7 @@ class Recording:
 def progress_what(work: Work) -> str:
     """What a progress line says the run is doing: its profiled steps, then the reference where it has one to
     compute (05 and 06 have none: 05 makes it before the estimate, 06 checks against rank 0's weights)."""
-    ref = work.reference
-    none = ref is not None and not (ref.flops or ref.bytes or ref.moved)
-    return "profiled steps" if none else "profiled steps, then the reference"
+    return "profiled steps, then the reference" if work.has_reference else "profiled steps"
 
 
 @contextlib.contextmanager

@@ -186,7 +186,6 @@ def gpu_op(event: Event) -> GpuOp:
     args = event.args
     if args is None:
         return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
-    external = args.external
     registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
@@ -199,7 +198,7 @@ def gpu_op(event: Event) -> GpuOp:
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
-        external if type(external) in ID_TYPES else None,
+        _id(args.external),
     )
 
 
@@ -557,7 +556,7 @@ class _Collector:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
         the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        if type(ext) not in ID_TYPES:
+        if _id(ext) is None:
             return
         types, concrete = args.types, args.concrete
         key = (
