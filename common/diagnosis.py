@@ -486,14 +486,27 @@ def _gap_line(trace: Trace, gap: Gap) -> str:
 
 def _longest(budgets: list[Budget], n: int) -> list[Gap]:
     """The `n` longest gaps of `budgets`, longest first, an earlier one first among equals: what heapq.nlargest
-    gives over all their gaps in order. Only the budgets whose longest gap reaches the n-th longest of the
-    budgets' longest gaps can hold one of them (n gaps are at least that long), and only those are looked at."""
-    tops = sorted((b.longest_gap for b in budgets if b.gaps), reverse=True)
-    if not tops or n < 1:
+    gives over all their gaps in order. The budgets are taken in order, keeping the n longest so far; a budget
+    whose own longest gap is no longer than the n-th of them holds none that would enter (an equal one, being
+    later, ranks after it), so its gaps are not looked at: on a trace of like steps, only the first few are."""
+    if n < 1:
         return []
-    cut = tops[n - 1] if len(tops) >= n else -math.inf  # fewer budgets with gaps than n: every gap may be one
-    near = [g for b in budgets if b.gaps and b.longest_gap >= cut for g in b.gaps if g.us >= cut]
-    return sorted(near, key=operator.attrgetter("us"), reverse=True)[:n]
+    best: list[Gap] = []
+    negated: list[float] = []  # minus their lengths, ascending: bisect_right puts a new gap after its equals
+    for b in budgets:
+        if not b.gaps or (len(best) == n and b.longest_gap <= -negated[-1]):
+            continue
+        for gap in b.gaps:
+            us = gap.end - gap.start
+            if len(best) == n and us <= -negated[-1]:
+                continue
+            i = bisect.bisect_right(negated, -us)
+            negated.insert(i, -us)
+            best.insert(i, gap)
+            if len(best) > n:
+                negated.pop()
+                best.pop()
+    return best
 
 
 def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:

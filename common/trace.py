@@ -40,7 +40,7 @@ from common.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
-    from common.trace_json import Event
+    from common.trace_json import Args, Event
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -181,9 +181,8 @@ def stream_overlap_us(ops: list[GpuOp]) -> float:
     return overlap_us([(op.start - first, op.start - first + op.us) for op in group] for group in streams.values())
 
 
-def gpu_op(event: Event) -> GpuOp:
-    """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event."""
-    args = event.args
+def gpu_op(event: Event, args: Args | None) -> GpuOp:
+    """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event and its decoded `args` (trace_json.args_of)."""
     if args is None:
         return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
     registers, shared = _number(args.registers), _number(args.shared_memory)
@@ -460,9 +459,9 @@ def _id(value: object) -> int | str | None:
     return value if type(value) in ID_TYPES else None  # JSON's own types: a bool is not an int here
 
 
-def _correlation(event: Event) -> int | str | None:
-    """The id that ties a GPU event to the runtime/driver call that launched it."""
-    return None if event.args is None else _id(event.args.correlation)
+def _correlation(args: Args | None) -> int | str | None:
+    """The id in an event's decoded `args` that ties a GPU event to the runtime/driver call that launched it."""
+    return None if args is None else _id(args.correlation)
 
 
 KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
@@ -511,14 +510,14 @@ class _Collector:
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
-        from common.trace_json import decoded, raw_key
+        from common.trace_json import args_of, decoded, raw_key
 
-        self.decoded, self.raw_key = decoded, raw_key
+        self.args_of, self.decoded, self.raw_key = args_of, decoded, raw_key
 
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
-        names, op_names, op_ts, inf = self.names, self.op_names, self.op_ts, math.inf
+        names, op_names, op_ts, inf, args_of = self.names, self.op_names, self.op_ts, math.inf, self.args_of
         ops_end, skipped = self.ops_end, 0
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
@@ -541,15 +540,16 @@ class _Collector:
                 op_ts.append(ts)
                 if ts + dur > ops_end:
                     ops_end = ts + dur
-                if name in SHAPED_OPS and (args := e.args) is not None and args.dims is not None:
+                if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
                 e.name = name
-                self.gpu.append((ts, _correlation(e), gpu_op(e)))
+                args = args_of(e.args)
+                self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
             else:
-                self.launches.append((name, ts, dur, _correlation(e), _id(e.tid)))
+                self.launches.append((name, ts, dur, _correlation(args_of(e.args)), _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
     def shaped(self, name: str, args: object) -> None:

@@ -1,14 +1,16 @@
 """Chrome trace files as JSON: stream the `traceEvents` of a trace (plain or gzipped) a block at a time.
 
 msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
-are skipped unread. The file is read in blocks of `BLOCK_BYTES`: each block's run of whole events (up to the
-last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is decoded in one call, in place in
-the buffer (no copy), and handed on as one list; the rest waits for the next block, so memory stays near one
-block. Where no such run is found (one value larger than the block) the reader waits for twice as many bytes
-before it tries again, so even one huge value is read in time linear in its size. Input msgspec refuses but the
-standard library reads (NaN and Infinity, a lone surrogate escape, an element or `args` that is not an object)
-is decoded by `json` for that block alone; a lone surrogate is kept in the name, as `json` reads it, and the
-tables print it escaped.
+are skipped unread. An event's `args` is kept undecoded (a msgspec.Raw into the block) until `args_of` asks for
+it: the reader decodes the args of the few events that use them (GPU work, launches, the GEMM and attention
+ops), not those of every cpu_op record_shapes writes. The file is read in blocks of `BLOCK_BYTES`: each block's
+run of whole events (up to the last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is
+decoded in one call, in place in the buffer (no copy), and handed on as one list; the rest waits for the next
+block, so memory stays near one block. Where no such run is found (one value larger than the block) the reader
+waits for twice as many bytes before it tries again, so even one huge value is read in time linear in its size.
+Input msgspec refuses but the standard library reads (NaN and Infinity, a lone surrogate escape, an element that
+is not an object) is decoded by `json` for that block alone; a lone surrogate is kept in the name, as `json`
+reads it, and the tables print it escaped.
 
 Memory is bounded whatever the file holds: whitespace between events (or before the JSON) is read past
 without being kept, and one event (or the header before the events, or what follows them) larger than
@@ -52,11 +54,10 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "registers": "registers per thread",
     "shared_memory": "shared memory",
     "occupancy": "est. achieved occupancy %",
-    "name": "name",  # a metadata (`ph` "M") event's process or thread name
     "external": "External id",  # ties a cpu_op to the kernels it launched (record_shapes' ops to their kernels)
 }
-# Entries kept undecoded (msgspec.Raw: a reference into the block, decoded only for the few ops that use them, by
-# `decoded`): record_shapes writes them on every cpu_op, and decoding them all would slow the reader by a tenth.
+# Entries of a GEMM's or attention op's args kept undecoded (msgspec.Raw: a reference into the block, decoded by
+# `decoded` once per distinct shape, and their bytes the shape's key).
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 # One element of `traceEvents`, with the fields the reader uses (and `args`, an Args or None). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
@@ -77,10 +78,33 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
         rename={**ARGS_FIELDS, **RAW_FIELDS},
         gc=False,
     )
-    Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", Args | None, None)], gc=False)
+    # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
+    Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", msgspec.Raw, None)], gc=False)
 else:  # the same fields, for the standard library's reading
     Args = make_dataclass("Args", [(f, Any, None) for f in (*ARGS_FIELDS, *RAW_FIELDS)], slots=True)
     Event = make_dataclass("Event", [*EVENT_FIELDS, ("args", Any, None)], slots=True)
+
+
+def _stdlib_args(value: object) -> Args | None:
+    """The `Args` of an event's `args` as the standard library decodes it (a dict), None where it is not one."""
+    if not isinstance(value, dict):
+        return None
+    return Args(
+        *(value.get(key) for key in ARGS_FIELDS.values()),
+        *(_as_raw(value.get(key)) for key in RAW_FIELDS.values()),
+    )  # fmt: skip
+
+
+def args_of(value: object) -> Args | None:
+    """An event's `args` (its `Event.args`) as an `Args`: decoded here from msgspec's Raw (JSON msgspec read
+    whole already, so it decodes), as it is where it was decoded already (without msgspec, or in a block the
+    standard library read); None where it is absent or not an object."""
+    if msgspec is None or not isinstance(value, msgspec.Raw):
+        return value
+    try:
+        return _ARGS.decode(value)
+    except msgspec.ValidationError:  # JSON, but not an object
+        return None
 
 
 def decoded(value: object) -> object:
@@ -116,6 +140,7 @@ def say_fallback() -> None:
 
 
 _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
+_ARGS = msgspec.json.Decoder(Args) if msgspec else None
 _RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
 _NOT_SPACE = re.compile(rb"[^ \t\n\r]")
@@ -161,12 +186,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("ts")),
             _time(item.get("dur")),
             item.get("tid"),
-            Args(
-                *(item["args"].get(key) for key in ARGS_FIELDS.values()),
-                *(_as_raw(item["args"].get(key)) for key in RAW_FIELDS.values()),
-            )  # fmt: skip
-            if isinstance(item.get("args"), dict)
-            else None,
+            _stdlib_args(item.get("args")),
         )
         for item in items
         if isinstance(item, dict)
@@ -188,8 +208,12 @@ class _Blocks:
         return len(self.buf) >= size
 
     def drop(self, count: int) -> None:
-        """Forget the first `count` bytes of `buf`."""
-        del self.buf[:count]
+        """Forget the first `count` bytes of `buf`. Where events handed on are still held (their Raw args refer
+        into `buf`, which then cannot be resized), the rest goes on in a copy, and theirs stays as it is."""
+        try:
+            del self.buf[:count]
+        except BufferError:
+            self.buf = self.buf[count:]
         self.offset += count
 
 
@@ -264,7 +288,7 @@ def _decode_run(view: memoryview, shift: int) -> list[Event] | None:
     JSON is malformed before the cut."""
     try:
         return _EVENTS.decode(view)
-    except msgspec.ValidationError:  # JSON, but an element or its args is not an object
+    except msgspec.ValidationError:  # JSON, but an element is not an object
         doc = bytes(view)
     except msgspec.DecodeError as exc:
         doc = bytes(view)
@@ -407,7 +431,7 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
                 continue
             events, end = run
             on_events(events)
-            del events, run  # their Raw entries refer into the buffer, which cannot be resized while they live
+            del events, run  # their Raw args refer into the buffer, which cannot be resized while they live
             blocks.drop(end)
             size = BLOCK_BYTES
     except _ArrayEndedError:

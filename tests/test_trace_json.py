@@ -142,8 +142,35 @@ def test_events_are_handed_on_as_typed_structs_with_the_fields_the_reader_uses(t
     assert trace_json.stream_json(path, seen.extend) == {"suite": {"tag": "x"}}
     (got,) = seen
     assert (got.ph, got.cat, got.name, got.ts, got.dur, got.tid) == ("X", "kernel", "k", 1.5, 2.0, 7)
-    assert (got.args.correlation, got.args.grid, got.args.registers) == (5, [1, 2, 3], 32)
-    assert not hasattr(got.args, "external_id") and not hasattr(got, "pid")  # not used by the reader: skipped unread
+    args = trace_json.args_of(got.args)  # decoded only where the reader asks
+    assert (args.correlation, args.grid, args.registers, args.external) == (5, [1, 2, 3], 32, 9)
+    assert trace_json.decoded(args.dims) == [[1]]
+    assert not hasattr(args, "cbid") and not hasattr(got, "pid")  # not used by the reader: skipped unread
+
+
+def test_events_the_caller_keeps_keep_their_args_while_later_blocks_are_read(tmp_path, monkeypatch):
+    data = tiny_gpu_trace()
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", TINY_BLOCK)  # the events' args refer into blocks read since
+    seen: list[trace_json.Event] = []
+    trace_json.stream_json(path, seen.extend)
+    got = [None if (a := trace_json.args_of(e.args)) is None else a.correlation for e in seen]
+    assert got == [e.get("args", {}).get("correlation") for e in data["traceEvents"]] and any(got)
+
+
+def test_args_that_are_not_an_object_read_as_none_and_the_event_is_still_kept(tmp_path):
+    data = tiny_gpu_trace()
+    sgemm = next(e for e in data["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == 2)
+    sgemm["args"] = [2]  # JSON, but no object: no correlation ties the kernel to its launch
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    seen: list[trace_json.Event] = []
+    trace_json.stream_json(path, seen.extend)
+    [odd] = [e for e in seen if e.cat == "kernel" and e.ts == sgemm["ts"]]
+    assert trace_json.args_of(odd.args) is None
+    trace = read_trace(path)  # tiny_gpu_trace's steps have 2 and 1 kernels
+    assert [len(s.kernels) for s in trace.steps] == [1, 1] and "1 GPU ops" in " ".join(trace.notes)
 
 
 def test_a_bare_array_trace_has_no_header(tmp_path):
