@@ -40,7 +40,7 @@ from common.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.trace_json is imported where a trace is read: msgspec's import would slow `--help`
-    from common.trace_json import Args, Event
+    from common.trace_json import Args, Event, GpuArgs
 
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -133,6 +133,13 @@ def _number(value: object) -> float | None:
     return float(value) if type(value) in NUMBERS and math.isfinite(value) else None
 
 
+def _count(value: object) -> int | None:
+    """A whole count (registers, bytes): an int as it is, a finite float cut to one, else None."""
+    if type(value) is int:
+        return value
+    return int(value) if type(value) is float and math.isfinite(value) else None
+
+
 def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
     """The (start, end) of each op that has a start time, in µs from the first start (common.intervals says why)."""
     first = min((op.start for op in ops if op.start is not None), default=0.0)
@@ -182,22 +189,41 @@ def stream_overlap_us(ops: list[GpuOp]) -> float:
 
 
 def gpu_op(event: Event, args: Args | None) -> GpuOp:
-    """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event and its decoded `args` (trace_json.args_of)."""
+    """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event and its loosely decoded `args`
+    (trace_json.args_of): each figure kept where it has a usable type, else None."""
     if args is None:
         return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
-    registers, shared = _number(args.registers), _number(args.shared_memory)
     return GpuOp(
         event.cat,
         event.name,
         float(event.dur),
         _dims(args.grid),
         _dims(args.block),
-        None if registers is None else int(registers),
-        None if shared is None else int(shared),
+        _count(args.registers),
+        _count(args.shared_memory),
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
         _id(args.external),
+    )
+
+
+def typed_gpu_op(event: Event, args: GpuArgs, dims: dict[tuple, tuple]) -> GpuOp:
+    """gpu_op's GpuOp from args msgspec typed whole (trace_json.typed_args): the same figures with no check left.
+    Each grid and block is the one tuple of its value in `dims` (gpu_op's tuples are shared the same way)."""
+    grid, block = args.grid, args.block
+    return GpuOp(
+        event.cat,
+        event.name,
+        event.dur,
+        (dims.setdefault(grid, grid) or None) if grid is not None else None,
+        (dims.setdefault(block, block) or None) if block is not None else None,
+        args.registers,
+        args.shared_memory,
+        args.occupancy,
+        _number(event.ts),
+        _id(event.tid),
+        args.external,
     )
 
 
@@ -510,9 +536,11 @@ class _Collector:
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
-        from common.trace_json import args_of, decoded, raw_key
+        from common import trace_json
 
-        self.args_of, self.decoded, self.raw_key = args_of, decoded, raw_key
+        self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
+        self.typed_args, self.dims = trace_json.typed_args, {}  # dims: one tuple per grid or block value
+        self.gpu_args, self.launch_args = trace_json.GPU_ARGS_DECODER, trace_json.LAUNCH_ARGS_DECODER
 
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
@@ -546,10 +574,16 @@ class _Collector:
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
                 e.name = name
-                args = args_of(e.args)
-                self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
+                typed = self.typed_args(e.args, self.gpu_args)
+                if typed is not None:
+                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, self.dims)))
+                else:
+                    args = args_of(e.args)
+                    self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
             else:
-                self.launches.append((name, ts, dur, _correlation(args_of(e.args)), _id(e.tid)))
+                typed = self.typed_args(e.args, self.launch_args)
+                corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
+                self.launches.append((name, ts, dur, corr, _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
     def shaped(self, name: str, args: object) -> None:

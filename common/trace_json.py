@@ -56,6 +56,20 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "occupancy": "est. achieved occupancy %",
     "external": "External id",  # ties a cpu_op to the kernels it launched (record_shapes' ops to their kernels)
 }
+# The args of GPU work and of a launch, each entry typed as the reader keeps it (an id an int or text, dims whole
+# numbers, counts whole, a figure a float). Where every entry has its type (a trace as torch writes it) msgspec's
+# decoding is the whole reading: `typed_args`. Where one has not (a float or bool id, dims of floats, a number out
+# of msgspec's range, args that are not an object), it gives None, and the reader reads them loosely (args_of).
+GPU_ARGS = [
+    ("correlation", int | str | None),
+    ("grid", tuple[int, ...] | None),
+    ("block", tuple[int, ...] | None),
+    ("registers", int | None),
+    ("shared_memory", int | None),
+    ("occupancy", float | None),
+    ("external", int | str | None),
+]
+LAUNCH_ARGS = [("correlation", int | str | None)]
 # Entries of a GEMM's or attention op's args kept undecoded (msgspec.Raw: a reference into the block, decoded by
 # `decoded` once per distinct shape, and their bytes the shape's key).
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
@@ -78,6 +92,9 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
         rename={**ARGS_FIELDS, **RAW_FIELDS},
         gc=False,
     )
+    typed = {"rename": {f: ARGS_FIELDS[f] for f, _ in GPU_ARGS}, "gc": False}
+    GpuArgs = msgspec.defstruct("GpuArgs", [(f, t, None) for f, t in GPU_ARGS], **typed)
+    LaunchArgs = msgspec.defstruct("LaunchArgs", [(f, t, None) for f, t in LAUNCH_ARGS], gc=False)
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
     Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", msgspec.Raw, None)], gc=False)
 else:  # the same fields, for the standard library's reading
@@ -103,7 +120,19 @@ def args_of(value: object) -> Args | None:
         return value
     try:
         return _ARGS.decode(value)
-    except msgspec.ValidationError:  # JSON, but not an object
+    except msgspec.ValidationError:  # not an object, or a number out of msgspec's range (1e400): read as json reads it
+        return _stdlib_args(_fallback(bytes(value)))
+
+
+def typed_args(value: object, decoder: msgspec.json.Decoder | None) -> object | None:
+    """An event's `args` decoded by `decoder` (of GpuArgs or LaunchArgs: `GPU_ARGS_DECODER`, `LAUNCH_ARGS_DECODER`)
+    where each entry has the type it names; None where one has not, or the args are absent or not a Raw (read
+    them with args_of)."""
+    if decoder is None or not isinstance(value, msgspec.Raw):
+        return None
+    try:
+        return decoder.decode(value)
+    except msgspec.ValidationError:
         return None
 
 
@@ -141,6 +170,8 @@ def say_fallback() -> None:
 
 _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
 _ARGS = msgspec.json.Decoder(Args) if msgspec else None
+GPU_ARGS_DECODER = msgspec.json.Decoder(GpuArgs) if msgspec else None
+LAUNCH_ARGS_DECODER = msgspec.json.Decoder(LaunchArgs) if msgspec else None
 _RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
 _NOT_SPACE = re.compile(rb"[^ \t\n\r]")

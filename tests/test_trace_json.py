@@ -173,6 +173,56 @@ def test_args_that_are_not_an_object_read_as_none_and_the_event_is_still_kept(tm
     assert [len(s.kernels) for s in trace.steps] == [1, 1] and "1 GPU ops" in " ".join(trace.notes)
 
 
+def test_args_msgspec_types_whole_give_what_the_loose_reading_gives_on_any_value(tmp_path, monkeypatch):
+    """The fast path (trace_json.typed_args, then typed_gpu_op) must keep exactly what the loose one (args_of, then
+    gpu_op's checks) keeps, whatever each entry holds: odd values send an event down the loose path."""
+    import random
+
+    from common.trace import _Collector
+
+    rng = random.Random(5)
+    values = [1, 7, 0, -3, 2**70 + 1, 2.0, 2.5, -0.0, True, None, "5", [], [1, 2, 3], [1.0, 2, 3], [True], [2**64],
+              {"a": 1}, 1e300, "HUGE"]  # fmt: skip
+    typed_well = [1, 7, 2**70 + 1, None, "5", [], [1, 2, 3], [2**64]]  # each entry's type, for some key
+    keys = list(trace_json.ARGS_FIELDS.values())
+    events = []
+    for i in range(600):
+        good = i % 2 and [v for v in typed_well if not isinstance(v, list)] or values
+        args = {key: rng.choice(good) for key in keys if rng.random() < 0.8}
+        if i % 4 == 1:  # dims that type too
+            args["grid"] = rng.choice([[], [1, 2, 3], [2**64], None])
+        cat = rng.choice(["kernel", "gpu_memcpy", "cuda_runtime", "cuda_driver"])
+        events.append({**ev(cat, f"k{i % 5}", 10 + i, 1, tid=rng.choice([7, "s", 2.0])), "args": args})
+    text = json.dumps({"traceEvents": events}).replace('"HUGE"', "1e400")  # out of msgspec's range
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    monkeypatch.setattr(trace_json, "BLOCK_BYTES", 4096)  # many blocks: a block holding 1e400 is not refused whole
+
+    def kept() -> tuple[list, list]:
+        collector = _Collector()
+        trace_json.stream_json(path, collector.add)
+        return collector.gpu, collector.launches
+
+    typed = kept()
+    monkeypatch.setattr(trace_json, "typed_args", lambda value, decoder: None)  # everything read loosely
+    loose = kept()
+    assert typed == loose and len(typed[0]) > 100 and len(typed[1]) > 100
+    assert any(op.grid == (1, 2, 3) for _, _, op in typed[0]) and any(corr == 1 for _, corr, _ in typed[0])
+    decoder = trace_json.GPU_ARGS_DECODER
+    fast = [e for e in events if e["cat"] in ("kernel", "gpu_memcpy") and _types(decoder, e["args"])]
+    assert len(fast) > 20 and any(e["args"].get("grid") == [] for e in fast)  # both paths taken
+
+
+def _types(decoder, args: dict) -> bool:
+    import msgspec
+
+    try:
+        decoder.decode(json.dumps(args))
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def test_a_bare_array_trace_has_no_header(tmp_path):
     path = Path(tmp_path / "bare.json")
     path.write_text(json.dumps(tiny_gpu_trace()["traceEvents"]))
