@@ -223,6 +223,17 @@ def _types(decoder, args: dict) -> bool:
     return True
 
 
+def test_a_number_out_of_msgspec_s_range_in_args_loses_that_entry_alone(tmp_path):
+    data = tiny_gpu_trace()
+    sgemm = next(e for e in data["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == 2)
+    sgemm["args"]["registers per thread"] = "HUGE"
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data).replace('"HUGE"', "1e400"))  # json reads it as inf; msgspec refuses it
+    step = read_trace(path).steps[0]
+    [op] = [op for op in step.kernels if op.start == sgemm["ts"]]
+    assert len(step.kernels) == 2 and op.launch is not None and op.registers is None
+
+
 def test_a_bare_array_trace_has_no_header(tmp_path):
     path = Path(tmp_path / "bare.json")
     path.write_text(json.dumps(tiny_gpu_trace()["traceEvents"]))
