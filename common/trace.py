@@ -337,7 +337,7 @@ class Step:
         """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
         names match is worked out once per set of names: the steps of a trace mostly make the same calls."""
         runtime = self.runtime
-        return sum(runtime[name] for name in _starting_with(tuple(runtime), prefix))
+        return sum(map(runtime.__getitem__, _starting_with(tuple(runtime), prefix)))
 
     @property
     def launches(self) -> int:
