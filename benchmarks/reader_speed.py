@@ -21,7 +21,10 @@ included) taken here and its peak RSS from os.wait4, as min/median/max over --ru
   simdjson  pysimdjson `Parser().parse` of its bytes (a lazy document: the bare parse).
   hta       with --hta only: benchmarks/hta_compare.py's HTA worker (HolisticTraceAnalysis, in --hta-python).
 Below each trace's row: the summary's median against `before` (wall time, and CPU time: user + system, which
-a busy machine inflates less) and against the pysimdjson parse, and its peak memory against the file's size.
+a busy machine inflates less; then the median of the per-run ratios, each run's summary against the `before` run
+right after it, and the ratio of the fastest runs, which a machine that is slow in spells moves less) and
+against the pysimdjson parse, and its peak memory against the file's size. `--pin CPU` runs every measured
+process on that one CPU (its affinity; not with the folder column, which reads a process per usable CPU).
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hta", action="store_true", help="also time HTA (slow: minutes at 100 MB)")
     parser.add_argument("--hta-python", default="/tmp/hta-venv/bin/python", help="a Python with HTA installed")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
+    parser.add_argument("--pin", type=int, metavar="CPU", help="run every measured process on this one CPU")
     parser.add_argument("--worker", choices=PARSERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -152,6 +156,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.traces or args.runs < 1 or args.copies < 1:
         parser.error("give at least one trace, --runs >= 1 and --copies >= 1")
+    if args.pin is not None:
+        if args.only is None or "folder" in args.only.split(","):
+            parser.error("--pin goes with --only, without the folder column (it reads a process per usable CPU)")
+        try:
+            os.sched_setaffinity(0, {args.pin})  # the measured processes inherit it
+        except (AttributeError, OSError, ValueError) as exc:
+            parser.error(f"--pin {args.pin}: {exc}")
     columns = [c for c in COLUMNS if (c != "hta" or args.hta) and (c != "before" or args.before)]
     if args.only:
         columns = [c for c in columns if c in args.only.split(",")]
@@ -172,9 +183,10 @@ def main(argv: list[str] | None = None) -> None:
         if "folder" in columns:
             args.folders = {t.resolve(): copies_of(t.resolve(), args.copies, Path(folder)) for t in args.traces}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        pinned = "" if args.pin is None else f", pinned to CPU {args.pin}"
         print(
-            f"python {sys.version.split()[0]}, {cores} usable CPUs; before = {args.before}; {args.runs} run(s) a cell; "
-            f"folder = {args.copies} copies"
+            f"python {sys.version.split()[0]}, {cores} usable CPUs{pinned}; before = {args.before}; {args.runs} run(s) "
+            f"a cell; folder = {args.copies} copies"
         )
         print("| trace | MB | " + " | ".join(COLUMNS[c] for c in columns) + " |")
         print("|---|---:|" + "---|" * len(columns), flush=True)
@@ -204,6 +216,11 @@ def ratios(name: str, size: int, runs: dict[str, list[Measured]]) -> str:
         wall = median["summary"] / median["before"]
         parts.append(f"wall {wall:.3f}x and CPU {cpu['summary'] / cpu['before']:.3f}x the time of before "
                      f"(CPU medians {cpu['summary']:.3f} s against {cpu['before']:.3f} s)")  # fmt: skip
+        paired = sorted(a.cpu_s / b.cpu_s for a, b in zip(ok["summary"], ok["before"], strict=True) if b.cpu_s > 0)
+        if paired:
+            fastest = min(r.cpu_s for r in ok["summary"]) / min(r.cpu_s for r in ok["before"])
+            parts.append(f"CPU per run {statistics.median(paired):.3f}x ({paired[0]:.2f}-{paired[-1]:.2f}x), "
+                         f"fastest runs {fastest:.3f}x")  # fmt: skip
     if "simdjson" in median:
         parts.append(f"{median['summary'] / median['simdjson']:.1f}x the time of a pysimdjson parse")
     if "folder" in median:
