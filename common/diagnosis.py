@@ -284,12 +284,17 @@ def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[st
             flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
             if not flops:
                 continue
-            total = sum(k.us for k in kernels)
-            for k in kernels:
+            if len(kernels) == 1:  # most ops launch one kernel: all its FLOPs are that kernel's
+                [k] = kernels
+                shares = ((k, flops if k.us > 0 else 0.0),)
+            else:
+                total = sum(k.us for k in kernels)
+                shares = tuple((k, flops * k.us / total if total > 0 else 0.0) for k in kernels)
+            for k, share in shares:
                 e = out.get((k.category, k.name))
                 if e is None:
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, top)
-                e.flops += flops * k.us / total if total > 0 else 0.0
+                e.flops += share
                 e.us += k.us
     return out
 
@@ -356,7 +361,7 @@ class _Scan:
     shares: dict  # family -> GPU time, over all steps
     compiled: bool  # some kernel is Triton's (torch.compile)
     pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
-    launched: list  # kernels whose launch call is known
+    launched: int  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
     groups: list  # per step with some: External id (a key of Trace.shapes) -> its kernels, for efficiency's _rates
@@ -379,21 +384,22 @@ def _scan(trace: Trace) -> _Scan:
             if category == "gpu_memcpy" and "Pageable" in name:
                 pageable.append((name, use.calls * n, use.us * n))
         shares[family] = shares.get(family, 0) + use.us * n
-    launched, short, last_launch, groups = [], [], [], []
+    launched, short, last_launch, groups = 0, [], [], []
     shapes = trace.shapes
     for step in trace.steps:
         last = None
         by_op: dict[object, list[GpuOp]] = {}
         for op in step.gpu:
             launch = op.launch
+            kernel = op.category == "kernel"
             if launch is not None:
                 if last is None or launch[1] > last:
                     last = launch[1]
-                if op.category == "kernel":
-                    launched.append(op)
+                if kernel:
+                    launched += 1
                     if op.us < launch[2]:
                         short.append(op)
-            if shapes and (ext := op.external) in shapes and op.category == "kernel":
+            if kernel and shapes and (ext := op.external) in shapes:
                 by_op.setdefault(ext, []).append(op)
         last_launch.append(last)
         if by_op:
@@ -418,7 +424,7 @@ def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
 
 def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     kernels, short = scan.launched, scan.short
-    if not kernels or len(short) < SHORT_KERNELS * len(kernels):
+    if not kernels or len(short) < SHORT_KERNELS * kernels:
         return None
     n = len(trace.steps)
     median_kernel = statistics.median(op.us for op in short)
@@ -426,7 +432,7 @@ def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     return Rule(
         "kernels shorter than their launch",
         [
-            f"{num(len(short) / n)} of {num(len(kernels) / n)} kernels per step run for less time than their "
+            f"{num(len(short) / n)} of {num(kernels / n)} kernels per step run for less time than their "
             f"launch call takes on the CPU (median {human_time(median_kernel)} on the GPU against "
             f"{human_time(median_launch)} to launch)"
         ],
