@@ -24,7 +24,7 @@ from common.naming import kernel_family
 from common.physics import Peak, find_peak
 from common.roofline import ShapedOp, op_flops
 from common.tables import num
-from common.trace import GpuOp, Step, Trace, no_gc
+from common.trace import COMPILER_LABELS, GpuOp, Step, Trace, no_gc
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -359,7 +359,7 @@ class _Scan:
     """What the rules and the verdict read of every GPU op, gathered in one pass over the steps' ops."""
 
     shares: dict  # family -> GPU time, over all steps
-    compiled: bool  # some kernel is Triton's (torch.compile)
+    compiled: bool  # torch.compile ran: a Triton kernel, or its labels (a GEMM-only graph calls cuBLAS alone)
     pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
     launched: int  # kernels whose launch call is known
     short: list  # ... of them, those shorter than their launch call
@@ -404,7 +404,8 @@ def _scan(trace: Trace) -> _Scan:
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    return _Scan(shares, "triton" in families, pageable, launched, short, last_launch, groups)
+    compiled = "triton" in families or any(name.startswith(COMPILER_LABELS) for name, *_ in trace.labels)
+    return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
 
 
 def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
