@@ -605,6 +605,9 @@ def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
     if graphs:
         return "a larger batch: CUDA graphs already launch the work, the GPU still has too little of it"
+    if (trace.per_step(lambda s: s.launches) or 0) <= 1:
+        return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
+                "or capture")  # fmt: skip
     if compiled:
         return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
     return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'

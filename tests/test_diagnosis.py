@@ -51,13 +51,23 @@ def test_compiled_matmul_at_4096_is_bound_by_the_cpu_the_compiled_region_adds():
     assert "TorchDynamo Cache Lookup" in "\n".join(verdict_lines(d, explain=True))  # what the CPU ran in the gap
 
 
-@pytest.mark.parametrize("script,tag", [("01_matmul_add", "4096_bf16_warm_compiled"),
-                                        ("02_linear", "1024_32_64_bf16_cold_compiled")])  # fmt: skip
-def test_a_compiled_step_with_no_triton_kernel_is_not_told_to_try_torch_compile(script, tag):
+def test_a_compiled_step_with_no_triton_kernel_is_known_compiled_by_its_labels():
     """Inductor hands a lone GEMM to cuBLAS: no Triton kernel, but its labels say torch.compile ran."""
+    from common.diagnosis import _scan
+
+    trace = fixture("01_matmul_add", "4096_bf16_warm_compiled")
+    assert not any(op.family == "triton" for s in trace.steps for op in s.gpu) and _scan(trace).compiled
+    assert not _scan(fixture("01_matmul_add", "4096_bf16_warm_eager")).compiled
+
+
+@pytest.mark.parametrize("script,tag", [("01_matmul_add", "4096_bf16_warm_compiled"),
+                                        ("02_linear", "1024_32_64_bf16_cold_eager"),
+                                        ("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager")])  # fmt: skip
+def test_a_cpu_bound_step_of_one_launch_is_told_a_larger_batch_not_to_fuse(script, tag):
     d = diagnose(fixture(script, tag))
-    assert d.bound == "CPU" and "try torch.compile" not in d.verdict
-    assert 'try CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch' in d.verdict
+    assert d.bound == "CPU" and ", 1 launch;" in d.verdict
+    assert d.verdict.endswith("→ try a larger batch (more work per launch): the step launches one kernel, so nothing "
+                              "is left to fuse or capture")  # fmt: skip
 
 
 def test_naive_attention_is_gpu_bound_on_pointwise_kernels_where_flash_waits_for_its_one_launch():
