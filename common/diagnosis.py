@@ -284,17 +284,12 @@ def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[st
             flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
             if not flops:
                 continue
-            if len(kernels) == 1:  # most ops launch one kernel: all its FLOPs are that kernel's
-                [k] = kernels
-                shares = ((k, flops if k.us > 0 else 0.0),)
-            else:
-                total = sum(k.us for k in kernels)
-                shares = tuple((k, flops * k.us / total if total > 0 else 0.0) for k in kernels)
-            for k, share in shares:
+            total = sum(k.us for k in kernels)
+            for k in kernels:
                 e = out.get((k.category, k.name))
                 if e is None:
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, top)
-                e.flops += share
+                e.flops += flops * k.us / total if total > 0 else 0.0
                 e.us += k.us
     return out
 
