@@ -546,6 +546,7 @@ class _Collector:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
         names, op_names, op_ts, inf, args_of = self.names, self.op_names, self.op_ts, math.inf, self.args_of
+        typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         ops_end, skipped = self.ops_end, 0
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
@@ -574,14 +575,14 @@ class _Collector:
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
                 e.name = name
-                typed = self.typed_args(e.args, self.gpu_args)
+                typed = typed_args(e.args, gpu_args)
                 if typed is not None:
-                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, self.dims)))
+                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
                 else:
                     args = args_of(e.args)
                     self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
             else:
-                typed = self.typed_args(e.args, self.launch_args)
+                typed = typed_args(e.args, launch_args)
                 corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
                 self.launches.append((name, ts, dur, corr, _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped

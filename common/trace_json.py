@@ -73,7 +73,7 @@ LAUNCH_ARGS = [("correlation", int | str | None)]
 # Entries of a GEMM's or attention op's args kept undecoded (msgspec.Raw: a reference into the block, decoded by
 # `decoded` once per distinct shape, and their bytes the shape's key).
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
-# One element of `traceEvents`, with the fields the reader uses (and `args`, an Args or None). A name that is
+# One element of `traceEvents`, with the fields the reader uses (and `args`, undecoded: see Event). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
 # negative) finds them.
 EVENT_FIELDS = [
@@ -92,8 +92,9 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
         rename={**ARGS_FIELDS, **RAW_FIELDS},
         gc=False,
     )
-    typed = {"rename": {f: ARGS_FIELDS[f] for f, _ in GPU_ARGS}, "gc": False}
-    GpuArgs = msgspec.defstruct("GpuArgs", [(f, t, None) for f, t in GPU_ARGS], **typed)
+    GpuArgs = msgspec.defstruct(
+        "GpuArgs", [(f, t, None) for f, t in GPU_ARGS], rename={f: ARGS_FIELDS[f] for f, _ in GPU_ARGS}, gc=False
+    )
     LaunchArgs = msgspec.defstruct("LaunchArgs", [(f, t, None) for f, t in LAUNCH_ARGS], gc=False)
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
     Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", msgspec.Raw, None)], gc=False)
