@@ -9,6 +9,9 @@ temporaries a save had open (never a file under a final name) and exits. A Ctrl-
 before `setup()`, is Python's own. A signal the process was started with ignored (`nohup` ignores SIGHUP,
 `trap '' INT` SIGINT) stays ignored.
 
+An `Interrupted` raised where Python swallows exceptions (a weakref callback, a `__del__`: "Exception ignored
+in ...") is not lost: `sys.unraisablehook` puts its signal back to wait for the next safe point.
+
 Renames that must all land or none (common.export's commit) run inside `atomic()`: a first signal still
 waiting when it begins is taken before it, one arriving during it after it, and a second waits for its end
 (at most HARD_EXIT_WAIT_S) before the process ends.
@@ -44,6 +47,7 @@ class _State:
     seen = 0  # signals since install()
     taken = False  # a signal was raised as `Interrupted` since install(): the run is ending
     renaming = threading.RLock()  # held by `atomic()`: the watchdog takes it before it ends the process
+    unraisable_hook: Callable | None = None  # sys.unraisablehook before install()
     atomic_depth = 0  # `atomic()` blocks the main thread is in: a first signal waits for their end
 
 
@@ -70,6 +74,18 @@ def _raise_when_safe(signum: int, frame: FrameType | None) -> None:
         return
     pending, _state.pending, _state.taken = _state.pending, None, True
     raise Interrupted(pending)
+
+
+def _unraisable(report: object) -> None:
+    """sys.unraisablehook: an `Interrupted` that Python swallowed (raised inside a weakref callback or a
+    finalizer) waits for the next safe point again, unsaid; anything else goes to the hook there was before."""
+    exc = getattr(report, "exc_value", None)
+    if isinstance(exc, Interrupted) and _state.installed:
+        _state.pending = _state.pending or exc.signum
+        if hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_REAL, POLL_S)
+        return
+    (_state.unraisable_hook or sys.__unraisablehook__)(report)
 
 
 def _hard_exit(signum: int) -> None:
@@ -136,6 +152,7 @@ def install() -> None:
             os.set_blocking(_state.wakeup_write, False)
             threading.Thread(target=_watchdog, args=(read,), name="signal-watchdog", daemon=True).start()
         signal.set_wakeup_fd(_state.wakeup_write, warn_on_full_buffer=False)
+    _state.unraisable_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     _state.installed, _state.seen, _state.pending, _state.taken = True, 0, None, False
     on_exit(uninstall)
 
@@ -159,6 +176,8 @@ def uninstall() -> None:
             signal.signal(signum, _end_quietly if signalled and signum in SIGNALS else handler)
         if _state.wakeup_write is not None:
             signal.set_wakeup_fd(-1)
+        if sys.unraisablehook is _unraisable:
+            sys.unraisablehook = _state.unraisable_hook or sys.__unraisablehook__
         _state.previous, _state.pending, _state.installed = {}, None, False
 
 

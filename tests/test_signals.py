@@ -189,6 +189,36 @@ def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_p
     assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
 
 
+SWALLOWED = """
+import os, signal, sys, time, weakref
+from common import interrupts
+interrupts.install()
+class Thing:
+    pass
+thing = Thing()
+def callback(_):  # Python swallows what a weakref callback raises ("Exception ignored in ...")
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)  # the handler runs in here, and raises Interrupted in the callback
+ref = weakref.ref(thing, callback)
+del thing
+if interrupts._state.pending != signal.SIGINT:
+    sys.exit("lost")
+try:
+    while True:  # the next safe point
+        time.sleep(0.01)
+except KeyboardInterrupt as exc:
+    print(type(exc).__name__, exc.signum)
+"""
+
+
+def test_an_interrupt_raised_where_python_swallows_it_waits_for_the_next_safe_point():
+    """CI once lost a Ctrl-C this way (a weakref callback of importlib's module locks), and the run went on."""
+    done = subprocess.run([sys.executable, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["Interrupted", str(int(signal.SIGINT))], done.stderr
+    assert "Exception ignored" not in done.stderr
+
+
 HARD_EXIT = """
 import sys, pathlib
 from common import interrupts
