@@ -116,6 +116,12 @@ class Interrupted(KeyboardInterrupt):
 
 
 _CLEANUPS: list[Callable[[], None]] = []
+_SAID = {"interrupted": False}
+
+
+def interrupt_said() -> bool:
+    """Whether `cli` has printed (or is printing) this run's `interrupted` line: a second signal adds none."""
+    return _SAID["interrupted"]
 
 
 def on_exit(cleanup: Callable[[], None]) -> None:
@@ -222,6 +228,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
         except BaseException as exc:
             signal_exc = _interrupted(exc)
             if signal_exc is not None:
+                _SAID["interrupted"] = True
                 print("interrupted", file=sys.stderr)
                 raise SystemExit(128 + getattr(signal_exc, "signum", EXIT_INTERRUPTED - 128)) from None
             torch = sys.modules.get("torch")  # loaded by the scripts; the summary never imports it

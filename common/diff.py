@@ -26,6 +26,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from common import interrupts
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.diagnosis import bound_lines, diagnose
 from common.figures import Row, launch_line, summarize
@@ -345,6 +346,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Print the diff of two traces; 0 on success, 2 on bad input."""
     args = parse_args(argv)
+    interrupts.install()  # a signal: one `interrupted` line and its exit code, a second one at once
     for path in (args.a, args.b):
         why = not_a_file(path, missing="no such trace file")
         if why:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
-from common.cli import Interrupted, on_exit
+from common.cli import Interrupted, interrupt_said, on_exit
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 POLL_S = 0.02  # while a signal waits for a safe point, how often the main thread is looked at again
@@ -64,6 +64,8 @@ def _unsafe(frame: FrameType | None) -> bool:
 
 
 def _raise_when_safe(signum: int, frame: FrameType | None) -> None:
+    if _state.taken:  # the run is ending on an earlier signal: a second is the watchdog's (a hard exit), and
+        return  # raising it here would land inside the first one's handling, as a traceback
     if signum in SIGNALS:
         _state.pending = _state.pending or signum
     if _state.pending is None:
@@ -81,7 +83,7 @@ def _unraisable(report: object) -> None:
     finalizer) waits for the next safe point again, unsaid; anything else goes to the hook there was before."""
     exc = getattr(report, "exc_value", None)
     if isinstance(exc, Interrupted) and _state.installed:
-        _state.pending = _state.pending or exc.signum
+        _state.pending, _state.taken = _state.pending or exc.signum, False  # not taken after all: the run goes on
         if hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_REAL, POLL_S)
         return
@@ -92,7 +94,8 @@ def _hard_exit(signum: int) -> None:
     """End the process now: after any rename in progress, with `interrupted` as the last line it prints,
     removing only the temporaries of a save still being written."""
     _state.renaming.acquire(timeout=HARD_EXIT_WAIT_S)  # held from here on: no rename starts after this
-    os.write(2, b"interrupted\n")
+    if not interrupt_said():  # the first signal's line, if the run got to say it, stays the only one
+        os.write(2, b"interrupted\n")
     quiet = os.open(os.devnull, os.O_WRONLY)
     for fd in (1, 2):  # the main thread runs on meanwhile: a write failing on a removed temporary stays unsaid
         os.dup2(quiet, fd)
@@ -135,6 +138,42 @@ def _gil_holding_unlink() -> Callable[[bytes], int] | None:
     return unlink
 
 
+def _start_unsignalled(thread: threading.Thread) -> None:
+    """Start `thread` with SIGNALS blocked in it (a thread inherits its creator's mask), so the kernel hands a
+    process-wide signal to the main thread: its sleep or lock wait is cut short there and the handler runs at
+    once, never later when a thread that cannot run Python handlers happens to be scheduled (a loaded machine)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def in_worker() -> None:
+    """In a process forked from one that install()ed (a pool worker): Ctrl-C is left to the parent (ignored),
+    SIGTERM and SIGHUP end it at once and silently (the defaults, as the parent's pool.terminate() sends), its
+    signals no longer write to the parent's watchdog pipe, and it ends with its parent (Linux), so a parent that
+    had to exit at once leaves no worker behind to print a broken pipe's traceback."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN if signum == signal.SIGINT else signal.SIG_DFL)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    if sys.platform != "win32":
+        signal.set_wakeup_fd(-1)
+    sys.unraisablehook = _state.unraisable_hook or sys.__unraisablehook__
+    _state.installed, _state.pending, _state.open_files = False, None, {}
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes  # noqa: PLC0415
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent ended before the line above took effect
+            os._exit(0)
+
+
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP through the safe-point handler (main thread only; idempotent),
     except a signal that is ignored (SIG_IGN, inherited from the parent): it stays ignored."""
@@ -150,7 +189,7 @@ def install() -> None:
         if _state.wakeup_write is None:  # one pipe and one watchdog thread per process
             read, _state.wakeup_write = os.pipe()
             os.set_blocking(_state.wakeup_write, False)
-            threading.Thread(target=_watchdog, args=(read,), name="signal-watchdog", daemon=True).start()
+            _start_unsignalled(threading.Thread(target=_watchdog, args=(read,), name="signal-watchdog", daemon=True))
         signal.set_wakeup_fd(_state.wakeup_write, warn_on_full_buffer=False)
     _state.unraisable_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     _state.installed, _state.seen, _state.pending, _state.taken = True, 0, None, False

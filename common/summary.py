@@ -47,6 +47,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import interrupts
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.diagnosis import diagnose, verdict_lines
 from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
@@ -179,8 +180,8 @@ def usable_cores() -> int:
 def _ignore_interrupts() -> None:
     """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them. SIGINT
     was blocked while the worker was forked (a Ctrl-C then waits in the main process); here it is ignored, then
-    unblocked."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    unblocked. SIGTERM and SIGHUP end a worker silently, and a worker ends with the main process."""
+    interrupts.in_worker()
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -730,6 +731,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Print the summary of the traces named on the command line; 0 on success, 2 on bad input."""
     args = parse_args(argv)
+    interrupts.install()  # a signal: one `interrupted` line, its exit code, and the workers end with it
     try:
         if args.plot:
             check_plot_path(args.plot)

@@ -52,13 +52,14 @@ DEFAULT_SIGNALS = (
     "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
 )
+PYTHON = (sys.executable, "-c", DEFAULT_SIGNALS)  # `python`, its signals at their defaults: `[*PYTHON, "-m", ...]`
 
 
 def start_script(name: str, *flags: str, traces: Path, prefix: tuple[str, ...] | None = None) -> subprocess.Popen:
     """`python <name>.py FLAGS --traces-dir traces` in its own process, output unbuffered, its signals at their
     defaults; `prefix` runs it under another command instead (`nohup`), inheriting this process's signals."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    launch = [sys.executable, "-c", DEFAULT_SIGNALS] if prefix is None else list(prefix)
+    launch = list(PYTHON if prefix is None else prefix)
     return subprocess.Popen(
         [*launch, str(ROOT / f"{name}.py"), *flags, "--traces-dir", str(traces)], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

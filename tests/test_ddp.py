@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, command, diff_parts, ev, load_script, requires_cuda, usage_error
+from helpers import PYTHON, ROOT, command, diff_parts, ev, load_script, requires_cuda, usage_error
 
 from common import diff, summary
 from common.block import block_reference
@@ -199,7 +199,7 @@ def free_port() -> int:
 def rank0_of_two(tmp_path, *flags: str) -> subprocess.Popen:
     """Rank 0 of a world of 2 started by hand, whose rank 1 never comes."""
     env = clean_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    argv = [sys.executable, str(ROOT / "06_ddp_training_step.py"), *TINY, "--device", "cpu", *flags]
+    argv = [*PYTHON, str(ROOT / "06_ddp_training_step.py"), *TINY, "--device", "cpu", *flags]
     return subprocess.Popen([*argv, "--traces-dir", str(tmp_path)], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 

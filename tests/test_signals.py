@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import DEFAULT_SIGNALS, ROOT, start_script
+from helpers import PYTHON, ROOT, start_script
 
 from common.trace import read_trace
 
@@ -121,7 +121,7 @@ TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidd
 def start_torchrun(traces: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     return subprocess.Popen(
-        [sys.executable, "-c", DEFAULT_SIGNALS, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+        [*PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
          "2", str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "40", "--device", "cpu",
          "--traces-dir", str(traces)],
         cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -190,15 +190,19 @@ def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_p
 
 
 SWALLOWED = """
-import os, signal, sys, time, weakref
+import signal, sys, threading, time, weakref
 from common import interrupts
 interrupts.install()
 class Thing:
     pass
 thing = Thing()
 def callback(_):  # Python swallows what a weakref callback raises ("Exception ignored in ...")
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(0.5)  # the handler runs in here, and raises Interrupted in the callback
+    # To this thread, not the process: os.kill's signal may go to the watchdog thread, handled once it runs (on a
+    # loaded machine, after the callback returned), and the test would not test a swallowed interrupt at all.
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # handled before the call returns
+    for _ in range(1000):  # the handler runs in here (at the latest on a backward jump) and raises Interrupted
+        time.sleep(0)
+    sys.exit("not raised in the callback")
 ref = weakref.ref(thing, callback)
 del thing
 if interrupts._state.pending != signal.SIGINT:
@@ -213,7 +217,7 @@ except KeyboardInterrupt as exc:
 
 def test_an_interrupt_raised_where_python_swallows_it_waits_for_the_next_safe_point():
     """CI once lost a Ctrl-C this way (a weakref callback of importlib's module locks), and the run went on."""
-    done = subprocess.run([sys.executable, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([*PYTHON, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True,
                           timeout=HANG_GUARD_S)  # fmt: skip
     assert done.returncode == 0 and done.stdout.split() == ["Interrupted", str(int(signal.SIGINT))], done.stderr
     assert "Exception ignored" not in done.stderr

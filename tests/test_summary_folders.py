@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, command, ev, tiny_gpu_trace
+from helpers import PYTHON, ROOT, command, ev, tiny_gpu_trace
 
 import common.summary as summary_module
 from common.summary import main, read_digest
@@ -101,7 +101,7 @@ def test_ctrl_c_while_workers_read_a_folder_is_one_line_and_leaves_no_process(tm
     for i in range(16):
         os.link(big, folder / f"rank{i}.json")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "common.summary", str(folder)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([*PYTHON, "-m", "common.summary", str(folder)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     while len(_group(proc.pid)) < 2 and proc.poll() is None:  # until a worker runs
         time.sleep(0.01)
