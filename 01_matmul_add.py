@@ -14,10 +14,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import cli, positive_int
-from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
-from common.matmul import matmul_add_memory, matmul_add_work
-from common.recording import finish, recording
-from common.runtime import fit_machine, make_parser, setup
+from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.harness.recording import finish, recording
+from common.harness.runtime import fit_machine, make_parser, setup
+from common.workloads.matmul import matmul_add_memory, matmul_add_work
 
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

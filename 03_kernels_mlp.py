@@ -17,11 +17,19 @@ from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import SuiteError, cli
-from common.guess import Expect, expect_kernels, expect_op
-from common.hub import HubError, hub_access
-from common.mlp import MLPShape, geglu_reference, liger_geglu, make_input, mlp_memory, mlp_work, pypi_liger_geglu
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.guess import Expect, expect_kernels, expect_op
+from common.harness.hub import HubError, hub_access
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.mlp import (
+    MLPShape,
+    geglu_reference,
+    liger_geglu,
+    make_input,
+    mlp_memory,
+    mlp_work,
+    pypi_liger_geglu,
+)
 
 REPO = "kernels-community/liger-kernels"
 

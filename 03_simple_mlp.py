@@ -14,10 +14,10 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import cli
-from common.guess import Expect, expect_kernels, expect_op
-from common.mlp import MLPShape, geglu_reference, make_input, mlp_memory, mlp_work
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.guess import Expect, expect_kernels, expect_op
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.mlp import MLPShape, geglu_reference, make_input, mlp_memory, mlp_work
 
 
 class SimpleGeGLUMLP(nn.Module):

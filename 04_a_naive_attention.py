@@ -15,7 +15,11 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.attention import (
+from common.cli import cli
+from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.attention import (
     SCORE_PASSES,
     AttentionShape,
     attention_memory,
@@ -24,10 +28,6 @@ from common.attention import (
     make_qkv,
     reference_attention,
 )
-from common.cli import cli
-from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
 
 class NaiveCausalAttention(nn.Module):

@@ -19,7 +19,11 @@ from torch.nn import functional as F
 from torch.nn.attention import sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.attention import (
+from common.cli import cli
+from common.harness.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.attention import (
     SCORE_PASSES,
     SDPA_BACKENDS,
     AttentionShape,
@@ -29,10 +33,6 @@ from common.attention import (
     reference_attention,
     require_sdpa_backend,
 )
-from common.cli import cli
-from common.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,12 @@ import torch
 from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.attention import (
+from common.cli import cli, positive_int
+from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
+from common.harness.hub import HubError, hub_access, load_local_kernel
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.attention import (
     FLASH_VERSION,
     AttentionShape,
     attention_memory,
@@ -35,11 +40,6 @@ from common.attention import (
     reference_attention,
     require_flash,
 )
-from common.cli import cli, positive_int
-from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
-from common.hub import HubError, hub_access, load_local_kernel
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
 
 def flash_attention(flash_attn_func, q, k, v):

@@ -24,7 +24,20 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.block import (
+from common.cli import cli
+from common.harness.guess import (
+    BESIDES_GEMMS,
+    Expect,
+    expect_graph_launches,
+    expect_kernel_launches,
+    expect_kernels,
+    expect_memcpy,
+    expect_op,
+    in_phase,
+)
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.block import (
     AMP,
     AMP_DTYPE_HELP,
     BlockShape,
@@ -38,19 +51,6 @@ from common.block import (
     require_cuda_graphs,
     saved_for_backward,
 )
-from common.cli import cli
-from common.guess import (
-    BESIDES_GEMMS,
-    Expect,
-    expect_graph_launches,
-    expect_kernel_launches,
-    expect_kernels,
-    expect_memcpy,
-    expect_op,
-    in_phase,
-)
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
 
 class RMSNorm(nn.Module):

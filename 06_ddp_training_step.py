@@ -32,9 +32,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.block import AMP, AMP_DTYPE_HELP, BlockShape, block_work, check_shape, make_batch
 from common.cli import cli
-from common.ddp import (
+from common.harness.guess import Expect, expect_kernels, expect_op
+from common.harness.recording import finish, recording
+from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.workloads.block import AMP, AMP_DTYPE_HELP, BlockShape, block_work, check_shape, make_batch
+from common.workloads.ddp import (
     TORCHRUN,
     add_ddp_flags,
     ddp_memory,
@@ -47,9 +50,6 @@ from common.ddp import (
     start_process_group,
     torchrun_launch,
 )
-from common.guess import Expect, expect_kernels, expect_op
-from common.recording import finish, recording
-from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 
 SCRIPT = "06_ddp_training_step.py"
 

@@ -5,7 +5,7 @@ Usage (from the repository root; the files are written once into FOLDER, about 2
 
 The files: `{"traceEvents": [` followed by 2 GB of zeros (`zeros.json`), by 600 MB of whitespace (`spaces.json`),
 and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.json.gz`). Each is read by
-`common.trace.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
+`common.reader.trace.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
 this checkout and, with --before, in the `common/` of commit REV (exported with git archive), each with msgspec
 and without it (`sys.modules["msgspec"] = None`, the fallback path). Prints one row per file, reader and path:
 peak RSS, wall time, and the one line the reader refused the file with.
@@ -34,7 +34,7 @@ READ = """
 import sys
 if sys.argv[2] == "stdlib":
     sys.modules["msgspec"] = None
-from common.trace import read_trace
+from common.reader.trace import read_trace
 try:
     read_trace(sys.argv[1])
     print("read")

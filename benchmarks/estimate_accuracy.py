@@ -1,11 +1,11 @@
-"""Each README command run on the CPU, its estimate (common.estimate) against the time it took.
+"""Each README command run on the CPU, its estimate (common.harness.estimate) against the time it took.
 
 Usage (from the repository root): `python3 benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]`.
 
 The commands are the README's ``` blocks' `uv run <script>.py ...`, `uv run torchrun ... <script>.py ...` and
 `python3 <script>.py ...` lines (a `$ ` prompt and a trailing `# comment` dropped); each runs as
 `python <script>.py ... --device cpu --traces-dir <temp>` (torchrun as `python -m torch.distributed.run`) in a
-fresh process, through this file's `--one` mode: it wraps common.recording's `estimate` to note the estimate
+fresh process, through this file's `--one` mode: it wraps common.harness.recording's `estimate` to note the estimate
 (also the ones below the printed threshold) and the moment it was made, then runs the script as `__main__`. The
 table gives, per command: the estimate, the run's own time (from the estimate to the script's end: what the
 estimate covers), torch.compile's time inside it (torch._dynamo's own timings: each frame's compile and a
@@ -94,10 +94,10 @@ def compiling_s() -> float:
 def one(script: str, args: list[str]) -> None:
     """Run `script` as `__main__` with `args`, noting its estimate and when it was made on stderr at the end."""
     sys.path.insert(0, str(ROOT))
-    import common.recording  # noqa: PLC0415 (after the path is set)
+    import common.harness.recording  # noqa: PLC0415 (after the path is set)
 
     noted: dict[str, float | None] = {}
-    made = common.recording.estimate
+    made = common.harness.recording.estimate
 
     def noting(*a, **kw):
         start = time.perf_counter()
@@ -115,9 +115,11 @@ def one(script: str, args: list[str]) -> None:
         note.update({k: noted.get(k) for k in ("estimate_s", "calibrate_s")})
         print(MARK + json.dumps(note), file=sys.stderr, flush=True)
 
-    import common.ddp  # noqa: PLC0415
+    import common.workloads.ddp  # noqa: PLC0415
 
-    leave = common.ddp.exit_rank  # 06 ends its ranks with os._exit (common.ddp.exit_rank): note before that
+    leave = (
+        common.workloads.ddp.exit_rank
+    )  # 06 ends its ranks with os._exit (common.workloads.ddp.exit_rank): note before that
 
     def noting_exit(main):
         def noted_main():
@@ -130,7 +132,7 @@ def one(script: str, args: list[str]) -> None:
 
         leave(noted_main)
 
-    common.recording.estimate, common.ddp.exit_rank = noting, noting_exit
+    common.harness.recording.estimate, common.workloads.ddp.exit_rank = noting, noting_exit
     sys.argv = [script, *args]
     try:
         runpy.run_path(str(ROOT / script), run_name="__main__")

@@ -46,8 +46,8 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 BEFORE = "4ae4dcb"  # the last commit whose reader decoded JSON by hand (stdlib raw_decode, one event at a time)
 COLUMNS = {
-    "summary": "`common.summary`",
-    "folder": "`common.summary`, folder of copies",
+    "summary": "`common.analysis.summary`",
+    "folder": "`common.analysis.summary`, folder of copies",
     "before": "summary before",
     "json": "stdlib `json.load`",
     "orjson": "`orjson.loads`",
@@ -89,7 +89,7 @@ def parse_worker(what: str, path: Path) -> None:
         import msgspec
 
         sys.path.insert(0, str(REPO))
-        from common.trace_json import Event
+        from common.reader.trace_json import Event
 
         file = msgspec.defstruct("File", [("traceEvents", list[Event])])
         count = len(msgspec.json.decode(read_bytes(path), type=file).traceEvents)

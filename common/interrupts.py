@@ -12,7 +12,7 @@ before `setup()`, is Python's own. A signal the process was started with ignored
 An `Interrupted` raised where Python swallows exceptions (a weakref callback, a `__del__`: "Exception ignored
 in ...") is not lost: `sys.unraisablehook` puts its signal back to wait for the next safe point.
 
-Renames that must all land or none (common.export's commit) run inside `atomic()`: a first signal still
+Renames that must all land or none (common.harness.export's commit) run inside `atomic()`: a first signal still
 waiting when it begins is taken before it, one arriving during it after it, and a second waits for its end
 (at most HARD_EXIT_WAIT_S) before the process ends.
 """

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class FusedAttention:
     """The shape of a step whose FLOPs run in torch's fused CPU attention kernel (SDPA's flash backend, causal),
-    not at a matmul's rate: the CPU estimate times that kernel on a slice of it (common.estimate)."""
+    not at a matmul's rate: the CPU estimate times that kernel on a slice of it (common.harness.estimate)."""
 
     batch: int
     heads: int
@@ -20,8 +20,8 @@ class FusedAttention:
 class Work:
     """What one step must do: floating-point operations and the fewest bytes it must move to/from memory.
 
-    `moved`, `reference`, `ops` and `fused` are for the CPU estimate only (common.estimate), never a figure of the
-    trace: `moved`, the bytes the step's eager code reads and writes in its intermediates, an out-of-place op
+    `moved`, `reference`, `ops` and `fused` are for the CPU estimate only (common.harness.estimate), never a figure of
+    the trace: `moved`, the bytes the step's eager code reads and writes in its intermediates, an out-of-place op
     writing a fresh output (attention's [batch, heads, seq, seq] scores, scaled, masked and softmaxed; 0 where they
     are small beside the FLOPs); `reference`, the work of the higher-precision reference the output is checked
     against, in the reference's dtype (None: the step's FLOPs, nothing moved); `ops`, the aten ops one step

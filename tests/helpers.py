@@ -17,8 +17,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from common.runtime import resolve_dtype
-from common.trace import read_trace
+from common.harness.runtime import resolve_dtype
+from common.reader.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
@@ -77,8 +77,8 @@ def command(main: Callable[[list[str]], int], capsys: pytest.CaptureFixture, *ar
 
 
 def diff_parts(out: str) -> tuple[list[str], str, str]:
-    """A text diff's lead, as common.diff prints it: the bound lines under its title, the line that says what its
-    CPU column is, and its one-sentence headline (unwrapped)."""
+    """A text diff's lead, as common.analysis.diff prints it: the bound lines under its title, the line that says what
+    its CPU column is, and its one-sentence headline (unwrapped)."""
     paragraphs = out.split("\n\n")
     at = next(i for i, p in enumerate(paragraphs) if p.startswith("CPU = "))
     lead = paragraphs[0].splitlines()
@@ -165,7 +165,7 @@ def tiny_cpu_trace() -> dict:
     }
 
 
-# The reader's own edits of a script's profiler loop (tests/test_edited_loops.py)
+# The reader's own edits of a script's profiler loop (tests/harness/test_edited_loops.py)
 
 RANGE = "range(args.wait + args.warmup_steps + args.active)"
 STEPS = RANGE[len("range(") : -1]

@@ -1,5 +1,5 @@
 """Run copies of a numbered script with the reader's loop edits (helpers.LOOP_EDITS), one after another in this
-process, and write what each printed and wrote as JSON: how tests/test_edited_loops.py runs 06 under torchrun
+process, and write what each printed and wrote as JSON: how tests/harness/test_edited_loops.py runs 06 under torchrun
 (every rank runs every edit; each rank's results go to `<out>.rank<N>.json`).
 
     python tests/run_edited.py OUT_FOLDER SCRIPT [EDIT ...]      (all edits when none is named)
@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # the repository root: `common`, as pytest has it
 from helpers import LOOP_EDITS, run_edited  # noqa: E402
 
-from common.ddp import exit_rank  # noqa: E402
+from common.workloads.ddp import exit_rank  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import CPU_DTYPE, ROOT, run, usage_error, written
 
-from common.bench import MIN_CALLS, time_unprofiled
+from common.harness.bench import MIN_CALLS, time_unprofiled
 
 
 @pytest.fixture(autouse=True)

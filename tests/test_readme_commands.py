@@ -20,8 +20,8 @@ import pytest
 import torch
 from helpers import ROOT, load_script
 
-from common.diff import main as diff_main
-from common.summary import main as summary_main
+from common.analysis.diff import main as diff_main
+from common.analysis.summary import main as summary_main
 
 README = (ROOT / "README.md").read_text()
 WIDTH = 120
@@ -67,7 +67,8 @@ def call(main, argv: list[str], stdout_to: Path | None = None) -> Result:
 
 
 def words(command: str) -> tuple[str, list[str], Path | None]:
-    """What a command runs (a script stem, `common.summary` or `common.diff`), its argv, and a `> file`."""
+    """What a command runs (a script stem, `common.analysis.summary` or `common.analysis.diff`), its argv, and a `>
+    file`."""
     argv = shlex.split(command)[2:]
     target = None
     if ">" in argv:
@@ -151,4 +152,5 @@ def test_summary_and_diff_command(ran, command):
 
 @pytest.mark.parametrize("command", [c for c in ALL if c.startswith("uvx ") or c == "uv run pytest"])
 def test_network_and_suite_commands_are_left_to_their_own_tests(command):
-    pytest.skip("needs the network and a Hub login (tests/test_share.py)" if "uvx" in command else "the suite itself")
+    network = "needs the network and a Hub login (tests/harness/test_share.py)"
+    pytest.skip(network if "uvx" in command else "the suite itself")

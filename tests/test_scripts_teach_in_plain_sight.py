@@ -88,7 +88,7 @@ def test_the_plumbing_around_the_loop_is_a_few_lines(name):
     plumbing = {
         alias.asname or alias.name
         for node in imports
-        if node.module in ("common.runtime", "common.recording", "common.machine")
+        if node.module in ("common.harness.runtime", "common.harness.recording", "common.harness.machine")
         for alias in node.names
     }
     calls = [

@@ -1,0 +1,3 @@
+"""What a trace says: figures per step, the verdict and its rules, the tables, the summary and the diff
+(no torch).
+"""

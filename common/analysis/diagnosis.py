@@ -1,0 +1,725 @@
+"""What bounds a trace's steps, and what to try: a time budget per step, one verdict, and a profiler expert's rules.
+
+The budget splits each step's span (its ProfilerStep#N on the CPU) into GPU busy (the union over streams), split in
+turn into compute, non-compute (memcpy, memset) and communication not hidden behind compute, and GPU idle, split as
+Holistic Trace Analysis splits it: the GPU waits for the host (the next GPU op was launched after the GPU went
+idle), or a kernel waits on another (launched in time; a gap under KERNEL_WAIT_US is launch latency, a longer one
+a dependency: an event, another stream, a sync). The verdict names the bound from those figures, with the
+thresholds below, and the lever; the rules (Nsight Systems' expert rules, TraceLens' per-op roofline) fire only
+where their evidence is in the trace. Everything comes from the one pass of common.reader.trace; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import operator
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from common.analysis.tables import num
+from common.physics import Peak, find_peak
+from common.reader.naming import kernel_family
+from common.reader.roofline import ShapedOp, op_flops
+from common.reader.trace import COMPILER_LABELS, GpuOp, Step, Trace, no_gc
+from common.units import human_time
+
+# Every threshold of the diagnosis, in one place.
+KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay: 30, compared with the trace's µs timestamps
+IDLE_BOUND = 0.5  # GPU idle this share of the step or more: the step is bound by what keeps the GPU waiting
+EXPOSED_COMM_BOUND = 0.2  # communication no compute hides, this share of the step or more: bound by it
+NON_COMPUTE_BOUND = 0.3  # memcpy/memset this share of GPU busy or more: bound by copies
+SHORT_KERNELS = 0.5  # this share of a step's kernels shorter than their own launch call: the rule fires
+GAP_RULE_IDLE = 0.1  # GPU idle this share of the step or more: the longest gaps are listed
+GAPS_SHOWN = 3
+FIRST_STEP_SLOWER = 3.0  # a first step this many times the median of the others pays for a start-up cost
+FAR_FROM_PEAK = 0.3  # a GEMM or attention op under this share of the device's peak is far from it
+FAR_SHARE = 0.05  # ... and listed when its kernels take this share of GPU busy or more
+OPTIMIZER_IDLE = 0.25  # the optimizer phase holds this share of the GPU idle time: a fused optimizer is the lever
+FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU busy: fusing them is the lever
+COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
+MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused backend, as the trace names it
+SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
+
+
+class Gap(NamedTuple):
+    """A time the GPU ran nothing inside a step, and why: "host" (the next op was not launched yet), "kernel"
+    (launched, a short wait), "other" (launched, waiting on something else). A named tuple: a step has a gap
+    per op or so, and the budget makes them with `_new_gap` in C."""
+
+    start: float
+    end: float
+    kind: str
+    step: int
+    after: GpuOp | None  # the GPU op that ended the gap (None: the step's tail)
+
+    @property
+    def us(self) -> float:
+        return self.end - self.start
+
+
+_new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
+
+
+@dataclass
+class Budget:
+    """One step's time, µs: its span, and how the GPU spent it."""
+
+    span: float
+    busy: float = 0.0  # union over streams of kernel, memcpy and memset
+    compute: float = 0.0  # union of compute kernels (all but communication)
+    non_compute: float = 0.0  # memcpy/memset not under a compute kernel
+    comm: float = 0.0  # union of communication kernels
+    comm_exposed: float = 0.0  # communication while no other GPU work ran
+    host_wait: float = 0.0
+    kernel_wait: float = 0.0
+    other_wait: float = 0.0
+    gaps: list[Gap] = field(default_factory=list)
+    longest_gap: float = 0.0  # the length of the longest of `gaps` (0: none)
+
+    @property
+    def idle(self) -> float:
+        return self.host_wait + self.kernel_wait + self.other_wait
+
+    @property
+    def comm_hidden(self) -> float:
+        return self.comm - self.comm_exposed
+
+    def pct(self, us: float) -> float:
+        return 100.0 * us / self.span if self.span > 0 else 0.0
+
+
+def _start(op: GpuOp) -> float:
+    return op.start
+
+
+def _length(ops: list[GpuOp]) -> float:
+    """How long at least one of `ops` (in start order) runs: a group of overlapping ops adds its span, a lone op
+    its own duration (exact, to the last bit, for back-to-back ops on one stream)."""
+    total, group_start, group_end, single, size = 0.0, 0.0, -math.inf, 0.0, 0
+    for op in ops:
+        start, us = op.start, op.us
+        if size and start < group_end:
+            if start + us > group_end:
+                group_end = start + us
+            size += 1
+            continue
+        if size:
+            total += single if size == 1 else group_end - group_start
+        group_start, group_end, single, size = start, start + us, us, 1
+    return total + (single if size == 1 else group_end - group_start if size else 0.0)
+
+
+def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: bool = True) -> Budget:
+    """The budget of the GPU work `ops` over [start, end]. With `edges`, the time before the first op and after
+    the last counts as waiting for the host (nothing was launched yet, or nothing is left); without, the window
+    is the ops' own (HTA's temporal breakdown: first start to last end). One pass over the ops in start order
+    (a step's are in that order already) finds the union over streams, the union of the kernels and the gaps;
+    communication, rare, takes a second pass."""
+    timed, last = ops, -math.inf
+    for op in ops:  # in start order, none untimed (a step's ops): used as they are
+        begin = op.start
+        if begin is None or begin < last:
+            timed = sorted((op for op in ops if op.start is not None), key=_start)
+            break
+        last = begin
+    out = Budget(end - start)
+    if not timed:
+        out.host_wait = max(0.0, end - start) if edges else 0.0
+        return out
+    gaps = out.gaps
+    busy_until = start if edges else timed[0].start
+    busy = 0.0  # the union of every op, and of the kernels, built group by group as the ops come
+    group_start, single, size = 0.0, 0.0, 0
+    kernels, k_start, k_end, k_single, k_size = 0.0, 0.0, -math.inf, 0.0, 0
+    comm = False
+    host = kernel = other = longest = 0.0
+    for op in timed:
+        begin, us = op.start, op.us
+        stop = begin + us
+        if begin > busy_until:
+            if size:
+                busy += single if size == 1 else busy_until - group_start
+            group_start, single, size = begin, us, 0
+            if begin > start and busy_until < end:  # a gap in the window: classed as HTA classes it
+                gap_start = start if start > busy_until else busy_until  # max(busy_until, start)
+                gap_end = end if end < begin else begin  # min(begin, end)
+                length = gap_end - gap_start
+                launch = op.launch
+                if launch is None or launch[1] > gap_start:
+                    host += length
+                    kind = "host"
+                elif length < KERNEL_WAIT_US:
+                    kernel += length
+                    kind = "kernel"
+                else:
+                    other += length
+                    kind = "other"
+                gaps.append(_new_gap((gap_start, gap_end, kind, number, op)))
+                if length > longest:
+                    longest = length
+        elif size == 0:
+            group_start, single = begin, us
+        size += 1
+        if stop > busy_until:
+            busy_until = stop
+        if op.category == "kernel":
+            if kernel_family(op.name) == "communication":
+                comm = True
+            if k_size and begin < k_end:
+                if stop > k_end:
+                    k_end = stop
+                k_size += 1
+            else:
+                if k_size:
+                    kernels += k_single if k_size == 1 else k_end - k_start
+                k_start, k_end, k_single, k_size = begin, stop, us, 1
+    busy += single if size == 1 else busy_until - group_start
+    kernels += (k_single if k_size == 1 else k_end - k_start) if k_size else 0.0
+    if edges and busy_until < end:  # nothing left to run: the GPU waits for the host's next step
+        gap_start = max(busy_until, start)
+        host += end - gap_start
+        gaps.append(_new_gap((gap_start, end, "host", number, None)))
+        if end - gap_start > longest:
+            longest = end - gap_start
+    out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
+    out.longest_gap = longest
+    if comm:
+        is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
+        others = [op for op, c in zip(timed, is_comm, strict=True) if not c]
+        out.comm = _length([op for op, c in zip(timed, is_comm, strict=True) if c])
+        out.compute = _length([op for op in others if op.category == "kernel"])
+        out.non_compute = _length(others) - out.compute
+        out.comm_exposed = out.busy - out.compute - out.non_compute
+    else:
+        out.compute = kernels
+        out.non_compute = busy - kernels
+    return out
+
+
+def step_budget(step: Step) -> Budget:
+    """The budget of one profiled step over its span."""
+    return budget(step.gpu, step.start_us, step.start_us + step.dur_us, step.number)
+
+
+@dataclass
+class Rule:
+    """One rule that fired: what, its evidence (one line each), and what to try."""
+
+    name: str
+    evidence: list[str]
+    fix: str
+
+
+@dataclass
+class Diagnosis:
+    """A trace's verdict, its median budget, and the rules that fired."""
+
+    bound: str  # "CPU", "GPU", "copies", "communication", "waits", or "—" where the trace cannot tell
+    verdict: str  # one line: the bound, its numbers, its lever
+    budgets: list[Budget]
+    rules: list[Rule]
+    median: Budget | None
+    rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
+
+
+def _median_budget(budgets: list[Budget]) -> Budget | None:
+    if not budgets:
+        return None
+    names = ("span", "busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
+    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names})
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f}%" if value >= 1 else f"{value:.1f}%"
+
+
+# ---- the per-op roofline: FLOPs from record_shapes, joined to kernels by External id ----
+
+
+@dataclass
+class Efficiency:
+    """A kernel name's FLOPs per step and the rate its time gives, against the device's peak."""
+
+    flops: float
+    us: float
+    peak_tflops: float | None
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.us / 1e6 if self.us > 0 else 0.0
+
+    @property
+    def pct_peak(self) -> float | None:
+        return 100.0 * self.tflops / self.peak_tflops if self.peak_tflops else None
+
+
+def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str, str], Efficiency]:
+    """(category, name) -> the FLOPs and time of that kernel's launches whose op has shapes (record_shapes; an op's
+    FLOPs shared among its kernels in proportion to their time), and the peak it is measured against: the
+    datasheet's for the trace's GPU, 16-bit or fp32 by the op's inputs; `peak_tflops` wins."""
+    shapes = trace.shapes
+    if not shapes:
+        return {}
+    groups = []
+    for step in trace.steps:
+        by_op: dict[object, list[GpuOp]] = {}
+        for op in step.gpu:
+            if op.external in shapes and op.category == "kernel":
+                by_op.setdefault(op.external, []).append(op)
+        groups.append(by_op)
+    return _rates(groups, shapes, find_peak(trace.device_name, peak_tflops))
+
+
+def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str, str], Efficiency]:
+    """efficiency's figures from `groups`: per step, External id -> the kernels with that id, in order."""
+    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
+    out: dict[tuple[str, str], Efficiency] = {}
+    for by_op in groups:
+        for ext, kernels in by_op.items():
+            shaped = shapes[ext]
+            flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
+            if not flops:
+                continue
+            total = sum(k.us for k in kernels)
+            for k in kernels:
+                e = out.get((k.category, k.name))
+                if e is None:
+                    e = out[k.category, k.name] = Efficiency(0.0, 0.0, top)
+                e.flops += flops * k.us / total if total > 0 else 0.0
+                e.us += k.us
+    return out
+
+
+def _flops_and_peak(shaped: ShapedOp, peak: Peak | None) -> tuple[float | None, float | None]:
+    top = None if peak is None else peak.tflops_fp32 if shaped.fp32 else peak.tflops_16bit
+    return op_flops(shaped), top or None
+
+
+# ---- the rules ----
+
+
+def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
+    """The step's synchronising calls, less the loop's own end-of-step synchronize (its last sync, where no
+    GPU work was launched after it: `last_launch`, the start of the step's last launch call)."""
+    if not step.syncs:
+        return []
+    syncs = list(step.syncs)
+    device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
+    if syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
+        syncs.pop()
+    return syncs
+
+
+def _op_before(trace: Trace, ts: float) -> str | None:
+    """The cpu_op started last at or before `ts` (the op a runtime call was made in, mostly)."""
+    starts, names = trace.cpu_starts
+    i = bisect.bisect_right(starts, ts)
+    return names[i - 1] if i > 0 else None
+
+
+def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
+    calls: Counter = Counter()
+    inside: Counter = Counter()
+    us = 0.0
+    for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
+        for name, ts, dur, *_ in _in_step_syncs(step, last_launch):
+            calls[name] += 1
+            us += dur
+            op = _op_before(trace, ts)
+            if op is not None and step.start_us <= ts:
+                inside[op] += 1
+    if not calls:
+        return None
+    n = len(trace.steps)
+    listed = ", ".join(f"{name} {num(count / n)}" for name, count in calls.most_common())
+    evidence = [f"per step: {listed}, blocking the CPU {human_time(us / n)} in all"]
+    if inside:
+        ops = ", ".join(f"{name} {num(count / n)}" for name, count in inside.most_common(3))
+        reads = " (a tensor's value read on the CPU)" if any(name in SCALAR_READS for name in inside) else ""
+        evidence.append(f"made inside: {ops}{reads}")
+    return Rule(
+        "host-device sync inside the step",
+        evidence,
+        "keep values on the GPU inside the step (no .item(), .cpu(), .tolist(), print or `if` on a tensor); "
+        "synchronize once, at the step's end",
+    )
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What the rules and the verdict read of every GPU op, gathered in one pass over the steps' ops."""
+
+    shares: dict  # family -> GPU time, over all steps
+    compiled: bool  # torch.compile ran: a Triton kernel, or its labels (a GEMM-only graph calls cuBLAS alone)
+    pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
+    launched: int  # kernels whose launch call is known
+    short: list  # ... of them, those shorter than their launch call
+    last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
+    groups: list  # per step with some: External id (a key of Trace.shapes) -> its kernels, for efficiency's _rates
+
+
+def _scan(trace: Trace) -> _Scan:
+    """The families' shares, compiled kernels and pageable copies from the kernel table's per-name figures; one
+    pass over the ops for what is per op: launches known, kernels shorter than theirs, each step's last launch and
+    the shaped ops' kernels."""
+    shares: dict = {}
+    pageable = []
+    families = set()
+    n = len(trace.steps)
+    for (category, name), use in trace.kernel_uses().items():
+        if category == "kernel":
+            family = kernel_family(name)
+            families.add(family)
+        else:
+            family = category.removeprefix("gpu_")
+            if category == "gpu_memcpy" and "Pageable" in name:
+                pageable.append((name, use.calls * n, use.us * n))
+        shares[family] = shares.get(family, 0) + use.us * n
+    launched, short, last_launch, groups = 0, [], [], []
+    shapes = trace.shapes
+    for step in trace.steps:
+        last = None
+        by_op: dict[object, list[GpuOp]] = {}
+        for op in step.gpu:
+            launch = op.launch
+            kernel = op.category == "kernel"
+            if launch is not None:
+                if last is None or launch[1] > last:
+                    last = launch[1]
+                if kernel:
+                    launched += 1
+                    if op.us < launch[2]:
+                        short.append(op)
+            if kernel and shapes and (ext := op.external) in shapes:
+                by_op.setdefault(ext, []).append(op)
+        last_launch.append(last)
+        if by_op:
+            groups.append(by_op)
+    compiled = "triton" in families or any(name.startswith(COMPILER_LABELS) for name, *_ in trace.labels)
+    return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
+
+
+def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
+    copies = scan.pageable  # (name, calls, µs) over all steps
+    if not copies:
+        return None
+    n = len(trace.steps)
+    kinds = Counter({name: calls for name, calls, _ in copies})
+    listed = ", ".join(f"{name} ×{num(count / n)}" for name, count in kinds.most_common())
+    us = sum(us for _, _, us in copies) / n
+    return Rule(
+        "pageable host copies",
+        [f"per step: {listed}, {human_time(us)} on the GPU"],
+        "allocate the host tensor with pin_memory=True (a DataLoader: pin_memory=True) and copy with non_blocking=True",
+    )
+
+
+def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
+    kernels, short = scan.launched, scan.short
+    if not kernels or len(short) < SHORT_KERNELS * kernels:
+        return None
+    n = len(trace.steps)
+    median_kernel = statistics.median(op.us for op in short)
+    median_launch = statistics.median(op.launch[2] for op in short)
+    return Rule(
+        "kernels shorter than their launch",
+        [
+            f"{num(len(short) / n)} of {num(kernels / n)} kernels per step run for less time than their "
+            f"launch call takes on the CPU (median {human_time(median_kernel)} on the GPU against "
+            f"{human_time(median_launch)} to launch)"
+        ],
+        'fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
+        "or a larger batch",
+    )
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
+    """Phase (a label inside the step label: forward, backward, optimizer) -> the GPU idle time while its span
+    was open on the CPU, over all steps; the key None holds the idle time outside every phase."""
+    idle: Counter = Counter()
+    if not trace.phases:
+        return idle
+    wanted = set(trace.phases)
+    spans = sorted((ts, ts + dur, name) for name, ts, dur, _ in trace.labels if name in wanted)
+    starts = [start for start, _, _ in spans]
+    for b in budgets:
+        for gap in b.gaps:
+            mid = (gap.start + gap.end) / 2
+            i = bisect.bisect_right(starts, mid) - 1
+            idle[spans[i][2] if i >= 0 and mid < spans[i][1] else None] += gap.us
+    return idle
+
+
+def cpu_context(trace: Trace, start: float, end: float) -> str:
+    """What the CPU ran during [start, end]: the innermost record_function label open at its start (on any
+    thread) and the ops it started then, most frequent first."""
+    open_labels = [(ts, name) for name, ts, dur, _ in trace.labels if ts <= start < ts + dur]
+    label = max(open_labels)[1] if open_labels else None
+    starts, names = trace.cpu_starts
+    lo, hi = bisect.bisect_left(starts, start), bisect.bisect_right(starts, end)
+    ops = Counter(names[lo:hi])
+    parts = []
+    if label:
+        parts.append(f"in {_cut(label)!r}")
+    if ops:
+        listed = ", ".join(f"{name} ×{count}" for name, count in ops.most_common(3))
+        parts.append(f"starting {sum(ops.values())} ops ({listed})")
+    elif lo > 0 and names:
+        parts.append(f"inside {names[lo - 1]} (the last op started before it)")
+    return "; ".join(parts) or "nothing the trace recorded"
+
+
+def _gap_line(trace: Trace, gap: Gap) -> str:
+    what = {"host": "waiting for the host", "kernel": "between queued kernels", "other": "a queued op waiting"}
+    before = "the step's end" if gap.after is None else gap.after.name
+    if len(before) > 40:
+        before = before[:39] + "…"
+    return (f"{human_time(gap.us)} in step #{gap.step} ({what[gap.kind]}) before {before}: the CPU was "
+            f"{cpu_context(trace, gap.start, gap.end)}")  # fmt: skip
+
+
+def _longest(budgets: list[Budget], n: int) -> list[Gap]:
+    """The `n` longest gaps of `budgets`, longest first, an earlier one first among equals: what heapq.nlargest
+    gives over all their gaps in order. The budgets are taken in order, keeping the n longest so far; a budget
+    whose own longest gap is no longer than the n-th of them holds none that would enter (an equal one, being
+    later, ranks after it), so its gaps are not looked at: on a trace of like steps, only the first few are."""
+    if n < 1:
+        return []
+    best: list[Gap] = []
+    negated: list[float] = []  # minus their lengths, ascending: bisect_right puts a new gap after its equals
+    for b in budgets:
+        if not b.gaps or (len(best) == n and b.longest_gap <= -negated[-1]):
+            continue
+        for gap in b.gaps:
+            us = gap.end - gap.start
+            if len(best) == n and us <= -negated[-1]:
+                continue
+            i = bisect.bisect_right(negated, -us)
+            negated.insert(i, -us)
+            best.insert(i, gap)
+            if len(best) > n:
+                negated.pop()
+                best.pop()
+    return best
+
+
+def _rule_gaps(trace: Trace, gaps: list[Gap], median: Budget) -> Rule | None:
+    """The longest gaps (`gaps`, longest first) and what the CPU ran in each, where the GPU idles enough."""
+    if median.span <= 0 or median.idle < GAP_RULE_IDLE * median.span or not gaps:
+        return None
+    return Rule(
+        "the longest GPU gaps",
+        [_gap_line(trace, g) for g in gaps],
+        "shorten what the CPU runs there, or take it off the critical path (CUDA graphs, torch.compile, "
+        "a fused optimizer, a DataLoader with workers)",
+    )
+
+
+def _rule_first_step(trace: Trace) -> Rule | None:
+    if len(trace.steps) < 2:
+        return None
+    first, rest = trace.steps[0], trace.steps[1:]
+    usual = statistics.median(s.dur_us for s in rest)
+    if usual <= 0 or first.dur_us < FIRST_STEP_SLOWER * usual:
+        return None
+    compile_labels = {
+        name
+        for name, ts, _, _ in trace.labels
+        if first.start_us <= ts <= first.start_us + first.dur_us and any(word in name for word in COMPILE_WORDS)
+    }
+    extra = trace.extra_calls(first)
+    listed = ", ".join(f"{name} {count}" for name, count in sorted(extra.items(), key=lambda kv: -kv[1])[:3])
+    evidence = [f"step #{first.number} takes {human_time(first.dur_us)}, {first.dur_us / usual:.0f}× the others' "
+                f"median {human_time(usual)}"]  # fmt: skip
+    if listed:
+        evidence.append(f"calls only the first step makes: {listed}")
+    if compile_labels:
+        evidence.append(f"compiler labels in it: {', '.join(sorted(compile_labels)[:3])}")
+    return Rule(
+        "a first step that pays for start-up",
+        evidence,
+        "warm up before measuring (the suite's --warmup, or the schedule's warmup steps), and read the later steps",
+    )
+
+
+def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
+    n = len(trace.steps)
+    far = [
+        (key, e) for key, e in eff.items()
+        if e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us / n >= FAR_SHARE * busy
+    ]  # fmt: skip
+    if not far:
+        return None
+    far.sort(key=lambda kv: -kv[1].us)
+    lines = [
+        f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {kv[1].pct_peak:.0f}% of peak, "
+        f"{100 * kv[1].us / n / busy:.0f}% of GPU busy"
+        for kv in far[:3]
+    ]
+    return Rule(
+        "GEMMs far from peak (from record_shapes)",
+        lines,
+        "give the GEMMs more work per launch (a larger batch, fused projections), dimensions in multiples of 64, "
+        "16-bit inputs",
+    )
+
+
+def _rule_math_attention(trace: Trace) -> Rule | None:
+    calls = trace.per_step(lambda s: s.cpu_ops.get(MATH_ATTENTION, 0)) or 0
+    if not calls or not trace.has_gpu:
+        return None
+    return Rule(
+        "attention on SDPA's math backend",
+        [f"{MATH_ATTENTION} {calls:g} per step: unfused matmuls, softmax and masks"],
+        "let SDPA pick a fused backend (16-bit inputs, a supported head_dim, no explicit mask where is_causal "
+        "does), or pin one with torch.nn.attention.sdpa_kernel",
+    )
+
+
+# ---- the verdict ----
+
+
+def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
+    graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    optimizers = [p for p in trace.phases if "optim" in p.lower()]
+    if graphs and optimizers:  # the phase still launching kernel by kernel, where the others replay graphs
+        name = optimizers[0]
+        launches = trace.per_step(lambda s: s.phase(name).kernel_launches) or 0
+        if launches > (trace.per_step(lambda s: s.phase(name).graph_launches) or 0):
+            return (f"a fused optimizer (AdamW(..., fused=True)): {name!r} still makes {num(launches)} kernel "
+                    "launches per step where the rest replays CUDA graphs")  # fmt: skip
+    if phase is not None:
+        return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
+    if graphs:
+        return "a larger batch: CUDA graphs already launch the work, the GPU still has too little of it"
+    if (trace.per_step(lambda s: s.launches) or 0) <= 1:
+        return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
+                "or capture")  # fmt: skip
+    if compiled:
+        return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
+    return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'
+
+
+def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
+    """The verdict, the per-step budgets and the rules that fire for `trace`. The cyclic garbage collector is
+    paused meanwhile, as while reading: its passes over the trace's millions of objects would cost more than this."""
+    with no_gc():
+        return _diagnose(trace, peak_tflops)
+
+
+def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
+    if not trace.has_gpu:
+        cpu = trace.per_step(lambda s: s.region_us)
+        line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU per step"
+        return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
+    budgets = [step_budget(s) for s in trace.steps]
+    m = _median_budget(budgets)
+    assert m is not None
+    launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
+    longest_gaps = _longest(budgets, GAPS_SHOWN)
+    longest = longest_gaps[0] if longest_gaps else None
+    scan = _scan(trace)
+    eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
+    if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
+        bound = "communication"
+        line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of the {human_time(m.span)} step is "
+                f"communication no compute hides ({_pct(100 * m.comm_hidden / m.comm if m.comm else 0)} of it hidden) "
+                "→ overlap it with the backward (DDP's default), tune bucket_cap_mb, or communicate less "
+                "often")  # fmt: skip
+    elif m.idle >= IDLE_BOUND * m.span:
+        host = m.host_wait >= m.kernel_wait + m.other_wait
+        bound = "CPU" if host else "waits"
+        by_phase = idle_by_phase(trace, budgets)
+        phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
+        n = len(trace.steps)
+        gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
+        ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
+        if ranked:
+            gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in ranked)
+        optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
+        if optimizer < OPTIMIZER_IDLE * m.idle * n:
+            phase = None
+        if host:
+            line = (f"bound by the CPU: GPU idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step "
+                    f"({_pct(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
+                    f"launch{'' if launches == 1 else 'es'}{gap} "
+                    f"→ try {_cpu_lever(trace, phase, scan.compiled)}")  # fmt: skip
+        else:
+            line = (f"bound by waits on the GPU: idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step, "
+                    f"{_pct(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
+                    f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
+    elif m.busy and m.non_compute >= NON_COMPUTE_BOUND * m.busy:
+        bound = "copies"
+        line = (f"bound by copies: memcpy/memset {_pct(100 * m.non_compute / m.busy)} of GPU busy "
+                f"({human_time(m.non_compute)} of {human_time(m.busy)}) → pinned memory, fewer host-device copies, "
+                "in-place ops instead of copies")  # fmt: skip
+    else:
+        bound = "GPU"
+        shares = Counter(scan.shares)
+        total = sum(shares.values()) or 1.0
+        family, us = max(shares.items(), key=lambda kv: kv[1])
+        line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of the {human_time(m.span)} step; {family} "
+                f"{_pct(100 * us / total)} of it")  # fmt: skip
+        gemm = list(eff.values())
+        if gemm and all(e.peak_tflops for e in gemm):
+            flops, time_us = sum(e.flops for e in gemm), sum(e.us for e in gemm)
+            peak = sum(e.peak_tflops * e.us for e in gemm) / time_us
+            line += f"; GEMM and attention kernels at {100 * flops / time_us / 1e6 / peak:.0f}% of peak"
+        fusable = sum(shares[f] for f in ("pointwise", "reduce", "softmax")) / total
+        if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
+            line += " → a fused attention backend (SDPA flash/efficient/cudnn)"
+        elif fusable >= FUSABLE_SHARE:
+            line += f" → torch.compile to fuse the pointwise/reduce kernels ({_pct(100 * fusable)} of GPU busy)"
+        else:
+            line += " → less work per step (lower precision, fewer FLOPs); launches no longer matter"
+    rules = [
+        r
+        for r in (
+            _rule_syncs(trace, scan),
+            _rule_pageable(trace, scan),
+            _rule_short_kernels(trace, scan),
+            _rule_gaps(trace, longest_gaps, m),
+            _rule_first_step(trace),
+            _rule_far_from_peak(trace, eff, m.busy),
+            _rule_math_attention(trace),
+        )
+        if r is not None
+    ]
+    return Diagnosis(bound, line, budgets, rules, m, eff)
+
+
+def budget_line(b: Budget) -> str:
+    """The median step's budget in one line: span, GPU busy and its parts, GPU idle and its parts."""
+    line = (f"budget of the median step: span {human_time(b.span)} = GPU busy {_pct(b.pct(b.busy))} (compute "
+            f"{_pct(b.pct(b.compute))}, memcpy/memset {_pct(b.pct(b.non_compute))}")  # fmt: skip
+    if b.comm:
+        line += f", communication exposed {_pct(b.pct(b.comm_exposed))} with {_pct(b.pct(b.comm_hidden))} more hidden"
+    return line + (f") + idle {_pct(b.pct(b.idle))} (waiting for the host {_pct(b.pct(b.host_wait))}, kernels "
+                   f"waiting {_pct(b.pct(b.kernel_wait + b.other_wait))})")  # fmt: skip
+
+
+def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
+    """The verdict, the median step's budget, then each rule that fired: its name and fix, with its evidence
+    under `explain`."""
+    lines = [f"verdict: {diagnosis.verdict}"]
+    if diagnosis.median is not None:
+        lines.append(f"  {budget_line(diagnosis.median)}")
+    for rule in diagnosis.rules:
+        lines.append(f"  rule: {rule.name} → {rule.fix}")
+        if explain:
+            lines += [f"    {line}" for line in rule.evidence]
+    return lines
+
+
+def bound_lines(a: Diagnosis, b: Diagnosis) -> list[str]:
+    """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict."""
+    head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
+    return [head, f"A: {a.verdict}", f"B: {b.verdict}"]

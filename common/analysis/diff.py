@@ -1,0 +1,363 @@
+"""What changed between two traces: the posts' method (04_a vs 04_b, math vs flash, eager vs compiled) in one command.
+
+Usage:
+    uv run python -m common.diff traces/04_a_naive_attention/<tag>.json traces/04_b_inplace_ops_attention/<tag>.json
+    uv run python -m common.diff A.json B.json --markdown
+
+Leads with what bounds each trace (common.analysis.diagnosis: "bound: CPU → GPU" and each verdict), then compares trace
+A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
+time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
+the totals, the kernels added, removed or changed, the CPU ops added or removed, and the runtime calls whose
+counts changed. Kernels are paired by their exact name first; then, within a family, by their short name, the
+instantiations of one template chosen among by their calls and time; then by a close name, so an A100 and an
+H200 trace of one script pair their GEMMs. A copy pairs only with a copy the same way (never DtoH with DtoD),
+and the headline calls a kernel whose template runs in both traces "one instantiation of", never gone or new.
+Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one
+larger than 64 MiB is refused, naming the byte where it starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import itertools
+import math
+import re
+import textwrap
+from pathlib import Path
+
+from common import interrupts
+from common.analysis.diagnosis import bound_lines, diagnose
+from common.analysis.figures import Row, launch_line, summarize
+from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
+from common.files import not_a_file
+from common.reader.naming import short_name
+from common.reader.trace import GpuOp, KernelUse, Trace, read_trace
+from common.units import human_time
+
+CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
+ASSIGN_EXACTLY = 7  # instantiations of one template on the shorter side up to which every pairing is tried
+_COPY = re.compile(r"Memcpy (\w+)")
+
+
+def _short(op: GpuOp) -> str:
+    return short_name(op.name, 200)
+
+
+def _direction(op: GpuOp) -> str | None:
+    """A copy's direction (`HtoD`, `DtoH`, `DtoD`, `PtoP`, ...) from its name; None for anything else."""
+    found = _COPY.match(op.name) if op.category == "gpu_memcpy" else None
+    return found.group(1) if found else None
+
+
+def _may_pair(u: KernelUse, v: KernelUse) -> bool:
+    """Two uses that may be the same work: a copy only with a copy the same way."""
+    return _direction(u.op) == _direction(v.op)
+
+
+def _cost(u: KernelUse, v: KernelUse) -> float:
+    """How unlike two uses are: the relative differences of their calls and of their time per step, added."""
+
+    def apart(x: float, y: float) -> float:
+        return abs(x - y) / max(abs(x), abs(y), 1e-9)
+
+    return apart(u.calls, v.calls) + apart(u.us, v.us)
+
+
+def _assign(left: list[KernelUse], right: list[KernelUse]) -> list[tuple[int, int]]:
+    """Pairs (i, j) of `left` and `right`, as many as the shorter side has, of the least total _cost: every
+    assignment tried where the shorter side has up to ASSIGN_EXACTLY, else the cheapest pair first, then the next."""
+    flip = len(left) > len(right)
+    short, long = (right, left) if flip else (left, right)
+    cost = [[_cost(a, b) for b in long] for a in short]
+    if len(short) <= ASSIGN_EXACTLY and math.perm(len(long), len(short)) <= 50_000:
+        best = min(
+            itertools.permutations(range(len(long)), len(short)),
+            key=lambda cols: sum(cost[i][j] for i, j in enumerate(cols)),
+        )
+        pairs = list(enumerate(best))
+    else:
+        pairs, used_i, used_j = [], set(), set()
+        for _, i, j in sorted((cost[i][j], i, j) for i in range(len(short)) for j in range(len(long))):
+            if i not in used_i and j not in used_j:
+                pairs.append((i, j))
+                used_i.add(i)
+                used_j.add(j)
+    return [(j, i) for i, j in pairs] if flip else pairs
+
+
+def match_kernels(
+    a: dict[tuple[str, str], KernelUse], b: dict[tuple[str, str], KernelUse]
+) -> list[tuple[KernelUse | None, KernelUse | None]]:
+    """Pairs (A's use, B's use) of the same kernel; (x, None) is removed, (None, y) added.
+
+    The exact name first; then, within a family, the same short name, the instantiations of one template chosen
+    among by their calls and time (the pairs of least total difference); then the closest name (difflib ratio >=
+    CLOSE_NAME); a family left with one kernel on each side pairs them too (the same job, another build or GPU).
+    A copy pairs only with a copy the same way (never DtoH with DtoD)."""
+    pairs: list[tuple[KernelUse | None, KernelUse | None]] = [(a[k], b[k]) for k in a if k in b]
+    families = {u.op.family for u in (*a.values(), *b.values())}
+    for family in sorted(families):
+        left = [u for k, u in a.items() if k not in b and u.op.family == family]
+        right = [v for k, v in b.items() if k not in a and v.op.family == family]
+        for name in dict.fromkeys(_short(u.op) for u in left):
+            mine = [u for u in left if _short(u.op) == name]
+            theirs = [v for v in right if _short(v.op) == name and _may_pair(mine[0], v)]
+            if not theirs:
+                continue
+            for i, j in _assign(mine, theirs):
+                pairs.append((mine[i], theirs[j]))
+                left.remove(mine[i])
+                right.remove(theirs[j])
+        scored = sorted(
+            ((difflib.SequenceMatcher(None, _short(u.op), _short(v.op)).ratio(), i, j) for i, u in enumerate(left)
+             for j, v in enumerate(right) if _may_pair(u, v)),
+            reverse=True,
+        )  # fmt: skip
+        used_l, used_r = set(), set()
+        for ratio, i, j in scored:
+            if ratio >= CLOSE_NAME and i not in used_l and j not in used_r:
+                pairs.append((left[i], right[j]))
+                used_l.add(i)
+                used_r.add(j)
+        left = [u for i, u in enumerate(left) if i not in used_l]
+        right = [v for j, v in enumerate(right) if j not in used_r]
+        if len(left) == 1 and len(right) == 1 and family != "other" and _may_pair(left[0], right[0]):
+            pairs.append((left[0], right[0]))
+        else:
+            pairs += [(u, None) for u in left] + [(None, v) for v in right]
+    return pairs
+
+
+OF_DELTA = "(of |Δ|: each row's share of the gross change, the sum of every row's |Δ|; Δ's sign says which way)"
+
+
+def _signed(value: float, digits: int = 3) -> str:
+    text = num(abs(value), digits)
+    return ("−" if value < 0 else "+") + text if value else "0"
+
+
+def _signed_time(us: float) -> str:
+    """A change of time with its sign: '+1.2 ms', '−3.40 µs', '0'."""
+    return ("−" if us < 0 else "+") + human_time(abs(us)) if us else "0"
+
+
+def _listed(uses: list[KernelUse], kept: set[str], limit: int = 2) -> str:
+    """'Memcpy DtoD (128 µs)', the largest first, with a count of the rest; a kernel whose short name is in `kept`
+    (the other trace runs another instantiation of its template) is 'one instantiation of ...', never gone or new."""
+
+    def named(u: KernelUse) -> str:
+        again = u.op.category == "kernel" and _short(u.op) in kept
+        return ("one instantiation of " if again else "") + short_name(u.op.name, 70)
+
+    shown = ", ".join(f"{named(u)} ({human_time(u.us)})" for u in uses[:limit])
+    return shown + (f" and {len(uses) - limit} more" if len(uses) > limit else "")
+
+
+def _ops(names: list[str], ops: dict[str, float], limit: int = 3) -> str:
+    """The ops a reader looks for first (aten::), the most called first."""
+    ranked = sorted(names, key=lambda n: (not n.startswith("aten::"), -ops[n], n))
+    shown = ", ".join(printable(n, newlines=False) for n in ranked[:limit])
+    return shown + (" and more" if len(ranked) > limit else "")
+
+
+def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
+    """One sentence: what GPU work went or came (the largest first), the GPU time that makes, the kernel count,
+    and the CPU ops that went or came."""
+    in_a = {_short(u.op) for u, _ in pairs if u}
+    in_b = {_short(v.op) for _, v in pairs if v}
+    removed = sorted((u for u, v in pairs if v is None), key=lambda u: -u.us)
+    added = sorted((v for u, v in pairs if u is None), key=lambda v: -v.us)
+    parts = []
+    swapped = [(u, v) for u, v in pairs if u and v and _short(u.op) != _short(v.op)]
+    if swapped:
+        u, v = max(swapped, key=lambda p: abs(p[1].us - p[0].us))
+        if abs(v.us - u.us) >= max([w.us for w in removed + added], default=0.0):
+            parts.append(
+                f"{short_name(u.op.name, 50)} → {short_name(v.op.name, 70)} ({human_time(u.us)} → {human_time(v.us)})"
+            )
+    if removed:
+        parts.append(f"gone: {_listed(removed, in_b)}")
+    if added:
+        parts.append(f"new: {_listed(added, in_a)}")
+    if not parts:
+        changed = sorted(((u, v) for u, v in pairs if u and v), key=lambda p: -abs(p[1].us - p[0].us))
+        if changed:
+            u, v = changed[0]
+            parts.append(f"the same GPU work; {short_name(u.op.name, 40)} {_signed_time(v.us - u.us)} per step")
+    if ta.kernels is not None and tb.kernels is not None and ta.kernels != tb.kernels:
+        parts.append(f"{num(ta.kernels)} kernels per step → {num(tb.kernels)}")
+    if ta.gpu_us and tb.gpu_us is not None:
+        pct = _signed(100 * (tb.gpu_us / ta.gpu_us - 1), 2)
+        parts.append(f"GPU busy {human_time(ta.gpu_us)} → {human_time(tb.gpu_us)} per step ({pct}%)")
+    elif ta.cpu_us and tb.cpu_us is not None:
+        parts.append(f"CPU {human_time(ta.cpu_us)} → {human_time(tb.cpu_us)} per step")
+    gone = [n for n in ops_a if ops_a[n] and not ops_b.get(n)]
+    new = [n for n in ops_b if ops_b[n] and not ops_a.get(n)]
+    if gone:
+        parts.append(f"{_ops(gone, ops_a)} gone from the CPU side")
+    if new:
+        parts.append(f"{_ops(new, ops_b)} new on the CPU side")
+    sentence = "; ".join(parts)
+    if not parts:
+        return "No difference in GPU work, CPU ops or time."
+    return (sentence[0].upper() + sentence[1:] if sentence.startswith(("gone", "new", "the")) else sentence) + "."
+
+
+def comparability(a: Trace, b: Trace) -> list[str]:
+    """Notes on what differs beyond the variant: the script, the work (FLOPs), the GPU."""
+    notes = []
+    sa, sb = a.meta.get("script"), b.meta.get("script")
+    if sa and sb and sa != sb:
+        notes.append(f"different scripts ({sa} vs {sb})")
+    fa, fb = a.meta.get("flops"), b.meta.get("flops")
+    if isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa != fb:
+        notes.append(f"different work ({fa / 1e9:.4g} vs {fb / 1e9:.4g} GFLOP per step: other shapes)")
+    if a.device_name != b.device_name:
+        notes.append(f"different devices ({a.device_name} vs {b.device_name}): kernels matched by family and name")
+    return notes
+
+
+def phase_diff(a: Trace, b: Trace, markdown: bool = False) -> str:
+    """A row per phase of A or B: CPU time, GPU busy time and launches (kernel + graph) per step, A then B; the
+    dash where a trace has no such phase, no GPU lane (a CPU trace) or, for GPU busy, no GPU activity."""
+    cells = []
+    for name in dict.fromkeys([*a.phases, *b.phases]):
+
+        def median(trace: Trace, value, needs, name=name) -> float | None:
+            return trace.per_step(lambda s: value(s.phase(name))) if name in trace.phases and needs(trace) else None
+
+        row = [name]
+        for value, needs, shown in (
+            (lambda p: p.cpu_us, lambda t: True, human_time),
+            (lambda p: p.gpu_busy_us, lambda t: t.has_gpu and t.gpu_activity, human_time),
+            (lambda p: p.launches, lambda t: t.has_gpu, num),
+        ):
+            row += [shown(median(a, value, needs)), shown(median(b, value, needs))]
+        cells.append(row)
+    headers = ["phase", "A CPU", "B CPU", "A GPU busy", "B GPU busy", "A launches", "B launches"]
+    return table(headers, cells, {"phase"}, markdown)
+
+
+def render(a: Trace, b: Trace, markdown: bool = False) -> str:
+    """The whole diff, as text or Markdown."""
+    heading = (lambda s: f"### {s}") if markdown else (lambda s: s)  # noqa: E731
+    gap = [""] if markdown else []
+    title = f"diff: A = {a.name} → B = {b.name}"
+    out = [heading(title)] if markdown or len(title) <= TEXT_WIDTH else [f"diff: A = {a.name}", f"    → B = {b.name}"]
+    if a.path.resolve() == b.path.resolve():
+        return "\n".join([*out, "", "No difference: A and B are the same trace file."])
+    bound = bound_lines(diagnose(a), diagnose(b))  # what the diff leads with: the bound before and after
+    out += [
+        *gap,
+        *(
+            bound
+            if markdown
+            else [w for line in bound for w in textwrap.wrap(line, TEXT_WIDTH, subsequent_indent="   ")]
+        ),
+    ]
+    notes = comparability(a, b)
+    cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
+    out += ["", cpu, *(f"note: {n}; compared anyway" for n in notes)]
+    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    ta, tb = summarize(a), summarize(b)
+    ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
+    pairs = match_kernels(a.kernel_uses(), b.kernel_uses())
+    line = headline(pairs, ta, tb, ops_a, ops_b)
+    out += ["", *([line] if markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
+
+    rows = []
+    for label, x, y, digits in (
+        ("GPU busy", ta.gpu_us, tb.gpu_us, 0), ("CPU", ta.cpu_us, tb.cpu_us, 0),
+        ("kernels", ta.kernels, tb.kernels, 3), ("launches", ta.launches, tb.launches, 3),
+        *([("graph launches", ta.graph_launches, tb.graph_launches, 3)] if ta.graph_launches or tb.graph_launches
+          else []),
+        ("memcpy", ta.calls["memcpy"], tb.calls["memcpy"], 3), ("memset", ta.calls["memset"], tb.calls["memset"], 3),
+        ("TFLOP/s", ta.tflops, tb.tflops, 3), ("peak MB", ta.peak_mb, tb.peak_mb, 4),
+    ):  # fmt: skip
+        if x is None and y is None:
+            continue
+        shown, signed = (human_time, _signed_time) if digits == 0 else (lambda v, d=digits: num(v, d), _signed)
+        delta = signed(y - x) if x is not None and y is not None else DASH
+        pct = _signed(100 * (y / x - 1), 2) + "%" if x and y is not None else DASH
+        rows.append([label, shown(x), shown(y), delta, pct])
+    out += ["", heading("Totals per step (medians)"), *gap, table(["", "A", "B", "Δ", "Δ%"], rows, {""}, markdown)]
+    out += [f"{side}: per step, {line}" for side, row in (("A", ta), ("B", tb)) if (line := launch_line(row))]
+    if a.phases or b.phases:
+        out += ["", heading("Phases per step (medians)"), *gap, phase_diff(a, b, markdown)]
+
+    gross = sum(abs((v.us if v else 0.0) - (u.us if u else 0.0)) for u, v in pairs) or 1.0
+
+    def delta_us(pair) -> float:
+        u, v = pair
+        return (v.us if v else 0.0) - (u.us if u else 0.0)
+
+    kernel_rows = []
+    for u, v in sorted(pairs, key=lambda p: -abs(delta_us(p))):
+        if u and v and u.calls == v.calls and abs(v.us - u.us) < 0.05 * max(u.us, 0.1) and _short(u.op) == _short(v.op):
+            continue  # unchanged
+        what = "removed" if v is None else "added" if u is None else "changed"
+        d = delta_us((u, v))
+        name = _short((v or u).op) if u is None or v is None or _short(u.op) == _short(v.op) else (
+            f"{_short(u.op)} → {_short(v.op)}")  # fmt: skip
+        kernel_rows.append([
+            what, (u or v).op.family, num(u.calls) if u else "0", num(v.calls) if v else "0",
+            human_time(u.us) if u else "0", human_time(v.us) if v else "0", _signed_time(d),
+            f"{100 * abs(d) / gross:.0f}%", short_name(name, 90) if u is None or v is None else name,
+        ])  # fmt: skip
+    if kernel_rows:
+        headers = ["", "family", "A calls", "B calls", "A", "B", "Δ", "of |Δ|", "kernel"]
+        if not markdown:  # the kernel names take what is left of TEXT_WIDTH
+            kernel_rows = fit_last_column(headers, kernel_rows)
+        out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
+        out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
+        out.append(OF_DELTA)
+    elif (a.has_gpu and a.gpu_activity) or (b.has_gpu and b.gpu_activity):
+        out += ["", "GPU work: the same kernels, within 5% of their time."]
+
+    op_rows = [[("removed" if not ops_b.get(n) else "added" if not ops_a.get(n) else "changed"), n,
+                num(ops_a.get(n, 0)), num(ops_b.get(n, 0))]
+               for n in sorted(set(ops_a) | set(ops_b)) if ops_a.get(n, 0) != ops_b.get(n, 0)]  # fmt: skip
+    if op_rows:
+        op_rows.sort(key=lambda r: ({"removed": 0, "added": 1, "changed": 2}[r[0]], r[1]))
+        out += ["", heading("CPU ops whose calls per step changed"), *gap]
+        out.append(table(["", "op", "A calls", "B calls"], op_rows, {"", "op"}, markdown))
+
+    calls_a, calls_b = a.typical_calls, b.typical_calls
+    call_rows = [[n, num(calls_a.get(n, 0)), num(calls_b.get(n, 0)), _signed(calls_b.get(n, 0) - calls_a.get(n, 0))]
+                 for n in sorted(set(calls_a) | set(calls_b)) if calls_a.get(n, 0) != calls_b.get(n, 0)]  # fmt: skip
+    if call_rows:
+        out += ["", heading("Runtime and driver calls whose count per step changed"), *gap]
+        out.append(table(["call", "A", "B", "Δ"], call_rows, {"call"}, markdown))
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(__doc__, prog="python -m common.diff")
+    parser.add_argument("a", type=Path, metavar="A", help="the trace to compare from (.json or .json.gz)")
+    parser.add_argument("b", type=Path, metavar="B", help="the trace to compare to")
+    parser.add_argument("--markdown", action="store_true", help="Markdown instead of plain text (default: off)")
+    parser.add_argument("--region", metavar="NAME", help=REGION_HELP)
+    return parser.parse_args(argv)
+
+
+@cli
+def main(argv: list[str] | None = None) -> int:
+    """Print the diff of two traces; 0 on success, 2 on bad input."""
+    args = parse_args(argv)
+    interrupts.install()  # a signal: one `interrupted` line and its exit code, a second one at once
+    for path in (args.a, args.b):
+        why = not_a_file(path, missing="no such trace file")
+        if why:
+            raise SuiteError(f"{path}: {why}")
+    try:
+        a, b = read_trace(args.a, args.region), read_trace(args.b, args.region)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
+    print(printable(render(a, b, args.markdown)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""One trace's figures per profiled step, as the summary's row and the diff's totals: medians over the steps,
+and the rates the script's recorded FLOPs and bytes give. No printing: the commands print these."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from common.analysis.tables import num
+from common.physics import Work, achieved, find_peak
+from common.reader.trace import Trace
+
+CALLS = {  # --wide column -> runtime/driver call name prefix
+    "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
+}
+LAUNCH_COLUMNS = ("cudaLaunchKernel", "cuLaunchKernelEx")  # --wide's launch columns on any GPU trace; others as seen
+
+
+@dataclass
+class Row:
+    """One trace's figures per profiled step (medians); None where the trace cannot give one."""
+
+    name: str
+    steps: int
+    kernels: float | None
+    gpu_us: float | None
+    cpu_us: float | None
+    launches: float | None  # kernel launches (runtime and driver)
+    calls: dict[str, float | None]  # CALLS column -> count, then memcpy and memset
+    launch_apis: dict[str, float] = field(default_factory=dict)  # launch API -> its share of `launches`
+    peak_mb: float | None = None  # GPU memory a step holds at its peak above its inputs (None: not measured)
+    on: str | None = None  # "GPU" or "CPU": which time the rates below divide by
+    tflops: float | None = None
+    gbps: float | None = None
+    pct_flops: float | None = None
+    pct_bytes: float | None = None
+    gpu_ratio: float | None = None  # this trace's GPU time / the baseline's
+    cpu_ratio: float | None = None
+    ratio: float | None = None  # the ×base shown: the GPU ratio, the CPU ratio where this trace or the baseline is CPU
+    graph_launches: float | None = None  # CUDA graph launches, each replaying many kernels
+    gpu_lane: bool = False  # the trace has GPU launches or GPU work (its GPU figures may still be None)
+
+
+def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float | None = None) -> Row:
+    """One table row for `trace`: per-step medians, and the rates its `suite` FLOPs/bytes give. GPU figures are
+    None on a CPU trace, and on a trace with launches but no GPU activity (kernels, GPU busy, memcpy, memset)."""
+    gpu = trace.has_gpu
+
+    def median(value):
+        return trace.per_step(value) if gpu else None
+
+    def on_gpu(value):  # a figure of the GPU's own events
+        return median(value) if trace.gpu_activity else None
+
+    calls = {col: median(lambda s, p=prefix: s.calls(p)) for col, prefix in CALLS.items()}
+    calls["memcpy"] = on_gpu(lambda s: len(s.memcpy))
+    calls["memset"] = on_gpu(lambda s: len(s.memset))
+    row = Row(
+        trace.name,
+        len(trace.steps),
+        kernels=on_gpu(lambda s: len(s.kernels)),
+        gpu_us=on_gpu(lambda s: s.gpu_busy_us),
+        cpu_us=trace.per_step(lambda s: s.region_us),
+        launches=median(lambda s: s.launches),
+        calls=calls,
+        launch_apis=median_launch_apis(trace) if gpu else {},
+        graph_launches=median(lambda s: s.graph_launches),
+        gpu_lane=gpu,
+    )
+    memory = trace.meta.get("memory")
+    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), (int, float)):
+        row.peak_mb = memory["peak_bytes"] / 1e6
+    us, on = trace.step_time_us()
+    flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
+    if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
+        peak = find_peak(trace.device_name, peak_tflops, peak_gbps) if gpu else None
+        got = achieved(Work(flops, nbytes), us * 1e-6, peak, str(trace.meta.get("dtype", "bf16")))
+        row.on, row.tflops, row.gbps = on, got.tflops, got.gbps
+        row.pct_flops, row.pct_bytes = got.pct_flops, got.pct_bytes
+    return row
+
+
+def median_launch_apis(trace: Trace) -> dict[str, float]:
+    """Launch API -> launches per step, in the step whose launch count is the median (the mean of the two middle
+    steps for an even count), so the APIs add up to the median of `launches` exactly."""
+    ranked = sorted(trace.steps, key=lambda s: s.launches)
+    middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
+    apis = sum((s.launch_apis() for s in middle), Counter())
+    return {api: n / len(middle) for api, n in apis.items()}
+
+
+def with_ratios(rows: list[Row], baseline: Row) -> list[Row]:
+    """`rows` with GPU and CPU time ratios against `baseline` (None where either time is missing), and the one
+    ×base shows: GPU time against GPU time, CPU time where the row or the baseline has no GPU lane."""
+    for row in rows:
+        row.gpu_ratio = row.gpu_us / baseline.gpu_us if row.gpu_us is not None and baseline.gpu_us else None
+        row.cpu_ratio = row.cpu_us / baseline.cpu_us if row.cpu_us is not None and baseline.cpu_us else None
+        row.ratio = row.gpu_ratio if row.gpu_lane and baseline.gpu_us else row.cpu_ratio
+    return rows
+
+
+def launch_line(row: Row) -> str | None:
+    """'10 kernel launches + 2 graph launches → 39 kernels' per step, for a row with graph launches; else None."""
+    if not row.graph_launches or row.launches is None or row.kernels is None:
+        return None
+
+    def counted(n: float, what: str) -> str:
+        return f"{num(n)} {what}" + ("" if n == 1 else "es" if what.endswith("h") else "s")
+
+    graphs = counted(row.graph_launches, "graph launch")
+    return f"{counted(row.launches, 'kernel launch')} + {graphs} → {counted(row.kernels, 'kernel')}"

@@ -1,0 +1,213 @@
+"""The suite's lines around a script's torch.profiler loop: the guard before it and the tail after it.
+
+    with recording(run, tag, work) as rec:                 # memory watch, files written all or none
+        with profile(..., on_trace_ready=rec.save) as prof:
+            ...                                            # the loop, in torch's own words
+    return finish(rec, guess(...), out, expected, step=lambda: fn(x))
+
+The loop is the truth: `rec.save` reads the schedule, the options and the label from the profile object it is
+handed (common.harness.loop), never from the flags, so an edited loop runs as edited. Give `on_trace_ready` a handler
+of your own (`torch.profiler.tensorboard_trace_handler(dir)`) and the loop runs on plain torch: the suite then
+checks the output and says in one line that it has no trace to report on. Ctrl-C is handled process-wide by
+`common.interrupts` (installed by `setup`), so nothing of the suite is needed inside the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from common.cli import SuiteError, on_exit
+from common.harness.bench import time_unprofiled
+from common.harness.checks import check_close
+from common.harness.estimate import Progress, estimate, estimate_lines, progress, progress_after
+from common.harness.export import TraceFiles
+from common.harness.guess import Expect, check_guess
+from common.harness.loop import (
+    Schedule,
+    describe_loop,
+    options_tag_part,
+    read_label,
+    read_options,
+    read_schedule,
+    recorded_steps,
+)
+from common.harness.memory import MemoryWatch
+from common.harness.report import exit_code, print_files, print_report, print_unprofiled
+from common.harness.runtime import Run
+from common.interrupts import atomic
+from common.physics import Work
+from common.reader.trace import read_trace
+from common.units import human_time
+
+WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
+
+
+class Recording:
+    """One profiled run: its files (one set per profiler cycle), its memory watch, and the writer torch.profiler
+    calls."""
+
+    def __init__(self, run: Run, tag: str, work: Work, meta: dict | None = None) -> None:
+        self.run, self.tag, self.work, self.meta = run, tag, work, meta or {}
+        self.cycles: list[TraceFiles] = []  # what each save wrote: the first is the one reported on
+        self.loop = ""  # what the profiler ran, read back from it by the first save (common.harness.loop)
+        self.schedule: Schedule | None = None
+        self.recorded = 0
+        self.watch = MemoryWatch(run.device, snapshot=run.memory)
+        self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
+        self.estimate_s: float | None = None  # the run's estimate (common.harness.estimate), None for a small run
+        self.checked = False  # the output matched the reference: the files are kept from here on
+        self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
+
+    @property
+    def files(self) -> TraceFiles | None:
+        """The first cycle's files, the ones the report reads; None until rec.save has written them."""
+        return self.cycles[0] if self.cycles else None
+
+    def keep(self) -> None:
+        """The output is checked: rename its files into place (replacing an earlier run's), and from that
+        moment they stay, whatever happens next (an interrupt while printing, another rank failing)."""
+        with atomic():
+            for files in self.cycles:
+                files.commit()
+            self.checked = True
+
+    def discard(self) -> None:
+        """Remove every temporary written (an earlier run's files under the final names stay as they were)."""
+        for files in self.cycles:
+            files.discard()
+
+    def discard_unchecked(self) -> None:
+        """When the run ends (common.cli) before its output was checked, remove its temporaries."""
+        if not self.checked:
+            self.discard()
+
+    def warm_up(self, step: Callable[[], object]) -> None:
+        """Call `step` WARMUP_CALLS times before profiling (--warmup) and print what the first call cost.
+
+        The first call pays for compilation (--compile), cuBLAS set-up and the allocator; the trace of a
+        warm run shows none of that, and neither do the memory figures (the watch restarts after).
+        """
+        if self.progress:
+            self.progress.what = "warm-up"
+        start = time.perf_counter()
+        step()
+        self._sync()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS - 1):
+            step()
+        self._sync()
+        rest = (time.perf_counter() - start) / (WARMUP_CALLS - 1)
+        what = "compile + first call" if self.run.compiled else "first call"
+        print(f"warm-up: {what} {human_time(first * 1e6)} wall, then {WARMUP_CALLS - 1} more at "
+              f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
+        if self.progress:
+            self.progress.what = progress_what(self.work)
+        self.watch.start()
+
+    def _sync(self) -> None:
+        if self.run.on_gpu:
+            torch.cuda.synchronize(self.run.device)
+
+    def save(self, prof: torch.profiler.profile) -> None:
+        """`on_trace_ready`: write the cycle's trace and table, named and labelled as the profiler ran them.
+
+        torch.profiler calls it at the end of each cycle of its schedule, and once more when the loop stops
+        while recording. Stopped by Ctrl-C or an error, nothing is written (a trace with missing steps would
+        read as whole): the exception on its way out through the profile block says so. A second cycle
+        (`repeat=2`) goes to `<tag>_cycle2.*`, beside the first.
+        """
+        if sys.exc_info()[0] is not None:
+            return
+        schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
+        first = not self.cycles
+        if first:
+            self.schedule, self.recorded = schedule, recorded
+            self.loop = describe_loop(schedule, read_options(prof), label, recorded)
+        part = schedule.tag_part() if schedule else "custom" if prof.record_steps else "noschedule"
+        options = options_tag_part(read_options(prof))  # profile_memory=True: `memory`, and so on
+        tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
+        meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
+        files = TraceFiles(self.run, tag, label, self.work, meta)
+        memory = self.watch.stop(prof.step_num) if first else None
+        files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
+        self.cycles.append(files)
+
+
+def progress_what(work: Work) -> str:
+    """What a progress line says the run is doing: its profiled steps, then the reference where it has one to
+    compute (05 and 06 have none: 05 makes it before the estimate, 06 checks against rank 0's weights)."""
+    return "profiled steps, then the reference" if work.has_reference else "profiled steps"
+
+
+@contextlib.contextmanager
+def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
+    """The guard around a script's profiler block: the run's estimate before it starts (common.harness.estimate;
+    printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
+    memory watch over the steps, and no file of this run under a final name if anything in the block fails or
+    is interrupted (an earlier run's files stay as they were). `meta`: more entries for the trace's `suite`
+    metadata (a rank, say)."""
+    rec = Recording(run, tag, work, meta)
+    on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
+    estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
+    for line in estimate_lines(run, work, estimated):
+        print(line)
+    rec.watch.start()
+    try:
+        seconds = rec.estimate_s = estimated.seconds if estimated else None
+        with progress(progress_what(work), seconds, progress_after(seconds)) as rec.progress:
+            yield rec
+    except BaseException:
+        rec.discard()
+        raise
+    finally:
+        rec.progress = None
+        rec.watch.close()
+
+
+def finish(
+    rec: Recording,
+    guess: list[Expect],
+    output: torch.Tensor,
+    expected: torch.Tensor,
+    step: Callable[[], object] | None = None,
+    first_guess: list[Expect] | None = None,
+    what: str | None = None,
+) -> int:
+    """The tail of every script, and its exit code.
+
+    Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
+    trace is not kept), read the trace back, print guess vs trace with the report, time the
+    step without the profiler under --bench (`step` is the step), and print the files written.
+    `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
+    """
+    run, files = rec.run, rec.files
+    try:
+        check_close(output, expected, run.dtype, what or (files.label if files else None) or "the output")
+    except SuiteError as exc:
+        rec.discard()
+        raise SuiteError(f"{exc}{': its trace is not kept' if files else ''}") from None
+    if files is None:
+        print("the loop's on_trace_ready is not rec.save, so the suite wrote no trace and has no report on it "
+              "(the output matches the reference)")  # fmt: skip
+        return 0
+    rec.keep()
+    print(rec.loop)
+    if rec.schedule and rec.schedule.warmup == 0:
+        print("  (no profiler warm-up step: the first recorded step also pays for starting the tracer)")
+    if rec.schedule and rec.recorded < rec.schedule.active:
+        print(f"  (the loop ended inside the schedule's active steps: {rec.recorded} of {rec.schedule.active})")
+    trace = read_trace(files.json)
+    verdicts = check_guess(trace, guess)
+    print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
+    if run.bench and step is not None:
+        with progress("--bench: the step timed without the profiler", after_s=progress_after(rec.estimate_s)):
+            timed = time_unprofiled(step, run.on_gpu, rec.grad)
+        print_unprofiled(timed, trace)
+    print_files(rec.cycles, run)
+    return exit_code(verdicts, run.strict)

@@ -1,0 +1,3 @@
+"""The trace reader: a Chrome trace's events, streamed and typed, into one model of steps, GPU work and
+launches (no torch).
+"""

@@ -1,0 +1,874 @@
+"""Read exported Chrome traces: the profiler steps, what happened inside each, and what each kernel is.
+
+Pure Python over the JSON torch.profiler writes (`.json` or `.json.gz`), no torch. GPU work
+(`kernel`, `gpu_memcpy`, `gpu_memset`) belongs to the step whose CPU side launched it, on any thread and
+any stream, through the `correlation` id it shares with its `cuda_runtime`/`cuda_driver` launch (a kernel
+replayed from a CUDA graph carries its cudaGraphLaunch's id). Work launched outside the profiled steps is
+counted in no step, and the trace's notes say how much was left out; only a trace without any
+correlation id has its GPU work placed by time, and its notes say so. A trace without ProfilerStep#N
+events (a bare `with profile()`) is one step over the whole trace. GPU busy is the union of the GPU work's
+intervals over every stream (common.reader.intervals). A step's CPU time is the span of a record_function label
+only where the suite wrote it (its metadata) or the reader names it (`region`), else the step's own span.
+Within a step, the record_function labels directly inside that label (or inside the one label that wraps
+each step's work, or inside the step) are its phases (forward, backward, optimizer). Launches, GPU work
+and labels are assigned to steps by binary search over the step start times; the CPU ops, most of a trace,
+are sorted by time once (they are mostly written in time order, so that is near linear) and each step's ops
+counted as one slice. Reading costs time about linear in the number of events, and keeps no object per CPU op.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import functools
+import gc
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.cli import shown
+from common.reader.intervals import merged as merged_intervals
+from common.reader.intervals import overlap_us, union_us
+from common.reader.naming import kernel_family
+from common.reader.occupancy import SmLimits, sm_limits, theoretical_occupancy
+from common.reader.roofline import SHAPED_OPS, ShapedOp
+from common.units import human_time
+
+if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read: msgspec's import would slow `--help`
+    from common.reader.trace_json import Args, Event, GpuArgs
+
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,18})$")  # a longer number is not a step the profiler wrote
+LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
+# The kernel launch APIs PyTorch traces show (name prefixes): CUDA runtime and driver, cooperative, HIP.
+KERNEL_LAUNCHES = (
+    "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchCooperativeKernel",
+    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
+    "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
+)  # fmt: skip
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
+# The launch APIs told apart (Step.launch_apis): a call counts under the longest of these its name starts with, so
+# cudaLaunchKernelExC is a cudaLaunchKernel and cuLaunchKernelEx is not a cuLaunchKernel.
+LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reverse=True))
+# Between these, on one thread, launches record into a CUDA (HIP) graph and run nothing: they are counted apart.
+CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")  # _v10000, _ptsz, ToGraph: the same call
+CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture")
+COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
+# Runtime and driver calls that block the CPU until the GPU has caught up (a plain cudaMemcpy is synchronous).
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+})  # fmt: skip
+CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
+    "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
+    "region": "the record_function label named by --region",
+    "step": "the ProfilerStep#N span",  # a trace the suite did not write
+    "window": "the whole profiled window",  # ... without steps
+}
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
+class GpuOp:
+    """One kernel, memcpy or memset on the GPU lane, with the launch figures Perfetto's panel shows.
+
+    The figures are None where the trace does not have them (memcpy/memset, other profilers).
+    """
+
+    category: str  # "kernel", "gpu_memcpy" or "gpu_memset"
+    name: str
+    us: float
+    grid: tuple[int, ...] | None = None
+    block: tuple[int, ...] | None = None
+    registers: int | None = None  # registers per thread
+    shared_bytes: int | None = None  # shared memory per block
+    occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
+    start: float | None = None  # µs, the trace's clock: when it began on the GPU
+    stream: int | str | None = None  # the GPU stream it ran on (the event's tid in Kineto's traces)
+    external: int | str | None = None  # the External id of the cpu_op that launched it (record_shapes' link)
+    launch: tuple | None = None  # its runtime/driver launch: (name, ts, dur, correlation, tid); None where unknown
+
+    @property
+    def family(self) -> str:
+        """The kernel family, or 'memcpy'/'memset'."""
+        return kernel_family(self.name) if self.category == "kernel" else self.category.removeprefix("gpu_")
+
+    def theoretical_occupancy(self, sm: SmLimits | None) -> float | None:
+        """% of the SM's warps this launch keeps resident on a GPU of limits `sm` (common.reader.occupancy); None
+        for memcpy/memset, a launch without its figures, or a device without known limits."""
+        if self.block is None or self.registers is None or self.shared_bytes is None:
+            return None
+        return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
+
+
+NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
+
+
+def _finite(value: object) -> bool:
+    return type(value) in NUMBERS and math.isfinite(value)
+
+
+def _dims(value: object) -> tuple[int, ...] | None:
+    if not (type(value) is list and value):
+        return None
+    try:  # the cache's key holds each element's type too: True == 1 as a key, yet only 1 is a dimension
+        return _int_dims(tuple(value), tuple(map(type, value)))
+    except TypeError:  # an element that cannot be hashed, so not a number
+        return None
+
+
+@functools.cache
+def _int_dims(dims: tuple, _types: tuple) -> tuple[int, ...] | None:
+    """`dims` as whole numbers if each is a finite number; cached, since kernels launch with few shapes."""
+    return tuple(int(v) for v in dims) if all(_finite(v) for v in dims) else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if type(value) in NUMBERS and math.isfinite(value) else None
+
+
+def _count(value: object) -> int | None:
+    """A whole count (registers, bytes): an int as it is, a finite float cut to one, else None."""
+    if type(value) is int:
+        return value
+    return int(value) if type(value) is float and math.isfinite(value) else None
+
+
+def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
+    """The (start, end) of each op that has a start time, in µs from the first start (common.reader.intervals says
+    why)."""
+    first = min((op.start for op in ops if op.start is not None), default=0.0)
+    return [(op.start - first, op.start - first + op.us) for op in ops if op.start is not None]
+
+
+def busy_us(ops: list[GpuOp]) -> float:
+    """GPU busy time of `ops` (µs): the union of their intervals over every stream, the time at least one stream
+    is busy (common.reader.intervals); an op without a start time adds its duration. Ops in start order (a step's are)
+    take one pass, group by group, with the same intervals and sums as union_us: the same figure, to the bit."""
+    total = untimed = group_start = group_end = 0.0
+    first, last = None, -math.inf
+    for op in ops:
+        start = op.start
+        if start is None:
+            untimed += op.us
+            continue
+        if start < last:  # not in start order: sort them
+            return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
+        last = start
+        if first is None:
+            first, group_end = start, -math.inf
+        begin = start - first
+        end = begin + op.us
+        if begin <= group_end:
+            if end > group_end:
+                group_end = end
+        else:
+            if group_end > -math.inf:
+                total += group_end - group_start
+            group_start, group_end = begin, end
+    if first is not None:
+        total += group_end - group_start
+    return total + untimed
+
+
+def stream_overlap_us(ops: list[GpuOp]) -> float:
+    """How long two or more streams are busy at once (µs) in `ops`; 0 on one stream."""
+    streams: dict[object, list[GpuOp]] = {}
+    for op in ops:
+        if op.start is not None:
+            streams.setdefault(op.stream, []).append(op)
+    if len(streams) < 2:
+        return 0.0
+    first = min(op.start for op in ops if op.start is not None)
+    return overlap_us([(op.start - first, op.start - first + op.us) for op in group] for group in streams.values())
+
+
+def gpu_op(event: Event, args: Args | None) -> GpuOp:
+    """A GpuOp from one `kernel`/`gpu_memcpy`/`gpu_memset` trace event and its loosely decoded `args`
+    (trace_json.args_of): each figure kept where it has a usable type, else None."""
+    if args is None:
+        return GpuOp(event.cat, event.name, event.dur, start=_number(event.ts), stream=_id(event.tid))
+    return GpuOp(
+        event.cat,
+        event.name,
+        float(event.dur),
+        _dims(args.grid),
+        _dims(args.block),
+        _count(args.registers),
+        _count(args.shared_memory),
+        _number(args.occupancy),
+        _number(event.ts),
+        _id(event.tid),
+        _id(args.external),
+    )
+
+
+def typed_gpu_op(event: Event, args: GpuArgs, dims: dict[tuple, tuple]) -> GpuOp:
+    """gpu_op's GpuOp from args msgspec typed whole (trace_json.typed_args): the same figures with no check left.
+    Each grid and block is the one tuple of its value in `dims` (gpu_op's tuples are shared the same way)."""
+    grid, block = args.grid, args.block
+    return GpuOp(
+        event.cat,
+        event.name,
+        event.dur,
+        (dims.setdefault(grid, grid) or None) if grid is not None else None,
+        (dims.setdefault(block, block) or None) if block is not None else None,
+        args.registers,
+        args.shared_memory,
+        args.occupancy,
+        _number(event.ts),
+        _id(event.tid),
+        args.external,
+    )
+
+
+@dataclass
+class Phase:
+    """One record_function label directly inside a step's label (forward, backward, optimizer) in one step:
+    the CPU span of the label, and the GPU work launched inside that span from any CPU thread."""
+
+    name: str
+    cpu_us: float = 0.0  # the span(s) of the label in this step
+    kernels: int = 0
+    kernel_launches: int = 0
+    graph_launches: int = 0
+    gpu: list[GpuOp] = field(default_factory=list)  # the GPU work it launched, in GPU time order
+    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls inside its span, on any thread
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches plus CUDA graph launches."""
+        return self.kernel_launches + self.graph_launches
+
+    @property
+    def gpu_busy_us(self) -> float:
+        """GPU busy time of what the phase launched: the union of its kernel, memcpy and memset intervals."""
+        return busy_us(self.gpu)
+
+
+@functools.lru_cache(maxsize=4096)
+def _starting_with(names: tuple[str, ...], prefix: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The `names` that start with `prefix` (Step.calls)."""
+    return tuple(name for name in names if name.startswith(prefix))
+
+
+@dataclass
+class Step:
+    """One recorded profiler step (`ProfilerStep#N`)."""
+
+    number: int
+    start_us: float
+    dur_us: float
+    region_us: float | None = None  # CPU time: the span of the timed label in the step, else the step's own span
+    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
+    gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
+    runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
+    phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
+    captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
+    syncs: list[tuple] = field(default_factory=list)  # its SYNC_CALLS: (name, ts, dur, correlation, tid), in time order
+
+    def _of(self, category: str) -> list[GpuOp]:
+        return [op for op in self.gpu if op.category == category]
+
+    @property
+    def kernels(self) -> list[GpuOp]:
+        return self._of("kernel")
+
+    @property
+    def memcpy(self) -> list[GpuOp]:
+        return self._of("gpu_memcpy")
+
+    @property
+    def memset(self) -> list[GpuOp]:
+        return self._of("gpu_memset")
+
+    @property
+    def gpu_busy_us(self) -> float:
+        """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
+        intervals over every stream, not wall time). On one stream it is the sum of their durations. Kept once
+        found (the summary's tables and figures each ask for it), while `gpu` is the same list of the same length."""
+        ops, kept = self.gpu, self.__dict__.get("_busy")
+        if kept is not None and kept[0] is ops and kept[1] == len(ops):
+            return kept[2]
+        busy = busy_us(ops)
+        self._busy = (ops, len(ops), busy)
+        return busy
+
+    @property
+    def gpu_sum_us(self) -> float:
+        """The sum of kernel, memcpy and memset durations over every stream (more than busy where streams overlap)."""
+        return sum(op.us for op in self.gpu)
+
+    @property
+    def streams(self) -> set:
+        """The GPU streams this step's work ran on."""
+        return {op.stream for op in self.gpu}
+
+    @property
+    def stream_overlap_us(self) -> float:
+        """How long two or more streams were busy at once in this step (0 on one stream)."""
+        return stream_overlap_us(self.gpu)
+
+    @property
+    def exposed_communication_us(self) -> float:
+        """Communication kernel time (NCCL) during which no compute kernel ran on any stream: what the
+        overlap with the backward did not hide. Compute intervals are merged first, so each moment counts once."""
+        merged = merged_intervals(
+            (op.start, op.start + op.us) for op in self.gpu if op.family != "communication" and op.start is not None
+        )
+        exposed = 0.0
+        for op in self.gpu:
+            if op.family != "communication":
+                continue
+            if op.start is None:
+                exposed += op.us
+                continue
+            begin, end = op.start, op.start + op.us
+            hidden = sum(max(0.0, min(end, b) - max(begin, a)) for a, b in merged)
+            exposed += op.us - hidden
+        return exposed
+
+    def calls(self, prefix: str | tuple[str, ...]) -> int:
+        """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
+        names match is worked out once per set of names: the steps of a trace mostly make the same calls."""
+        runtime = self.runtime
+        return sum(map(runtime.__getitem__, _starting_with(tuple(runtime), prefix)))
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches through the runtime or the driver, CUDA or HIP (cudaLaunchKernel, cuLaunchKernelEx,
+        hipLaunchKernel, ...); CUDA graph launches are counted apart, in graph_launches."""
+        return self.calls(KERNEL_LAUNCHES)
+
+    @property
+    def graph_launches(self) -> int:
+        """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
+        return self.calls(GRAPH_LAUNCHES)
+
+    def launch_apis(self) -> Counter:
+        """Kernel launches per launch API (LAUNCH_APIS: cudaLaunchKernel, cuLaunchKernelEx, hipLaunchKernel, ...);
+        they add up to `launches`."""
+        apis: Counter = Counter()
+        for name, n in self.runtime.items():
+            api = next((api for api in LAUNCH_APIS if name.startswith(api)), None)
+            if api is not None:
+                apis[api] += n
+        return apis
+
+    @property
+    def captured_launches(self) -> int:
+        """Kernel launch calls made while a stream was being captured: recorded into a graph, nothing ran."""
+        return sum(self.captured.values())
+
+    def phase(self, name: str) -> Phase:
+        """The figures of phase `name` in this step (all zero if this step has no such label)."""
+        return self.phases.get(name) or Phase(name)
+
+
+@dataclass
+class KernelUse:
+    """One kernel name's use in a trace, per profiled step (mean over the steps)."""
+
+    op: GpuOp  # its first launch: name, family, launch figures
+    calls: float
+    us: float
+
+
+@dataclass
+class Trace:
+    """A loaded trace: its file, its steps, the label and whether it has a GPU lane."""
+
+    path: Path
+    label: str | None  # the record_function label the CPU column times (the suite's, or --region); else None
+    steps: list[Step]
+    has_gpu: bool
+    device_name: str | None
+    meta: dict  # the suite's `suite` metadata (script, tag, label, dtype, flops, bytes); {} if absent
+    skipped: int = 0  # events dropped for a missing, non-numeric, negative, non-finite or absurd ts/dur
+    notes: list[str] = field(default_factory=list)  # how the steps were found, what was left out or guessed
+    whole_trace: bool = False  # no ProfilerStep#N events: the one step is the whole trace
+    distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
+    sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
+    phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
+    cpu_source: str = "step"  # what the CPU column measures (Step.region_us): a key of CPU_SOURCES
+    phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
+    gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
+    shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
+    cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
+    labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
+
+    @property
+    def cpu_what(self) -> str:
+        """What this trace's CPU column is the span of, in words: "record_function 'fwd' (the suite's label)",
+        "the ProfilerStep#N span", ..."""
+        if self.cpu_source == "suite":
+            return f"record_function {self.label!r} (the suite's label)"
+        if self.cpu_source == "region":
+            return f"record_function {self.label!r} (--region)"
+        return CPU_SOURCES[self.cpu_source]
+
+    @property
+    def rank(self) -> int | None:
+        """The rank of a distributed run's trace (distributedInfo), else None."""
+        rank = self.distributed.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+    @property
+    def name(self) -> str:
+        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
+        escaped (`shown`): the name is printed."""
+        if self.meta.get("script") and self.meta.get("tag"):
+            return shown(f"{self.meta['script']}/{self.meta['tag']}")
+        stem = self.path.name.removesuffix(".gz").removesuffix(".json")
+        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
+
+    def per_step(self, value: Callable[[Step], float | None]) -> float | None:
+        """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None."""
+        values = [v for v in map(value, self.steps) if v is not None]
+        return statistics.median(values) if values else None
+
+    def median_counts(self, counts: Callable[[Step], Counter]) -> dict[str, float]:
+        """name -> the median of `counts(step)[name]` over the steps, for every name any step has (a step
+        without it counts 0): e.g. `median_counts(lambda s: s.cpu_ops)`."""
+        names = {n for s in self.steps for n in counts(s)}
+        return {n: statistics.median(counts(s).get(n, 0) for s in self.steps) for n in names}
+
+    @functools.cached_property
+    def typical_calls(self) -> dict[str, float]:
+        """The median count per runtime/driver call name over the steps (0 where most steps make none)."""
+        return self.median_counts(lambda s: s.runtime)
+
+    def kernel_uses(self) -> dict[tuple[str, str], KernelUse]:
+        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran. Found once (the
+        diagnosis and the kernel table both read it), while the trace has as many steps; do not change it."""
+        kept = self.__dict__.get("_uses")
+        if kept is not None and kept[0] is self.steps and kept[1] == len(self.steps):
+            return kept[2]
+        uses: dict[tuple[str, str], KernelUse] = {}
+        for step in self.steps:
+            for op in step.gpu:
+                use = uses.get((op.category, op.name))
+                if use is None:  # its first launch
+                    use = uses[op.category, op.name] = KernelUse(op, 0.0, 0.0)
+                use.calls += 1
+                use.us += op.us
+        for use in uses.values():
+            use.calls /= len(self.steps)
+            use.us /= len(self.steps)
+        self._uses = (self.steps, len(self.steps), uses)
+        return uses
+
+    def extra_calls(self, step: Step) -> dict[str, int]:
+        """The runtime/driver calls `step` makes beyond a typical step: what a cold first step pays for,
+        such as cudaMalloc, occupancy or attribute queries."""
+        typical = self.typical_calls
+        return {n: int(c - typical[n]) for n, c in step.runtime.items() if c > typical[n]}
+
+    def step_time_us(self) -> tuple[float | None, str]:
+        """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy
+        time where the trace has a GPU lane, else ("CPU") the median CPU time (Trace.cpu_source)."""
+        if self.has_gpu:
+            return (self.per_step(lambda s: s.gpu_busy_us) if self.gpu_activity else None), "GPU"
+        return self.per_step(lambda s: s.region_us), "CPU"
+
+
+ID_TYPES = (int, str)
+
+
+def _id(value: object) -> int | str | None:
+    """A thread or correlation id: the value if it is a number or text, else None."""
+    return value if type(value) in ID_TYPES else None  # JSON's own types: a bool is not an int here
+
+
+def _correlation(args: Args | None) -> int | str | None:
+    """The id in an event's decoded `args` that ties a GPU event to the runtime/driver call that launched it."""
+    return None if args is None else _id(args.correlation)
+
+
+KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
+# Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
+# "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
+# too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
+# record_function label, what today's traces call user_annotation.
+OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+
+
+class _Spans:
+    """Non-overlapping CPU-side spans (the steps, or the phases) and what each one is. Called with a timestamp,
+    it gives what the span the timestamp falls in is: the latest span starting at or before it, if that one has
+    not ended, by binary search over the starts."""
+
+    def __init__(self, spans: list[tuple[float, float, Step | Phase]]) -> None:
+        spans = sorted(spans, key=lambda span: span[0])
+        self.starts = [start for start, _, _ in spans]
+        self.ends = [end for _, end, _ in spans]
+        self.items = [item for _, _, item in spans]
+
+    def __call__(self, ts: float) -> Step | Phase | None:
+        i = bisect.bisect_right(self.starts, ts) - 1
+        return self.items[i] if i >= 0 and ts <= self.ends[i] else None
+
+    def slices(self, times: list[float]) -> list[tuple[int, int]]:
+        """For each span in turn, the range [lo, hi) of the sorted `times` that __call__ places in it."""
+        if not self.starts:
+            return []
+        los = [bisect.bisect_left(times, start) for start in self.starts]
+        his = [bisect.bisect_right(times, end) for end in self.ends]
+        return [(lo, min(hi, next_lo)) for lo, hi, next_lo in zip(los, his, [*los[1:], len(times)], strict=True)]
+
+
+class _Collector:
+    """Keeps what the reader needs of each event, compactly, as the events stream past."""
+
+    def __init__(self) -> None:
+        self.op_names: list[str] = []  # cpu_op events, most of a trace: names and starts in two flat lists
+        self.op_ts: list[float] = []
+        self.ops_end = -math.inf  # the last cpu_op's end
+        self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
+        self.launches: list[tuple] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr, tid)
+        self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
+        self.skipped = 0
+        self.names: dict[str, str] = {}  # one string object per distinct name
+        self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
+        self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        from common.reader import trace_json
+
+        self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
+        self.typed_args, self.dims = trace_json.typed_args, {}  # dims: one tuple per grid or block value
+        self.gpu_args, self.launch_args = trace_json.GPU_ARGS_DECODER, trace_json.LAUNCH_ARGS_DECODER
+
+    def add(self, events: list[Event]) -> None:
+        """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
+        One loop over the run, not a call per event: this is where a trace's millions of events pass."""
+        names, op_names, op_ts, inf, args_of = self.names, self.op_names, self.op_ts, math.inf, self.args_of
+        typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
+        ops_end, skipped = self.ops_end, 0
+        for e in events:
+            cat, ts, dur = e.cat, e.ts, e.dur
+            if cat not in KEPT:
+                if cat == "Operator" and e.name is not None:
+                    cat = "cpu_op" if "::" in e.name else "user_annotation"
+                else:
+                    cat = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                if cat is None:
+                    continue
+                e.cat = cat
+            if e.ph != "X" or e.name is None:
+                continue
+            if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
+                skipped += 1
+                continue
+            name = names.setdefault(e.name, e.name)
+            if cat == "cpu_op":
+                op_names.append(name)
+                op_ts.append(ts)
+                if ts + dur > ops_end:
+                    ops_end = ts + dur
+                if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
+                    self.shaped(name, args)
+            elif cat == "user_annotation":
+                self.annotations.append((name, ts, dur, _id(e.tid)))
+            elif cat in GPU_WORK:
+                e.name = name
+                typed = typed_args(e.args, gpu_args)
+                if typed is not None:
+                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
+                else:
+                    args = args_of(e.args)
+                    self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
+            else:
+                typed = typed_args(e.args, launch_args)
+                corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
+                self.launches.append((name, ts, dur, corr, _id(e.tid)))
+        self.ops_end, self.skipped = ops_end, self.skipped + skipped
+
+    def shaped(self, name: str, args: object) -> None:
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
+        the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
+        ext, key_of = args.external, self.raw_key
+        if _id(ext) is None:
+            return
+        types, concrete = args.types, args.concrete
+        key = (
+            name,
+            key_of(args.dims),
+            None if types is None else key_of(types),
+            None if concrete is None else key_of(concrete),
+        )
+        op = self.distinct_shapes.get(key)
+        if op is None:
+            get = self.decoded
+            op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
+        self.shapes[ext] = op
+
+    def steps(self, path: Path | str) -> tuple[list[Step], bool]:
+        """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
+        steps = sorted(
+            (Step(int(m.group(1)), ts, dur) for name, ts, dur, _ in self.annotations if (m := STEP_NAME.match(name))),
+            key=lambda s: s.start_us,
+        )
+        if steps:
+            return steps, False
+        spans = [(ts, ts + dur) for _, ts, dur, *_ in (*self.annotations, *self.launches)]
+        spans += [(min(self.op_ts), self.ops_end)] if self.op_ts else []
+        spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
+        if not spans:
+            why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
+            raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
+        start = min(s for s, _ in spans)
+        return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str]]:
+        """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
+        slice of the list, counted by Counter in C: no Python work per event. The starts and names in time order."""
+        ts, names = sorted(self.op_ts), self.op_names
+        if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
+            order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
+            names = [names[i] for i in order]
+        in_ts: list[float] = []  # the ops inside some step, in time order
+        in_names: list[str] = []
+        for step, (lo, hi) in zip(step_at.items, step_at.slices(ts), strict=True):
+            step.cpu_ops.update(names[lo:hi])
+            if phase_at.items:
+                in_ts += ts[lo:hi]
+                in_names += names[lo:hi]
+        for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
+            phase.cpu_ops.update(in_names[lo:hi])
+        return ts, names
+
+    def children(self, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
+        """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
+        each thread apart: (span index, tid) -> [(start, -duration, name)] of its top-level labels, in time order.
+        Steps, the label `skip` itself and torch.compile's own annotations are no labels here."""
+        starts = [start for start, _, _ in outer]
+        inside: dict[tuple, list[tuple[float, float, str]]] = {}
+        for name, ts, dur, tid in self.annotations:
+            if name == skip or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
+                continue
+            i = bisect.bisect_right(starts, ts) - 1
+            if i >= 0 and ts + dur <= outer[i][1] and outer[i][2] in (None, tid):
+                inside.setdefault((i, tid), []).append((ts, -dur, name))
+        top: dict[tuple, list] = {}
+        for key, labels in inside.items():
+            last_end = -math.inf
+            for ts, neg_dur, name in sorted(labels):
+                if ts >= last_end:  # not nested in the label before it
+                    top.setdefault(key, []).append((ts, neg_dur, name))
+                    last_end = ts - neg_dur
+        return top
+
+    def outline(self, steps: list[Step], whole: bool) -> tuple[str | None, list[tuple[float, float, object]]]:
+        """Where a step's phases are, without a named label: inside the one label that wraps every step's work
+        (train_step, if each step holds that label alone), else directly inside the steps. (that label or None,
+        its spans or the steps' spans as (start, end, tid))."""
+        tids = {(ts, dur): tid for name, ts, dur, tid in self.annotations if STEP_NAME.match(name)}
+        outer = [(s.start_us, s.start_us + s.dur_us, None if whole else tids.get((s.start_us, s.dur_us)))
+                 for s in steps]  # fmt: skip
+        tops = self.children(outer, None)
+        names = {name for labels in tops.values() for _, _, name in labels}
+        if len(names) == 1 and all(len(labels) == 1 for labels in tops.values()):
+            [wrapper] = names
+            return wrapper, self.spans_of(wrapper)
+        return None, outer
+
+    def spans_of(self, label: str) -> list[tuple[float, float, object]]:
+        """Every span of the record_function `label`, as (start, end, tid), in time order."""
+        return sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
+
+    def phase_spans(
+        self, outer: list[tuple[float, float, object]], label: str | None, step_at: _Spans
+    ) -> list[tuple[float, float, Phase]]:
+        """The record_function labels directly inside each span of `outer` ((start, end, tid): the spans of
+        `label`, or the steps) on its thread: (start, end, phase), one Phase per step and name, its CPU time
+        summed over its spans."""
+        spans: list[tuple[float, float, Phase]] = []
+        for labels in self.children(outer, label).values():
+            for ts, neg_dur, name in labels:
+                step = step_at(ts)
+                if step is None:
+                    continue  # outside the steps
+                phase = step.phases.setdefault(name, Phase(name))
+                phase.cpu_us += -neg_dur
+                spans.append((ts, ts - neg_dur, phase))
+        return spans
+
+    def capture_windows(self) -> Callable[[object, float], bool] | None:
+        """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
+        cudaStreamBeginCapture to its cudaStreamEndCapture (nested captures on one thread count as one; one never
+        ended lasts to the end). A function (thread, time) -> captured?, or None for a trace without capture."""
+        calls = sorted((ts, name.startswith(CAPTURE_BEGIN), ts + dur, tid) for name, ts, dur, _, tid in self.launches
+                       if name.startswith(CAPTURE_BEGIN + CAPTURE_END))  # fmt: skip
+        if not calls:
+            return None
+        windows: dict[object, list[list[float]]] = {}
+        depth: Counter = Counter()
+        for ts, begins, end, tid in calls:
+            if begins:
+                depth[tid] += 1
+                if depth[tid] == 1:
+                    windows.setdefault(tid, []).append([ts, math.inf])
+            elif depth[tid] > 0:
+                depth[tid] -= 1
+                if depth[tid] == 0:
+                    windows[tid][-1][1] = end
+        spans = {tid: _Spans([(start, end, None) for start, end in w]) for tid, w in windows.items()}
+
+        def captured(tid: object, ts: float) -> bool:
+            at = spans.get(tid)
+            if at is None:
+                return False
+            i = bisect.bisect_right(at.starts, ts) - 1
+            return i >= 0 and ts <= at.ends[i]
+
+        return captured
+
+    def trace(self, header: dict, path: Path | str, region: str | None) -> Trace:
+        """Split the collected events into profiler steps (one step over the whole trace if it has none). The CPU
+        column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
+        the step's own span (the whole profiled window where there are no steps)."""
+        steps, whole = self.steps(path)
+        notes = []
+        meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+        step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
+        label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
+        if whole:
+            notes.append("no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step")
+        if label:
+            cpu = "region" if region else "suite"
+            outer, parent = self.spans_of(label), label
+        else:
+            cpu = "window" if whole else "step"
+            parent, outer = self.outline(steps, whole)
+            for step in steps:
+                step.region_us = step.dur_us
+        spans = self.phase_spans(outer, parent, step_at)
+        phase_at = _Spans(spans)
+
+        cpu_starts = self.count_ops(step_at, phase_at)
+        if label:
+            for name, ts, dur, _ in self.annotations:
+                if name == label and (step := step_at(ts)) is not None:
+                    step.region_us = (step.region_us or 0.0) + dur
+            if region and all(step.region_us is None for step in steps):
+                notes.append(f"record_function {region!r} (--region) is in no profiled step: no CPU figure")
+        launch_step: dict[object, Step] = {}
+        launch_of: dict[object, tuple] = {}
+        launch_phase: dict[object, Phase] = {}
+        launched_outside: dict[object, float] = {}
+        starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
+        capturing = self.capture_windows()
+        for launch in self.launches:  # the step lookup inlined: a launch per kernel
+            name, ts, _, corr, tid = launch
+            i = find(starts, ts) - 1
+            if i < 0 or ts > ends[i]:
+                if corr is not None:
+                    launched_outside[corr] = ts
+                continue
+            step = items[i]
+            if capturing and name.startswith(KERNEL_LAUNCHES) and capturing(tid, ts):
+                step.captured[name] += 1  # recorded into a graph: nothing runs
+                continue
+            step.runtime[name] += 1
+            if name in SYNC_CALLS:
+                step.syncs.append(launch)
+            phase = phase_at(ts) if spans else None
+            if phase is not None:
+                phase.kernel_launches += name.startswith(KERNEL_LAUNCHES)
+                phase.graph_launches += name.startswith(GRAPH_LAUNCHES)
+            if corr is not None:
+                launch_step[corr] = step
+                launch_of[corr] = launch
+                if phase is not None:
+                    launch_phase[corr] = phase
+
+        self.gpu.sort(key=lambda item: item[0])
+        by_time = not any(corr is not None for _, corr, _ in self.gpu)
+        if by_time and self.gpu:
+            notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
+        left_out: list[tuple[object, GpuOp]] = []
+        for ts, corr, op in self.gpu:
+            step = step_at(ts) if by_time else launch_step.get(corr)
+            if step is None:
+                if step_at(ts) is not None:  # ran inside a step, launched outside every step
+                    left_out.append((corr, op))
+                continue
+            step.gpu.append(op)
+            op.launch = launch_of.get(corr)
+            phase = launch_phase.get(corr)
+            if phase is not None:
+                phase.gpu.append(op)
+                phase.kernels += op.category == "kernel"
+        if left_out:
+            first = steps[0].start_us
+            before = all(launched_outside.get(corr, -math.inf) < first for corr, _ in left_out)
+            where = "before the first profiled step" if before else "outside the profiled steps"
+            us = human_time(sum(op.us for _, op in left_out))
+            notes.append(
+                f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between steps?): "
+                "not counted"
+            )
+        props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
+        first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
+        device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
+        has_gpu = bool(self.gpu or self.launches)
+        if has_gpu and not self.gpu:
+            notes.append(
+                "the trace holds no GPU activity (runtime calls but no kernel, memcpy or memset events: was "
+                "ProfilerActivity.CUDA recorded?): its GPU figures are —"
+            )
+        captured = sum(step.captured_launches for step in steps)
+        if captured:
+            notes.append(
+                f"a CUDA graph capture: {captured} kernel launches between cudaStreamBeginCapture and "
+                "cudaStreamEndCapture recorded into a graph and ran nothing; counted apart as captured, not as launches"
+            )
+        distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+        phases = list(dict.fromkeys(name for step in steps for name in step.phases))
+        for step in steps:
+            step.syncs.sort(key=lambda launch: launch[1])
+        return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
+                     sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, cpu_starts,
+                     self.annotations)  # fmt: skip
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: reading makes millions of objects and no cycles, and the collector's
+    passes over them would make the reading cost grow faster than the trace."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse(data: dict, path: Path | str = "<trace>", region: str | None = None) -> Trace:
+    """Split a loaded trace (a dict with `traceEvents`) into its profiler steps, the CPU column timing the
+    record_function `region` where given; ValueError if it has no events."""
+    from common.reader.trace_json import as_events
+
+    collector = _Collector()
+    with no_gc():
+        collector.add(as_events(data["traceEvents"]))
+        return collector.trace(data, path, region)
+
+
+def read_trace(path: Path | str, region: str | None = None) -> Trace:
+    """Read one exported trace file, streaming its events: time and memory grow linearly with its size. The CPU
+    column times the record_function `region` where given (else the suite's label, else the step's span)."""
+    from common.reader.trace_json import stream_json
+
+    collector = _Collector()
+    with no_gc():
+        header = stream_json(path, collector.add)
+        trace = collector.trace(header, path, region)
+        del collector  # its per-event lists are freed before the garbage collector runs again
+    return trace

@@ -1,0 +1,387 @@
+"""The diagnosis: each trace's time budget, its verdict (the bound and the lever), and the rules that fire."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import FIXTURES, command, ev, run
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from common.analysis import diff, summary
+from common.analysis.diagnosis import budget, diagnose, efficiency, verdict_lines
+from common.reader.roofline import ShapedOp, op_flops
+from common.reader.trace import GpuOp, parse, read_trace
+
+
+def fixture(script: str, tag: str):
+    return read_trace(FIXTURES / script / f"{tag}.json.gz")
+
+
+def rule_names(diagnosis) -> set[str]:
+    return {rule.name for rule in diagnosis.rules}
+
+
+# ---- the H200 fixtures: the cases the posts settle ----
+
+
+def test_matmul_at_64_is_bound_by_the_cpu_with_the_gpu_idle_almost_all_the_step():
+    d = diagnose(fixture("01_matmul_add", "64_bf16_cold_eager"))
+    assert d.bound == "CPU"
+    assert d.median.pct(d.median.idle) > 95
+    assert d.median.pct(d.median.host_wait) > 95  # nothing was launched yet: the host is what the GPU waits for
+    assert "kernels shorter than their launch" in rule_names(d)
+
+
+def test_warm_matmul_at_4096_is_bound_by_the_gpu_with_its_gemm_near_peak():
+    trace = fixture("01_matmul_add", "4096_bf16_warm_eager")
+    d = diagnose(trace)
+    assert d.bound == "GPU"
+    assert "gemm 88% of it" in d.verdict
+    [gemm] = [e for (_, name), e in efficiency(trace).items() if name.startswith("nvjet")]
+    assert gemm.flops == pytest.approx(2 * 4096**3 * 3)  # record_shapes' [4096, 4096] x [4096, 4096], 3 steps
+    assert 70 < gemm.pct_peak < 85  # 778 TFLOP/s of the H200's 989
+
+
+def test_compiled_matmul_at_4096_is_bound_by_the_cpu_the_compiled_region_adds():
+    d = diagnose(fixture("01_matmul_add", "4096_bf16_warm_compiled"))
+    assert d.bound == "CPU"
+    assert 60 < d.median.pct(d.median.idle) < 75
+    assert "TorchDynamo Cache Lookup" in "\n".join(verdict_lines(d, explain=True))  # what the CPU ran in the gap
+
+
+def test_a_compiled_step_with_no_triton_kernel_is_known_compiled_by_its_labels():
+    """Inductor hands a lone GEMM to cuBLAS: no Triton kernel, but its labels say torch.compile ran."""
+    from common.analysis.diagnosis import _scan
+
+    trace = fixture("01_matmul_add", "4096_bf16_warm_compiled")
+    assert not any(op.family == "triton" for s in trace.steps for op in s.gpu) and _scan(trace).compiled
+    assert not _scan(fixture("01_matmul_add", "4096_bf16_warm_eager")).compiled
+
+
+@pytest.mark.parametrize("script,tag", [("01_matmul_add", "4096_bf16_warm_compiled"),
+                                        ("02_linear", "1024_32_64_bf16_cold_eager"),
+                                        ("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager")])  # fmt: skip
+def test_a_cpu_bound_step_of_one_launch_is_told_a_larger_batch_not_to_fuse(script, tag):
+    d = diagnose(fixture(script, tag))
+    assert d.bound == "CPU" and ", 1 launch;" in d.verdict
+    assert d.verdict.endswith("→ try a larger batch (more work per launch): the step launches one kernel, so nothing "
+                              "is left to fuse or capture")  # fmt: skip
+
+
+def test_naive_attention_is_gpu_bound_on_pointwise_kernels_where_flash_waits_for_its_one_launch():
+    naive = diagnose(fixture("04_a_naive_attention", "8_16_1024_64_bf16_cold_eager"))
+    flash = diagnose(fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager"))
+    assert naive.bound == "GPU"
+    assert "pointwise" in naive.verdict and "torch.compile to fuse" in naive.verdict
+    assert naive.median.pct(naive.median.non_compute) > 5  # masked_fill's device-to-device copy
+    assert flash.bound == "CPU"  # one fused kernel of 94 µs in a 225 µs step
+    assert flash.median.busy < naive.median.busy / 10
+
+
+def test_math_attention_names_the_fused_backends():
+    d = diagnose(fixture("04_c_sdpa_attention", "8_16_1024_64_math_bf16_cold_eager"))
+    assert d.bound == "GPU"
+    assert "attention on SDPA's math backend" in rule_names(d)
+    assert "fused attention backend" in d.verdict
+
+
+def test_training_step_at_128_tokens_is_cpu_bound_eager_and_compiled():
+    eager = diagnose(fixture("05_training_step", "1_128_768_12_3072_amp_bf16_cold_eager"))
+    compiled = diagnose(fixture("05_training_step", "1_128_768_12_3072_amp_bf16_cold_compiled"))
+    assert eager.bound == compiled.bound == "CPU"
+    assert eager.median.pct(eager.median.idle) > 90
+    assert compiled.median.span < eager.median.span
+
+
+def test_training_step_with_cuda_graphs_names_the_optimizer_as_the_lever():
+    d = diagnose(fixture("05_training_step", "1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled"))
+    assert d.bound == "CPU"
+    assert "optimizer" in d.verdict and "fused=True" in d.verdict
+
+
+def test_training_step_at_8192_tokens_is_still_bound_by_the_cpu():
+    d = diagnose(fixture("05_training_step", "8_1024_768_12_3072_amp_bf16_cold_eager"))
+    assert d.bound == "CPU"
+    assert 70 < d.median.pct(d.median.idle) < 80
+    assert "backward" in d.verdict  # the phase the GPU idles most in
+
+
+def test_the_per_step_budget_adds_up_to_the_span():
+    trace = fixture("05_training_step", "8_1024_768_12_3072_amp_bf16_cold_eager")
+    for b, step in zip(diagnose(trace).budgets, trace.steps, strict=True):
+        assert b.busy + b.idle == pytest.approx(b.span, rel=1e-6)
+        assert b.compute + b.non_compute + b.comm_exposed == pytest.approx(b.busy, rel=1e-6)
+        assert b.busy == pytest.approx(sum(op.us for op in step.gpu), abs=0.05)  # one stream: the sum
+
+
+# ---- the idle split, as HTA splits it ----
+
+
+def op(start: float, us: float, launched: float, name: str = "k", category: str = "kernel") -> GpuOp:
+    return GpuOp(category, name, us, start=start, launch=("cudaLaunchKernel", launched, 2.0, None))
+
+
+def test_a_gap_before_a_kernel_launched_after_the_gpu_went_idle_is_host_wait():
+    b = budget([op(10, 10, 5), op(50, 10, 40)], 0, 60, edges=False)
+    assert (b.host_wait, b.kernel_wait, b.other_wait) == (30, 0, 0)
+
+
+def test_a_short_gap_before_a_queued_kernel_is_kernel_wait_and_a_long_one_other():
+    short = budget([op(10, 10, 5), op(25, 10, 6)], 0, 60, edges=False)
+    long = budget([op(10, 10, 5), op(100, 10, 6)], 0, 200, edges=False)
+    assert (short.host_wait, short.kernel_wait, short.other_wait) == (0, 5, 0)
+    assert (long.host_wait, long.kernel_wait, long.other_wait) == (0, 0, 80)
+
+
+def test_communication_under_compute_is_hidden_and_the_rest_exposed():
+    compute = op(0, 100, 0)
+    comm = op(50, 100, 0, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")
+    b = budget([compute, comm], 0, 150, edges=False)
+    assert (b.busy, b.compute, b.comm, b.comm_exposed, b.comm_hidden) == (150, 100, 100, 50, 50)
+
+
+# ---- FLOPs from record_shapes ----
+
+
+@pytest.mark.parametrize(
+    ("name", "dims", "concrete", "flops"),
+    [
+        ("aten::mm", [[64, 32], [32, 16]], [], 2 * 64 * 32 * 16),
+        ("aten::addmm", [[16], [64, 32], [32, 16]], [], 2 * 64 * 32 * 16),
+        ("aten::bmm", [[8, 64, 32], [8, 32, 16]], [], 2 * 8 * 64 * 32 * 16),
+        ("aten::linear", [[4, 64, 32], [16, 32], [16]], [], 2 * 4 * 64 * 32 * 16),
+        ("aten::matmul", [[4, 64, 32], [32, 16]], [], 2 * 4 * 64 * 32 * 16),
+        ("aten::_flash_attention_forward", [[8, 1024, 16, 64]] * 3, ["", "", "", "", "", "1024", "1024", "0.", "True"],
+         4 * 8 * 16 * 1024 * 1024 * 64 / 2),
+        ("aten::_scaled_dot_product_flash_attention", [[8, 16, 1024, 64]] * 3, ["", "", "", "0.", "False"],
+         4 * 8 * 16 * 1024 * 1024 * 64),
+    ],
+)  # fmt: skip
+def test_op_flops_from_input_dims(name, dims, concrete, flops):
+    assert op_flops(ShapedOp(name, dims, ["c10::BFloat16"] * len(dims), concrete)) == flops
+
+
+def test_shapes_that_do_not_fit_give_no_flops():
+    assert op_flops(ShapedOp("aten::mm", [[64, 32], [31, 16]], [], [])) is None
+    assert op_flops(ShapedOp("aten::mm", [], [], [])) is None
+
+
+# ---- the rules, on a trace from torch on the CPU with the GPU events a GPU run adds, written in by hand ----
+
+
+def cpu_loop_trace(tmp_path) -> dict:
+    """A real torch.profiler trace of three steps on the CPU, each reading a tensor's value with .item()."""
+    x = torch.ones(64, 64)
+    path = tmp_path / "cpu.json"
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=3),
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    ) as prof:
+        for _ in range(4):
+            with record_function("train_step"):
+                (x @ x).sum().item()
+            prof.step()
+    return json.loads(path.read_text())
+
+
+def with_gpu_events(data: dict, sync_inside: bool, pageable: bool) -> dict:
+    """`data` with, in each step, a kernel, optionally a sync inside the work and a pageable copy, and the loop's
+    own cudaDeviceSynchronize at the step's end."""
+    events = data["traceEvents"]
+    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    corr = 1000
+    for step in steps:
+        ts, dur, tid = step["ts"], step["dur"], step["tid"]
+        corr += 10
+        events += [
+            ev("cuda_runtime", "cudaLaunchKernel", ts + 0.1 * dur, 5, tid=tid, correlation=corr),
+            ev("kernel", "void gemm_kernel(int)", ts + 0.1 * dur + 6, 0.2 * dur, tid=7, correlation=corr),
+            ev("cuda_runtime", "cudaDeviceSynchronize", ts + 0.9 * dur, 0.05 * dur, tid=tid, correlation=corr + 3),
+        ]
+        if sync_inside:
+            events.append(
+                ev("cuda_runtime", "cudaStreamSynchronize", ts + 0.5 * dur, 0.1 * dur, tid=tid, correlation=corr + 1)
+            )
+        if pageable:
+            events += [
+                ev("cuda_runtime", "cudaMemcpyAsync", ts + 0.6 * dur, 3, tid=tid, correlation=corr + 2),
+                ev("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", ts + 0.6 * dur + 4, 2, tid=7,
+                   correlation=corr + 2),
+            ]  # fmt: skip
+    data["deviceProperties"] = [{"id": 0, "name": "NVIDIA H200"}]
+    return data
+
+
+def test_a_sync_inside_the_step_fires_and_the_loops_own_end_of_step_sync_does_not(tmp_path):
+    data = cpu_loop_trace(tmp_path)
+    clean = diagnose(parse(with_gpu_events(json.loads(json.dumps(data)), sync_inside=False, pageable=False)))
+    synced = diagnose(parse(with_gpu_events(data, sync_inside=True, pageable=False)))
+    assert "host-device sync inside the step" not in rule_names(clean)
+    [rule] = [r for r in synced.rules if r.name == "host-device sync inside the step"]
+    assert "cudaStreamSynchronize 1" in rule.evidence[0]
+    assert "cudaDeviceSynchronize" not in rule.evidence[0]
+
+
+def test_a_pageable_host_copy_fires_the_pin_memory_rule(tmp_path):
+    d = diagnose(parse(with_gpu_events(cpu_loop_trace(tmp_path), sync_inside=False, pageable=True)))
+    [rule] = [r for r in d.rules if r.name == "pageable host copies"]
+    assert "Memcpy HtoD (Pageable -> Device) ×1" in rule.evidence[0]
+    assert "pin_memory" in rule.fix
+
+
+def test_a_cpu_trace_is_bound_by_the_cpu_and_fires_no_gpu_rule(tmp_path):
+    d = diagnose(parse(cpu_loop_trace(tmp_path)))
+    assert d.bound == "CPU" and "no GPU activity" in d.verdict
+    assert not rule_names(d) & {"host-device sync inside the step", "pageable host copies"}
+
+
+def test_a_first_step_paying_for_start_up_fires_with_the_calls_only_it_makes():
+    d = diagnose(fixture("01_matmul_add", "64_bf16_cold_eager_w0u0a20"))
+    [rule] = [r for r in d.rules if r.name == "a first step that pays for start-up"]
+    assert "cudaMalloc" in "\n".join(rule.evidence)
+    assert "a first step that pays for start-up" not in rule_names(
+        diagnose(fixture("01_matmul_add", "64_bf16_cold_eager"))
+    )
+
+
+def test_the_longest_gaps_say_what_the_cpu_ran():
+    d = diagnose(fixture("05_training_step", "8_1024_768_12_3072_amp_bf16_cold_eager"))
+    [rule] = [r for r in d.rules if r.name == "the longest GPU gaps"]
+    assert len(rule.evidence) == 3
+    assert all("the CPU was" in line for line in rule.evidence)
+
+
+def test_gemms_far_from_peak_fire_on_a_tiny_matmul_and_not_on_a_large_one():
+    assert "GEMMs far from peak (from record_shapes)" in rule_names(
+        diagnose(fixture("01_matmul_add", "64_bf16_cold_eager"))
+    )
+    assert "GEMMs far from peak (from record_shapes)" not in rule_names(
+        diagnose(fixture("01_matmul_add", "4096_bf16_warm_eager"))
+    )
+
+
+# ---- two ranks: exposed communication ----
+
+
+def rank_trace(rank: int, overlap: bool) -> dict:
+    """One rank's step: 1 ms of backward compute, then (or alongside, with `overlap`) a 600 µs all-reduce."""
+    comm_start = 300 if overlap else 1010
+    return {
+        "traceEvents": [
+            ev("user_annotation", "ProfilerStep#1", 0, 1700),
+            ev("cuda_runtime", "cudaLaunchKernel", 5, 3, correlation=1),
+            ev("cuda_runtime", "cudaLaunchKernel", 9, 3, correlation=2),
+            ev("kernel", "void backward_gemm(int)", 10, 1000, tid=7, correlation=1),
+            ev(
+                "kernel",
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)",
+                comm_start,
+                600,
+                tid=9,
+                correlation=2,
+            ),
+        ],  # fmt: skip
+        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}],
+    }
+
+
+def test_an_all_reduce_after_the_backward_is_exposed_and_one_beside_it_is_hidden():
+    for rank in (0, 1):
+        serial = diagnose(parse(rank_trace(rank, overlap=False)))
+        overlapped = diagnose(parse(rank_trace(rank, overlap=True)))
+        assert serial.bound == "communication"
+        assert serial.median.comm_exposed == pytest.approx(600)
+        assert overlapped.bound != "communication"
+        assert overlapped.median.comm_exposed == pytest.approx(0)
+
+
+# ---- where it shows ----
+
+
+def test_the_summary_prints_the_verdict_and_explain_adds_the_evidence(capsys):
+    path = FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz"
+    code, out, _ = command(summary.main, capsys, path)
+    assert code == 0
+    assert "verdict: bound by the CPU" in out
+    assert "rule: kernels shorter than their launch" in out
+    assert "median 1.38 µs on the GPU" not in out
+    code, out, _ = command(summary.main, capsys, path, "--explain")
+    assert "median 1.38 µs on the GPU" in " ".join(out.split())
+
+
+def test_the_top_kernels_table_shows_tflops_from_record_shapes(capsys):
+    code, out, _ = command(summary.main, capsys, FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz")
+    header = next(line for line in out.splitlines() if line.startswith("µs/step"))
+    assert "TFLOP/s" in header and "%peak" in header
+    gemm = next(line for line in out.splitlines() if "nvjet" in line and line.strip()[0].isdigit())
+    assert " 778 " in gemm
+
+
+def test_the_per_step_table_shows_the_budget(capsys):
+    path = FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz"
+    code, out, _ = command(summary.main, capsys, path, "--per-step", "--markdown")
+    header = next(line for line in out.splitlines() if line.startswith("| step"))
+    assert "idle%" in header and "host%" in header and "wait%" in header
+
+
+def test_a_scripts_report_prints_the_verdict_of_its_own_run(tmp_path, capsys):
+    threads = torch.get_num_threads()  # a tiny step runs on one thread: put torch's back for the other tests
+    try:
+        assert run("01_matmul_add", tmp_path, "--size", "8") == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "verdict: bound by the CPU: no GPU activity in the trace" in out
+
+
+def test_the_diff_leads_with_the_bound_before_and_after(capsys):
+    a = FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz"
+    b = FIXTURES / "01_matmul_add" / "4096_bf16_warm_eager.json.gz"
+    code, out, _ = command(diff.main, capsys, a, b)
+    assert code == 0
+    title, *lines = out.split("\n\n")[0].splitlines()  # the title, then at once the bounds
+    assert title.startswith("diff: A = ") and lines[0] == "bound: CPU → GPU"
+    assert lines[1].startswith("A: bound by the CPU") and any(line.startswith("B: bound by the GPU") for line in lines)
+
+
+def test_the_budgets_gpu_busy_is_the_readers_union_over_streams():
+    for tag in ("8_1024_768_12_3072_amp_bf16_cold_eager", "1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled"):
+        trace = fixture("05_training_step", tag)
+        for b, step in zip(diagnose(trace).budgets, trace.steps, strict=True):
+            assert b.busy == pytest.approx(step.gpu_busy_us, abs=1e-6)
+    two_streams = parse(rank_trace(0, overlap=True))
+    assert diagnose(two_streams).budgets[0].busy == pytest.approx(two_streams.steps[0].gpu_busy_us)
+
+
+def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
+    """_longest looks only at the budgets whose own longest gap can reach the top; it must pick what heapq.nlargest
+    picks over all the gaps in order, longest first and an earlier gap first among equal lengths."""
+    import heapq
+    import random
+
+    from common.analysis.diagnosis import Budget, Gap, _longest
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        starts = [rng.random() * 10 for _ in range(rng.randint(0, 30))]
+        gaps = [Gap(s, s + rng.choice([0.5, 1, 1, 2, rng.random() + 0.01]), "host", 0, None) for s in starts]
+        cuts = sorted(rng.sample(range(len(gaps) + 1), min(len(gaps) + 1, rng.randint(1, 6))))
+        chunks = [gaps[a:b] for a, b in zip([0, *cuts], [*cuts, len(gaps)], strict=True)]
+        budgets = [Budget(1.0, gaps=c, longest_gap=max((g.end - g.start for g in c), default=0.0)) for c in chunks]
+        n = rng.randint(0, 7)
+        want = heapq.nlargest(n, range(len(gaps)), key=lambda i: gaps[i].end - gaps[i].start) if n else []
+        assert [id(g) for g in _longest(budgets, n)] == [id(gaps[i]) for i in want]
+
+
+def test_a_budget_knows_its_longest_gap():
+    from common.analysis.diagnosis import budget
+    from common.reader.trace import GpuOp
+
+    ops = [GpuOp("kernel", "k", 2.0, start=s, launch=("cudaLaunchKernel", s - 1, 1.0, 0, 1)) for s in (3.0, 6.0, 12.0)]
+    b = budget(ops, 0.0, 20.0)
+    assert [g.end - g.start for g in b.gaps] == [3.0, 1.0, 4.0, 6.0] and b.longest_gap == 6.0

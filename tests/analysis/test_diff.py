@@ -1,0 +1,200 @@
+"""python -m common.diff: what changed between two variants, headline first."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import CPU_DTYPE, FIXTURES, command, diff_parts, run, tiny_gpu_trace
+
+from common.analysis.diff import KernelUse, main, match_kernels
+from common.reader.trace import GpuOp
+
+ATTN = "8_16_1024_64_bf16_cold_eager"
+
+
+def fixture(script: str, tag: str) -> str:
+    return str(FIXTURES / script / f"{tag}.json.gz")
+
+
+def diff(capsys, *argv: object) -> tuple[int, str, str]:
+    return command(main, capsys, *argv)
+
+
+def headline_of(out: str) -> str:
+    """The diff's one-sentence headline (wrapped at 120 columns), as one line."""
+    return diff_parts(out)[2]
+
+
+def test_in_place_masking_removes_the_memcpy_and_the_clone(capsys):
+    code, out, _ = diff(capsys, fixture("04_a_naive_attention", ATTN), fixture("04_b_inplace_ops_attention", ATTN))
+    assert code == 0
+    headline = headline_of(out)
+    assert headline.startswith("Gone: Memcpy DtoD (128 µs); GPU busy 1.06 ms → 936 µs per step (−12%)")
+    assert "aten::clone" in headline and "gone from the CPU side" in headline
+    assert "note: different scripts (04_a_naive_attention vs 04_b_inplace_ops_attention)" in out
+    removed = [line.split() for line in out.splitlines() if line.startswith("removed")]
+    assert ["removed", "memcpy", "1", "0", "128", "µs", "0", "−128", "µs", "99%", "Memcpy", "DtoD"] in removed
+    assert ["removed", "aten::clone", "1", "0"] in removed
+
+
+def test_math_to_flash_is_twenty_kernels_to_one(capsys):
+    sdpa = "04_c_sdpa_attention"
+    code, out, _ = diff(capsys, fixture(sdpa, "8_16_1024_64_math_bf16_cold_eager"),
+                        fixture(sdpa, "8_16_1024_64_flash_bf16_cold_eager"))  # fmt: skip
+    headline = headline_of(out)
+    assert code == 0 and "20 kernels per step → 1" in headline and "new: pytorch_flash::flash_fwd_kernel" in headline
+    assert "note:" not in out  # one script, one shape: comparable
+    kernels = next(line.split() for line in out.splitlines() if line.startswith("kernels "))
+    assert kernels == ["kernels", "20", "1", "−19", "−95%"]
+
+
+def test_sdpa_flash_to_fa4_leads_with_the_attention_kernel_that_changed(capsys):
+    """04_c --backend flash (FA2 behind SDPA) against 04_d with FA4 from PyPI, both on the H200: one kernel each."""
+    sdpa_flash = fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager")
+    code, out, _ = diff(
+        capsys, sdpa_flash, fixture("04_d_kernels_attention", "8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager")
+    )
+    headline = headline_of(out)
+    assert code == 0
+    assert headline.startswith("pytorch_flash::flash_fwd_kernel<")
+    assert " → kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwa" in headline
+    assert "(93.7 µs → 69.8 µs); GPU busy 93.9 µs → 69.6 µs per step (−26%)" in headline
+    changed = [line.split() for line in out.splitlines() if line.startswith("changed  attention")]
+    assert len(changed) == 1 and changed[0][-1].startswith("pytorch_flash::flash_fwd_kernel")
+
+
+def test_compiling_the_mlp_fuses_gelu_and_mul_into_one_triton_kernel(capsys):
+    mlp = "03_simple_mlp"
+    code, out, _ = diff(capsys, fixture(mlp, "64_128_768_3072_bf16_cold_eager"),
+                        fixture(mlp, "64_128_768_3072_bf16_cold_compiled"))  # fmt: skip
+    headline = headline_of(out)
+    assert code == 0 and "GeluCUDAKernelImpl" in headline and "MulFunctor" in headline
+    assert "new: triton_poi_fused__unsafe_view_gelu_mul_0" in headline and "5 kernels per step → 4" in headline
+
+
+def test_each_kernel_row_is_a_share_of_the_gross_change_never_over_100_percent(capsys):
+    mlp = "03_simple_mlp"
+    code, out, _ = diff(capsys, fixture(mlp, "64_128_768_3072_bf16_cold_eager"),
+                        fixture(mlp, "64_128_768_3072_bf16_cold_compiled"))  # fmt: skip
+    table = out.split("GPU work added, removed or changed")[1].split("\n\n")[0]
+    shares = [int(w[:-1]) for line in table.splitlines()[3:] for w in line.split() if w.endswith("%")]
+    assert shares and all(0 <= s <= 100 for s in shares) and sum(shares) <= 101
+    assert "(of |Δ|: each row's share of the gross change" in table
+
+
+def test_the_same_gemm_on_another_gpu_is_paired_not_added_and_removed():
+    a100 = {
+        ("kernel", "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn"): KernelUse(
+            GpuOp("kernel", "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn", 90.0), 1, 90.0
+        )
+    }
+    h200 = {("kernel", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"): KernelUse(
+        GpuOp("kernel", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT", 57.0), 1, 57.0)}  # fmt: skip
+    [(a, b)] = match_kernels(a100, h200)
+    assert a is not None and b is not None and a.op.family == b.op.family == "gemm"
+
+
+def test_cpu_traces_diff_their_cpu_ops(tmp_path, capsys):
+    small = ["--batch", "1", "--heads", "2", "--seq", "32", "--head_dim", "8"]
+    assert run("04_a_naive_attention", tmp_path, *small) == 0
+    assert run("04_b_inplace_ops_attention", tmp_path, *small) == 0
+    tag = f"1_2_32_8_{CPU_DTYPE}_cold_eager.json"
+    capsys.readouterr()
+    code, out, _ = diff(capsys, tmp_path / "04_a_naive_attention" / tag, tmp_path / "04_b_inplace_ops_attention" / tag)
+    assert code == 0 and "aten::clone" in headline_of(out) and "CPU" in out
+    assert diff_parts(out)[1] == "CPU = record_function 'attn_fwd' (the suite's label)"
+    assert "GPU busy" not in out and "peak MB" not in out  # GPU figures are absent on the CPU, never zero
+
+
+def test_the_same_file_twice_is_an_empty_diff_said_so(capsys):
+    path = fixture("02_linear", "1024_32_64_bf16_cold_eager")
+    code, out, _ = diff(capsys, path, path)
+    assert code == 0 and "No difference: A and B are the same trace file." in out
+
+
+def test_a_file_that_is_not_a_trace_is_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(tiny_gpu_trace()))
+    code, out, err = diff(capsys, good, bad)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and str(bad) in err
+    code, _, err = diff(capsys, good, tmp_path / "missing.json")
+    assert code == 2 and "no such trace file" in err
+
+
+def test_markdown_diff_is_pipe_tables(capsys):
+    code, out, _ = diff(capsys, fixture("04_a_naive_attention", ATTN), fixture("04_b_inplace_ops_attention", ATTN),
+                        "--markdown")  # fmt: skip
+    assert code == 0 and out.startswith("### diff:") and "|  | A | B | Δ | Δ% |" in out
+
+
+def _direct_copy(dtype: str, lam: int) -> str:
+    """One instantiation of ATen's direct_copy_kernel_cuda template (their names differ in the lambda and dtype)."""
+    return (
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+        f"::{{lambda()#3}}::operator()() const::{{lambda()#{lam}}}::operator()() const::{{lambda({dtype})#1}}, "
+        "std::array<char*, 2ul>, TrivialOffsetCalculator<1, unsigned int>>(int, at::native::direct_copy_kernel_cuda)"
+    )
+
+
+def _uses(*kernels: tuple[str, float, float]) -> dict:
+    return {("kernel", n): KernelUse(GpuOp("kernel", n, us / max(calls, 1)), calls, us) for n, calls, us in kernels}
+
+
+COPIES = [_direct_copy(t, n) for t, n in (("float", 7), ("c10::BFloat16", 11), ("long", 4), ("bool", 2))]
+
+
+def test_instantiations_of_one_template_pair_by_their_exact_names():
+    batch16 = _uses((COPIES[0], 1, 10.0), (COPIES[1], 164, 300.0), (COPIES[2], 12, 40.0), (COPIES[3], 3, 6.0))
+    batch256 = _uses((COPIES[3], 3, 9.0), (COPIES[2], 12, 90.0), (COPIES[1], 164, 4800.0), (COPIES[0], 1, 11.0))
+    pairs = match_kernels(batch16, batch256)
+    assert len(pairs) == 4 and all(a and b and a.op.name == b.op.name for a, b in pairs)
+
+
+def test_instantiations_with_other_names_pair_by_calls_and_time():
+    name = "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda<{}>>()"
+    a = _uses((name.format("float"), 1, 10.0), (name.format("half"), 164, 300.0))
+    b = _uses((name.format("bf16"), 164, 4800.0), (name.format("int"), 1, 12.0))
+    pairs = sorted(match_kernels(a, b), key=lambda p: p[0].calls)
+    assert [(x.calls, y.calls) for x, y in pairs] == [(1, 1), (164, 164)]
+
+
+def test_copies_of_different_directions_are_never_paired():
+    def copy(name: str) -> dict:
+        return {("gpu_memcpy", name): KernelUse(GpuOp("gpu_memcpy", name, 5.0), 1, 5.0)}
+
+    pairs = match_kernels(copy("Memcpy DtoH (Device -> Pinned)"), copy("Memcpy DtoD (Device -> Device)"))
+    assert sorted((a is None, b is None) for a, b in pairs) == [(False, True), (True, False)]
+    [(a, b)] = match_kernels(copy("Memcpy HtoD (Pageable -> Device)"), copy("Memcpy HtoD (Pinned -> Device)"))
+    assert a and b  # the same direction from another kind of host memory is the same copy, changed
+
+
+def _copy_trace(kernels: list[tuple[str, int, float]]) -> dict:
+    """A trace of one profiled step that launches `kernels` (name, calls, µs per call) in turn."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 10_000, "args": {}}]  # fmt: skip
+    corr, t = 1, 10.0
+    for name, calls, us in kernels:
+        for _ in range(calls):
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": t, "dur": 1, "args": {"correlation": corr}})  # fmt: skip
+            cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+            events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": t + 2, "dur": us,
+                           "args": {"correlation": corr}})  # fmt: skip
+            corr, t = corr + 1, t + us + 3
+    return {"traceEvents": events}
+
+
+def test_the_headline_never_calls_a_kernel_in_both_traces_gone(tmp_path, capsys):
+    dtoh, dtod = "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoD (Device -> Device)"
+    a = _copy_trace([(COPIES[0], 1, 10.0), (COPIES[1], 20, 3.0), (COPIES[2], 4, 2.0), (dtoh, 1, 4.0)])
+    b = _copy_trace([(COPIES[2], 4, 5.0), (COPIES[1], 20, 9.0), (dtod, 1, 4.0)])
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    line = headline_of(out)
+    assert code == 0 and line.startswith("Gone: one instantiation of at::native::unrolled_elementwise_kernel<…direct_")
+    assert "Memcpy DtoH (4.00 µs); new: Memcpy DtoD (4.00 µs)" in line, line
+    table = out.split("GPU work added, removed or changed")[1]
+    assert "DtoH (Device -> Pinned) → " not in table and "changed  memcpy" not in table
