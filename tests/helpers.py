@@ -185,6 +185,7 @@ LOOP_EDITS: dict[str, list[tuple[str, str]]] = {  # edit -> (regex, replacement)
     "with_flops=True": [(SHAPES_OPTION, r"\1\n\2with_flops=True,")],
     "profile_memory=True": [(r"profile_memory=args\.memory", "profile_memory=True")],
     "record_shapes removed": [(r"\n *record_shapes=True,", "")],
+    "schedule removed": [(r"\n *schedule=schedule\(.*\),", "")],
     "tensorboard_trace_handler": [(r"on_trace_ready=rec\.save", f"on_trace_ready={TENSORBOARD}(TB_DIR)")],
 }
 # Small shapes each script runs on the CPU in well under a second a step
