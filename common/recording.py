@@ -47,6 +47,7 @@ from common.trace import read_trace
 from common.units import human_time
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
+MTIME_SLACK_S = 2.0  # a file's mtime runs behind time.time() (the kernel's coarse clock, a file system's 2 s)
 
 
 class Recording:
@@ -157,6 +158,7 @@ def own_handler_lines(scope: Iterable[object], since: float) -> list[str]:
     lines = [f"the loop's own on_trace_ready ({name}) got the trace: the suite wrote none and has no report on it"]
     if not isinstance(folder, str):
         return [*lines, "  read the trace it wrote with: uv run python -m common.summary <file or folder>"]
+    since -= MTIME_SLACK_S
     written = sorted(p for p in Path(folder).glob("*.json*") if p.is_file() and p.stat().st_mtime >= since)
     lines += [f"trace: {p} (written by {name})" for p in written] or [f"no trace written in {folder} by this run"]
     return [*lines, f"read it with: uv run python -m common.summary {folder}"]
