@@ -1,0 +1,82 @@
+"""The report's lines after a reader's edit of the loop, piece by piece: the steps recorded under with_stack, a
+trace without steps checked per call, misses counted over the lines checked, the step time of two steps.
+tests/test_edited_loops.py runs the edits end to end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import ev, tiny_cpu_trace
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from common.guess import check_guess, expect_kernels, expect_op, format_verdicts
+from common.loop import read_label, recorded_steps
+from common.report import step_seconds
+from common.trace import parse
+
+
+def test_with_stack_steps_are_counted_past_the_python_frames():
+    seen = []
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
+        with_stack=True,
+        on_trace_ready=lambda prof: seen.append((recorded_steps(prof), read_label(prof))),
+    ) as prof:
+        for _ in range(5):
+            with record_function("fwd"):
+                torch.ones(4).add(1)
+            prof.step()
+    assert seen == [(3, "fwd")]
+
+
+def unscheduled_trace() -> dict:
+    """A loop without schedule=: no ProfilerStep#N, three calls of the label `fwd`, one aten::add each."""
+    events = []
+    for n in range(3):
+        events += [ev("user_annotation", "fwd", 100 * n, 50), ev("cpu_op", "aten::add", 100 * n + 10, 20)]
+    return {"traceEvents": events, "suite": {"label": "fwd"}}
+
+
+def test_a_trace_without_steps_checks_the_guess_per_call_of_the_label():
+    trace = parse(unscheduled_trace())
+    verdicts = check_guess(trace, [expect_op("aten::add", 1, "one add per call")])
+    assert [v.seen for v in verdicts] == [[1.0]] and verdicts[0].matched
+    lines = format_verdicts(verdicts, trace)
+    assert lines[0] == "guess vs trace (per call of 'fwd': 3 calls in the one recorded step, counts ÷ 3)"
+    assert any(line.startswith("  [ ok ] aten::add  guess    1  trace     1") for line in lines)
+
+
+def test_a_trace_without_steps_gives_the_step_time_per_call():
+    assert step_seconds(parse(unscheduled_trace())) == (
+        pytest.approx(50e-6),
+        "CPU (the 'fwd' label)",
+        "per call: 150 µs over the 3 calls in the one recording",
+    )
+
+
+def test_misses_are_counted_over_the_checked_lines_only():
+    trace = parse(tiny_cpu_trace())
+    guess = [expect_kernels("gemm", 1, "not checked on the CPU"), expect_op("aten::add", 1, "misses step #1")]
+    lines = format_verdicts(check_guess(trace, guess), trace)
+    assert (
+        "  >>> 1 of 1 checked guesses did not match the trace: the most interesting thing on this screen <<<" in lines
+    )
+
+
+def test_two_steps_give_the_later_step_time_with_the_first_beside_it():
+    data = tiny_cpu_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["ts"] < 200]  # steps #0 (60 µs) and #1 (80 µs)
+    assert step_seconds(parse(data)) == (
+        pytest.approx(80e-6),
+        "CPU (the 'fwd' label)",
+        "the later of 2 profiled steps (the first: 60.0 µs)",
+    )
+
+
+def test_three_steps_give_the_median_step_time():
+    assert step_seconds(parse(tiny_cpu_trace())) == (
+        pytest.approx(70e-6),
+        "CPU (the 'fwd' label)",
+        "median of 3 profiled steps",
+    )
