@@ -12,7 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import LOOP_EDITS, ROOT, SCRIPTS, report_lines, run_edited
+from helpers import LOOP_EDITS, ROOT, SCRIPTS, command, report_lines, run_edited
+
+from common import summary
 
 ON_THE_CPU = [s for s in SCRIPTS if s not in ("03_kernels_mlp", "04_d_kernels_attention", "06_ddp_training_step")]
 DDP = "06_ddp_training_step"
@@ -93,6 +95,14 @@ def check_own_handler(result: dict) -> None:
 @pytest.mark.parametrize("script", ON_THE_CPU)
 def test_an_edited_loop_runs_as_edited(script, edit, tmp_path):
     check_edit(edit, run_edited(script, edit, tmp_path))
+
+
+def test_the_summary_reads_the_trace_of_the_loops_own_handler(tmp_path, capsys):
+    result = run_edited("01_matmul_add", "tensorboard_trace_handler", tmp_path)
+    code, out, err = command(summary.main, capsys, result["tb_dir"])
+    row = "tb/" + result["tensorboard"][0].removesuffix(".json")
+    assert code == 0 and err == "" and "CPU = the ProfilerStep#N span." in out
+    assert any(line.startswith(row) and re.search(r" [\d.]+ (µs|ms|s) ", line) for line in out.splitlines()), out
 
 
 @pytest.mark.parametrize("script", ["03_kernels_mlp", "04_d_kernels_attention"])
