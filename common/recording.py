@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from common.memory import MemoryWatch
 from common.physics import Work
 from common.report import exit_code, print_files, print_report, print_unprofiled
 from common.runtime import Run
+from common.tables import TEXT_WIDTH
 from common.trace import read_trace
 from common.units import human_time
 
@@ -149,13 +151,19 @@ def own_handler_lines(scope: Iterable[object], since: float) -> list[str]:
     handler it is, the traces it wrote since `since` (time.time()) where the handler says where it writes
     (torch's tensorboard_trace_handler(dir_name) keeps its folder), and how to read them with the summary.
     `scope`: the script's local values, where its `with profile(...) as prof` left the profile."""
-    prof = next((v for v in scope if isinstance(v, torch.profiler.profile)), None)
-    handler = getattr(prof, "on_trace_ready", None)
-    name = getattr(handler, "__qualname__", type(handler).__name__).split(".<locals>")[0]
+    profiles = [v for v in scope if isinstance(v, torch.profiler.profile)]
+    handler = getattr(profiles[0], "on_trace_ready", None) if profiles else None
+    if profiles and handler is None:
+        return ["the loop's profile has no on_trace_ready, so nothing exported its trace and the suite has no report:",
+                "  give it on_trace_ready=rec.save, or call prof.export_chrome_trace(path) after the loop"]  # fmt: skip
+    qualname = getattr(handler, "__qualname__", "") or type(handler).__name__
+    torchs = getattr(handler, "__module__", "").startswith("torch.")  # torch's handler: name its factory
+    name = qualname.split(".<locals>")[0] if torchs else qualname.rsplit(".", 1)[-1]
     folder = None
     if handler is not None and getattr(handler, "__code__", None) is not None:
         folder = inspect.getclosurevars(handler).nonlocals.get("dir_name")
-    lines = [f"the loop's own on_trace_ready ({name}) got the trace: the suite wrote none and has no report on it"]
+    text = f"the loop's own on_trace_ready ({name}) got the trace: the suite wrote none and has no report on it"
+    lines = textwrap.wrap(text, TEXT_WIDTH, subsequent_indent="  ")
     if not isinstance(folder, str):
         return [*lines, "  read the trace it wrote with: uv run python -m common.summary <file or folder>"]
     since -= MTIME_SLACK_S

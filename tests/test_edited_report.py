@@ -4,6 +4,8 @@ tests/test_edited_loops.py runs the edits end to end."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from helpers import ev, tiny_cpu_trace
@@ -11,6 +13,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.guess import check_guess, expect_kernels, expect_op, format_verdicts
 from common.loop import read_label, recorded_steps
+from common.recording import own_handler_lines
 from common.report import step_seconds
 from common.trace import parse
 
@@ -80,3 +83,23 @@ def test_three_steps_give_the_median_step_time():
         "CPU (the 'fwd' label)",
         "median of 3 profiled steps",
     )
+
+
+def test_a_handler_of_the_readers_own_is_named_by_its_own_name():
+    def my_handler(prof: profile) -> None:
+        pass
+
+    with profile(activities=[ProfilerActivity.CPU], on_trace_ready=my_handler) as prof:
+        torch.ones(2).add(1)
+    assert own_handler_lines([1, prof], time.time()) == [
+        "the loop's own on_trace_ready (my_handler) got the trace: the suite wrote none and has no report on it",
+        "  read the trace it wrote with: uv run python -m common.summary <file or folder>",
+    ]
+
+
+def test_a_loop_without_on_trace_ready_is_told_nothing_exported_its_trace():
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(2).add(1)
+    lines = own_handler_lines([prof], time.time())
+    assert lines[0].startswith("the loop's profile has no on_trace_ready, so nothing exported its trace")
+    assert all(len(line) <= 120 for line in lines)
