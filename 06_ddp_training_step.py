@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         what = f"rank {last}'s out_proj weight " + ("(rank 0's is the reference)" if last else "(one rank: its own)")
         with one_verdict(launch):  # rank 0's report; another rank prints only what differs from it
             code = finish(rec, guessed, weights[-1], weights[0], what=what)
-            if last:
+            if last and rec.files:  # the suite wrote the ranks' traces (not the loop's own on_trace_ready)
                 print(read_together(run.traces_dir, launch))
         return code
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import itertools
 import json
 import os
 import re
@@ -185,6 +186,7 @@ LOOP_EDITS: dict[str, list[tuple[str, str]]] = {  # edit -> (regex, replacement)
     "with_flops=True": [(SHAPES_OPTION, r"\1\n\2with_flops=True,")],
     "profile_memory=True": [(r"profile_memory=args\.memory", "profile_memory=True")],
     "record_shapes removed": [(r"\n *record_shapes=True,", "")],
+    "schedule removed": [(r"\n *schedule=schedule\(.*\),", "")],
     "tensorboard_trace_handler": [(r"on_trace_ready=rec\.save", f"on_trace_ready={TENSORBOARD}(TB_DIR)")],
 }
 # Small shapes each script runs on the CPU in well under a second a step
@@ -200,6 +202,29 @@ TINY_FLAGS = {
     "05_training_step": ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64"],
     "06_ddp_training_step": ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64"],
 }
+
+
+def report_lines(out: str) -> dict[str, str]:
+    """The lines of a run's report that say what it measured: `loop` (the `profiled:` line, unwrapped), `notes`
+    (the notes in brackets under it), `guess` (guess vs trace's title; the corrected one where a script shows
+    the post's first guess too), `checked` (its closing count), `marks` (its lines' marks, `[ ok ]`, `[MISS]`
+    or `[ -- ]`, one a line) and `step` (the step time); '' where absent."""
+    lines = out.splitlines()
+    found = dict.fromkeys(("loop", "notes", "guess", "checked", "marks", "step"), "")
+    for i, line in enumerate(lines):
+        if line.startswith("profiled: "):
+            more = [m.strip() for m in itertools.takewhile(lambda m: m.startswith("  "), lines[i + 1 :])]
+            at = next((n for n, m in enumerate(more) if m.startswith("(")), len(more))
+            found["loop"], found["notes"] = " ".join([line, *more[:at]]), "\n".join(more[at:])
+        elif line.startswith("guess vs trace"):
+            found["guess"], found["marks"], found["checked"] = line, "", ""
+        elif re.match(r"  (>>> \d+ of \d+ checked|all \d+ checked)", line) and found["guess"]:
+            found["checked"] = found["checked"] or line.strip()
+        elif re.match(r"  \[( ok |MISS| -- )\] ", line) and found["guess"] and not found["checked"]:
+            found["marks"] += line[2:8] + "\n"
+        elif line.startswith("step time: "):
+            found["step"] = line
+    return found
 
 
 def edit_loop(source: str, edit: str, tb_dir: Path) -> str:
@@ -242,4 +267,5 @@ def run_edited(name: str, edit: str, folder: Path, *flags: str) -> dict:
         "err": err.getvalue(),
         "traces": written_traces,
         "tensorboard": sorted(p.name for p in tb_dir.glob("*.json")) if tb_dir.is_dir() else [],
+        "tb_dir": str(tb_dir),
     }

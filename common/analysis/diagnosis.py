@@ -618,7 +618,8 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if not trace.has_gpu:
         cpu = trace.per_step(lambda s: s.region_us)
-        line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU per step"
+        per = "in the one recording (no ProfilerStep#N)" if trace.whole_trace else "per step"
+        line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU {per}"
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = [step_budget(s) for s in trace.steps]
     m = _median_budget(budgets)

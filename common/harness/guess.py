@@ -137,7 +137,8 @@ def expect_graph_launches(count: int, why: str) -> Expect:
 @dataclass(frozen=True)
 class Verdict:
     expect: Expect
-    seen: list[int] | None  # one count per profiled step; None when not checked (no GPU lane)
+    seen: list[float] | None  # one count per profiled step (per call: calls_per_step); None when not checked
+    calls: int = 1  # the label's calls the one step holds (a loop without a schedule): `seen` is per call
 
     @property
     def checked(self) -> bool:
@@ -148,16 +149,35 @@ class Verdict:
         return self.seen is not None and all(self.expect.holds(n) for n in self.seen)
 
 
+def calls_per_step(trace: Trace) -> int:
+    """How many calls of the step's label the trace's one step holds where it has no ProfilerStep#N (a loop
+    without `schedule=` records every step as one); 1 for a trace with steps or without the label."""
+    if not trace.whole_trace or not trace.label:
+        return 1
+    return max(1, sum(name == trace.label for name, *_ in trace.labels))
+
+
 def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:
-    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace.
+    """Compare each guess line with every profiled step; GPU lines go unchecked on a CPU-only trace. A trace
+    without steps whose one step holds N calls of the label is checked per call: its counts divided by N.
 
     A line that can observe nothing (a phase's count, outside `in_phase`) is refused, on the CPU too."""
     blind = [e for e in guess if (e.kind, e.key) in PHASE_ONLY and not isinstance(e, PhaseExpect)]
     if blind:
         raise SuiteError(blind[0].blind())
-    return [
-        Verdict(e, None if e.needs_gpu and not trace.has_gpu else [e.observe(s) for s in trace.steps]) for e in guess
-    ]
+    calls = calls_per_step(trace)
+
+    def seen(e: Expect) -> list[float] | None:
+        if e.needs_gpu and not trace.has_gpu:
+            return None
+        return [e.observe(s) / calls if calls > 1 else e.observe(s) for s in trace.steps]
+
+    return [Verdict(e, seen(e), calls) for e in guess]
+
+
+def _count(n: float) -> str:
+    """A count as printed: 1, or 1.2 for a per-call average that is not whole."""
+    return str(int(n)) if n == int(n) else f"{n:.3g}"
 
 
 def format_verdicts(
@@ -166,7 +186,16 @@ def format_verdicts(
     """Guess vs trace, a line each, then (with `gpu_work`) the kernels one step launched, or why there are none."""
     numbers = [s.number for s in trace.steps]
     steps = ", ".join(f"#{n}" for n in numbers) if len(numbers) <= 5 else f"#{numbers[0]} to #{numbers[-1]}"
-    lines = [f"{title} (per profiled step; steps {steps})"]
+    calls = verdicts[0].calls if verdicts else 1
+    if calls > 1:
+        lines = [f"{title} (per call of {trace.label!r}: {calls} calls in the one recorded step, counts ÷ {calls})"]
+        lines += textwrap.wrap(
+            "no ProfilerStep#N in this trace (the loop has no schedule=?): every call of the loop is in one "
+            "recording, so each count is the recording's divided by its calls",
+            TEXT_WIDTH, initial_indent="  ", subsequent_indent="  ",
+        )  # fmt: skip
+    else:
+        lines = [f"{title} (per profiled step; steps {steps})"]
     if not trace.has_gpu:
         lines.append("  on the CPU: only the CPU-op lines can be checked; GPU lines are shown, not checked")
     width = max((len(v.expect.title) for v in verdicts), default=10)
@@ -179,23 +208,23 @@ def format_verdicts(
             mark = "[ ok ]" if v.matched else "[MISS]"
             uniq = sorted(set(v.seen))
             if len(uniq) == 1:
-                seen = str(uniq[0])
+                seen = _count(uniq[0])
             elif len(v.seen) <= 5:
-                seen = "/".join(str(n) for n in v.seen)
+                seen = "/".join(_count(n) for n in v.seen)
             else:
-                seen = f"{uniq[0]}..{uniq[-1]}"
+                seen = f"{_count(uniq[0])}..{_count(uniq[-1])}"
         head = f"  {mark} {e.title:<{width}}  guess {want:>4}  trace {seen:>5}   "
         why = textwrap.wrap(e.why, max(40, TEXT_WIDTH - len(head))) or [""]  # the note wraps under itself
         lines += [head + why[0], *(" " * len(head) + more for more in why[1:])]
     missed = [v for v in verdicts if v.checked and not v.matched]
+    checked = sum(v.checked for v in verdicts)
     if missed:
         lines.append(
-            f"  >>> {len(missed)} of {len(verdicts)} guesses did not match the trace: "
+            f"  >>> {len(missed)} of {checked} checked guesses did not match the trace: "
             "the most interesting thing on this screen <<<"
         )
     elif verdicts:
-        n = sum(v.checked for v in verdicts)
-        lines.append(f"  all {n} checked guesses match the trace")
+        lines.append(f"  all {checked} checked guesses match the trace")
     if not gpu_work:
         return lines
     step = trace.steps[0]

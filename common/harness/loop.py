@@ -77,6 +77,15 @@ def read_schedule(prof: torch.profiler.profile) -> Schedule | None:
     return Schedule(wait, warmup, active, 0 if cycles == MAX_CYCLES else cycles)
 
 
+def parent_of(event: object) -> object | None:
+    """The op or label an event of `prof.events()` runs inside, past the Python frames that with_stack=True puts
+    between them (a ProfilerStep's own parent is then `<module>`, not None)."""
+    parent = event.cpu_parent
+    while parent is not None and getattr(parent, "is_python_function", False):
+        parent = parent.cpu_parent
+    return parent
+
+
 def read_label(prof: torch.profiler.profile) -> str | None:
     """The record_function label directly inside the profiler's steps (the most common one, the longest of
     those tied: train_step, not the forward inside it); the top-level label without a schedule."""
@@ -85,7 +94,7 @@ def read_label(prof: torch.profiler.profile) -> str | None:
     for event in prof.events():
         if not event.is_user_annotation or STEP_NAME.match(event.name):
             continue
-        parent = event.cpu_parent
+        parent = parent_of(event)
         if (parent is None and not prof.record_steps) or (parent is not None and STEP_NAME.match(parent.name)):
             counts[event.name] += 1
             total[event.name] += event.cpu_time_total
@@ -94,7 +103,7 @@ def read_label(prof: torch.profiler.profile) -> str | None:
 
 def recorded_steps(prof: torch.profiler.profile) -> int:
     """The ProfilerStep#N spans this cycle recorded (0 without a schedule)."""
-    return sum(e.cpu_parent is None and bool(STEP_NAME.match(e.name)) for e in prof.events())
+    return sum(bool(STEP_NAME.match(e.name)) and parent_of(e) is None for e in prof.events())
 
 
 def read_options(prof: torch.profiler.profile) -> dict[str, bool]:
@@ -119,10 +128,16 @@ def options_tag_part(options: dict[str, bool]) -> str:
     return "_".join(word for name, (usual, word) in OPTION_WORDS.items() if options.get(name, usual) != usual)
 
 
-def describe_loop(schedule: Schedule | None, options: dict[str, bool], label: str | None, recorded: int) -> str:
-    """What the profiler ran, within TEXT_WIDTH: the schedule, the steps recorded, the options set, the label."""
+def describe_loop(
+    schedule: Schedule | None, options: dict[str, bool], label: str | None, recorded: int, unscheduled: int = 0
+) -> str:
+    """What the profiler ran, within TEXT_WIDTH: the schedule, the steps recorded, the options set, the label.
+    `unscheduled`: the loop's prof.step() calls where the profile has no schedule (it records them all as one)."""
     how = f"schedule({schedule.describe()})" if schedule else "a schedule of its own" if recorded else "no schedule"
+    steps = f"{recorded} steps recorded"
+    if how == "no schedule":
+        steps = f"all {unscheduled} steps in one recording (no ProfilerStep#N)" if unscheduled else "one recording"
     on = [name for name, value in options.items() if value]
     named = f"label {label!r}" if label else "no record_function label"
-    text = f"profiled: {how}, {recorded} steps recorded, {', '.join(on) or 'no options'}, {named}"
+    text = f"profiled: {how}, {steps}, {', '.join(on) or 'no options'}, {named}"
     return "\n".join(textwrap.wrap(text, TEXT_WIDTH, subsequent_indent="  "))

@@ -15,12 +15,16 @@ checks the output and says in one line that it has no trace to report on. Ctrl-C
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import torch
 
+from common.analysis.tables import TEXT_WIDTH
 from common.cli import SuiteError, on_exit
 from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
@@ -45,6 +49,7 @@ from common.reader.trace import read_trace
 from common.units import human_time
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
+MTIME_SLACK_S = 2.0  # a file's mtime runs behind time.time() (the kernel's coarse clock, a file system's 2 s)
 
 
 class Recording:
@@ -61,6 +66,7 @@ class Recording:
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
         self.estimate_s: float | None = None  # the run's estimate (common.harness.estimate), None for a small run
         self.checked = False  # the output matched the reference: the files are kept from here on
+        self.started = time.time()  # a handler of the loop's own writes its traces after this (own_handler_lines)
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
 
     @property
@@ -128,7 +134,8 @@ class Recording:
         first = not self.cycles
         if first:
             self.schedule, self.recorded = schedule, recorded
-            self.loop = describe_loop(schedule, read_options(prof), label, recorded)
+            unscheduled = 0 if prof.record_steps else prof.step_num
+            self.loop = describe_loop(schedule, read_options(prof), label, recorded, unscheduled)
         part = schedule.tag_part() if schedule else "custom" if prof.record_steps else "noschedule"
         options = options_tag_part(read_options(prof))  # profile_memory=True: `memory`, and so on
         tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
@@ -137,6 +144,32 @@ class Recording:
         memory = self.watch.stop(prof.step_num) if first else None
         files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
         self.cycles.append(files)
+
+
+def own_handler_lines(scope: Iterable[object], since: float) -> list[str]:
+    """What a run whose loop hands `on_trace_ready` a handler of its own prints instead of the report: whose
+    handler it is, the traces it wrote since `since` (time.time()) where the handler says where it writes
+    (torch's tensorboard_trace_handler(dir_name) keeps its folder), and how to read them with the summary.
+    `scope`: the script's local values, where its `with profile(...) as prof` left the profile."""
+    profiles = [v for v in scope if isinstance(v, torch.profiler.profile)]
+    handler = getattr(profiles[0], "on_trace_ready", None) if profiles else None
+    if profiles and handler is None:
+        return ["the loop's profile has no on_trace_ready, so nothing exported its trace and the suite has no report:",
+                "  give it on_trace_ready=rec.save, or call prof.export_chrome_trace(path) after the loop"]  # fmt: skip
+    qualname = getattr(handler, "__qualname__", "") or type(handler).__name__
+    torchs = getattr(handler, "__module__", "").startswith("torch.")  # torch's handler: name its factory
+    name = qualname.split(".<locals>")[0] if torchs else qualname.rsplit(".", 1)[-1]
+    folder = None
+    if handler is not None and getattr(handler, "__code__", None) is not None:
+        folder = inspect.getclosurevars(handler).nonlocals.get("dir_name")
+    text = f"the loop's own on_trace_ready ({name}) got the trace: the suite wrote none and has no report on it"
+    lines = textwrap.wrap(text, TEXT_WIDTH, subsequent_indent="  ")
+    if not isinstance(folder, str):
+        return [*lines, "  read the trace it wrote with: uv run python -m common.summary <file or folder>"]
+    since -= MTIME_SLACK_S
+    written = sorted(p for p in Path(folder).glob("*.json*") if p.is_file() and p.stat().st_mtime >= since)
+    lines += [f"trace: {p} (written by {name})" for p in written] or [f"no trace written in {folder} by this run"]
+    return [*lines, f"read it with: uv run python -m common.summary {folder}"]
 
 
 def progress_what(work: Work) -> str:
@@ -193,8 +226,7 @@ def finish(
         rec.discard()
         raise SuiteError(f"{exc}{': its trace is not kept' if files else ''}") from None
     if files is None:
-        print("the loop's on_trace_ready is not rec.save, so the suite wrote no trace and has no report on it "
-              "(the output matches the reference)")  # fmt: skip
+        print("\n".join(own_handler_lines(sys._getframe(1).f_locals.values(), rec.started)))
         return 0
     rec.keep()
     print(rec.loop)

@@ -11,7 +11,7 @@ from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.tables import TEXT_WIDTH, phase_table, step_table
 from common.harness.bench import UnprofiledTime
 from common.harness.export import TraceFiles
-from common.harness.guess import Verdict, format_verdicts
+from common.harness.guess import Verdict, calls_per_step, format_verdicts
 from common.harness.memory import memory_line
 from common.harness.runtime import Run
 from common.harness.share import share_lines
@@ -20,15 +20,26 @@ from common.reader.trace import Trace
 from common.units import human_time
 
 
-def step_seconds(trace: Trace) -> tuple[float, str] | None:
-    """Median time per step and what it measures: GPU busy on a GPU, the annotated CPU region otherwise."""
+def step_seconds(trace: Trace) -> tuple[float, str, str] | None:
+    """The time per step, what it measures (GPU busy on a GPU, the label's CPU time otherwise) and how it was
+    taken from the steps: the median of 3 or more; the later of 2 (a median of two is their mean, and the
+    first step of a cold run is often many times the second); per call where the trace's one step holds every
+    call of the label (no schedule)."""
     us, where = trace.step_time_us()
     if us is None:
         return None
-    return us * 1e-6, "GPU busy (kernel sum)" if where == "GPU" else f"CPU ({trace.label} region)"
+    what = "GPU busy (kernel sum)" if where == "GPU" else f"CPU (the {trace.label!r} label)"
+    value = (lambda s: s.gpu_busy_us) if where == "GPU" else (lambda s: s.region_us)
+    times = [t for t in map(value, trace.steps) if t is not None]
+    calls = calls_per_step(trace)
+    if calls > 1:
+        return us / calls * 1e-6, what, f"per call: {human_time(us)} over the {calls} calls in the one recording"
+    if len(times) == 2:
+        return times[1] * 1e-6, what, f"the later of 2 profiled steps (the first: {human_time(times[0])})"
+    return us * 1e-6, what, "the one profiled step" if len(times) == 1 else f"median of {len(times)} profiled steps"
 
 
-def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: str | None) -> list[str]:
+def physics_lines(work: Work, seconds: float, what: str, how: str, run: Run, device_name: str | None) -> list[str]:
     """Achieved TFLOP/s and GB/s for `work` done in `seconds`; % of peak only where the peak is known."""
     peak = find_peak(device_name, run.peak_tflops, run.peak_gbps) if run.on_gpu else None
     got = achieved(work, seconds, peak, run.dtype_name)
@@ -37,7 +48,7 @@ def physics_lines(work: Work, seconds: float, what: str, run: Run, device_name: 
         flops += f" ({got.pct_flops:.1f}% of {peak.name} peak {peak.tflops(run.dtype_name):g})"
     gbps = f"{got.gbps:.3g} GB/s" + (f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else "")
     lines = [
-        f"step time: {human_time(seconds * 1e6)} {what}, median of the profiled steps",
+        f"step time: {human_time(seconds * 1e6)} {what}, {how}",
         f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step -> {flops}, {gbps}",
     ]
     if run.on_gpu and peak is None:
@@ -66,7 +77,7 @@ def print_report(
         print(phase_table(trace))
     diagnosis = diagnose(trace, run.peak_tflops)
     if run.per_step or len(trace.steps) > 3:
-        print(f"per profiled step ({trace.label} region on the CPU, busy time on the GPU):")
+        print(f"per profiled step (the {trace.label!r} label on the CPU, busy time on the GPU):")
         print(step_table(trace, every=run.per_step, budgets=diagnosis.budgets))
     timed = step_seconds(trace)
     if timed:

@@ -145,7 +145,7 @@ def test_guess_vs_trace_marks_matches_and_shouts_about_a_miss():
     assert [v.matched for v in verdicts] == [True, True, False, True, True]
     text = "\n".join(format_verdicts(verdicts, trace))
     assert "[MISS] memcpy on the GPU" in text
-    assert "1 of 5 guesses did not match the trace" in text
+    assert "1 of 5 checked guesses did not match the trace" in text
     assert any(line.split()[2:3] == ["memcpy"] and "Memcpy DtoD" in line for line in text.splitlines())
 
 
