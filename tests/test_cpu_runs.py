@@ -52,6 +52,7 @@ def test_a_larger_cpu_step_keeps_torchs_threads(tmp_path, capsys):
     assert "CPU threads: 2" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_cold_start_run_prints_no_stray_log_lines(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "01_matmul_add.py"), "--size", "8", "--wait", "0", "--warmup-steps", "0",

@@ -124,6 +124,7 @@ def check(command: str, result: Result, refused: bool) -> None:
         assert len(line) <= WIDTH, f"{command}: {len(line)} columns: {line}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", SCRIPT_COMMANDS)
 def test_script_command(ran, command):
     name = words(command)[0]
@@ -131,6 +132,7 @@ def test_script_command(ran, command):
     check(command, ran[1][command], gpu_only and not torch.cuda.is_available())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c in ALL if "common.summary" in c or "common.diff" in c])
 def test_summary_and_diff_command(ran, command):
     if "--plot" in command:

@@ -37,6 +37,7 @@ def test_every_guess_line_fits(name, args):
             assert len(line) <= WIDTH, line
 
 
+@pytest.mark.slow
 def test_a_cpu_run_prints_nothing_wider_than_120_columns(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # paths print as traces/...: a long folder name makes any line long
     assert run("04_c_sdpa_attention", Path("traces"), *SMALL, "--wait", "0", "--warmup-steps", "0", "--bench") == 0

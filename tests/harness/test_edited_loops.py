@@ -127,6 +127,7 @@ def ddp_edits(tmp_path_factory) -> dict:
     return json.loads((folder / "results.rank0.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", list(LOOP_EDITS))
 def test_an_edited_ddp_loop_runs_as_edited(edit, ddp_edits):
     check_edit(edit, ddp_edits[edit])

@@ -38,6 +38,7 @@ def wait_until_about_to_profile(proc: subprocess.Popen) -> None:
     wait_for_line(proc, "CPU threads:")
 
 
+@pytest.mark.slow
 def test_concurrent_runs_into_one_folder_each_write_a_whole_trace(tmp_path):
     runs = [start("--size", "8", "--active", "100", traces=tmp_path) for _ in range(3)]
     results = [proc.communicate(timeout=300) for proc in runs]
@@ -49,6 +50,7 @@ def test_concurrent_runs_into_one_folder_each_write_a_whole_trace(tmp_path):
     assert len(trace.steps) == 100 and trace.meta["tag"] == tag
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_the_active_steps_prints_interrupted_and_leaves_no_trace(tmp_path, signum):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
@@ -61,6 +63,7 @@ def test_a_signal_during_the_active_steps_prints_interrupted_and_leaves_no_trace
     assert written(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_two_quick_ctrl_cs_inside_a_long_step_end_the_run_and_leave_nothing(tmp_path):
     proc = start("--size", "3000", "--dtype", "fp32", "--active", "1000000", traces=tmp_path)  # ~1 s matmuls
     wait_until_about_to_profile(proc)
@@ -72,6 +75,7 @@ def test_two_quick_ctrl_cs_inside_a_long_step_end_the_run_and_leave_nothing(tmp_
     assert written(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_warm_up_prints_interrupted_and_leaves_nothing(tmp_path):
     proc = start("--size", "5000", "--dtype", "fp32", "--warmup", traces=tmp_path)  # 5 calls of 250 GFLOP
     wait_until_about_to_profile(proc)
@@ -82,6 +86,7 @@ def test_ctrl_c_during_the_warm_up_prints_interrupted_and_leaves_nothing(tmp_pat
     assert "warm-up:" not in out and written(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_trace_is_saved_leaves_no_temporary_and_no_partial_trace(tmp_path):
     proc = start("--size", "8", "--active", "1000", traces=tmp_path)
     folder = tmp_path / "01_matmul_add"
@@ -126,6 +131,7 @@ def test_a_second_signal_removes_the_open_temporaries_and_ends_at_once(tmp_path)
     assert not temporary.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_final_file_and_the_next_run_removes_its_stale_temporaries(tmp_path):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
     wait_until_about_to_profile(proc)

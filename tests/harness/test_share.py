@@ -76,6 +76,7 @@ def test_the_share_command_split_as_a_shell_does_runs_the_pinned_release_on_the_
     assert words[4:] == [folder, "-b", "traces"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("uvx") is None, reason="needs uv")
 @pytest.mark.parametrize("version", ["3.11", "3.12"])
 def test_the_printed_share_command_gets_to_the_login_on_python(version, tmp_path):

@@ -62,6 +62,7 @@ def rerun_05_over(tmp_path: Path, earlier: dict[str, bytes]) -> tuple[Path, subp
     return folder, proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [0, 50, 100, 150])
 def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_whole_new_one(
     tmp_path, earlier_05, delay_ms
@@ -88,6 +89,7 @@ def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_
     assert proc.returncode == 0 or lines[-1] == "interrupted" or (proc.returncode == -signal.SIGINT and replaced)
 
 
+@pytest.mark.slow
 def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_path, earlier_05):
     folder, proc = rerun_05_over(tmp_path, earlier_05)
     os.kill(proc.pid, signal.SIGTERM)  # taken once the save is done, before the output is checked
@@ -101,6 +103,7 @@ def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_pa
     [(("nohup",), signal.SIGHUP), (("bash", "-c", 'trap \'\' INT; exec "$0" "$@"'), signal.SIGINT)],
     ids=["nohup-SIGHUP", "trap-INT-SIGINT"],
 )
+@pytest.mark.slow
 def test_a_signal_ignored_when_the_run_starts_stays_ignored(tmp_path, launcher, signum):
     prefix = (*launcher, sys.executable)
     proc = start_script("01_matmul_add", "--size", "8", "--active", "2000", traces=tmp_path, prefix=prefix)
@@ -177,12 +180,14 @@ def assert_each_rank_whole(earlier: dict[str, bytes], after: dict[str, bytes], f
     return new
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [0, 20])
 def test_once_a_rank_has_replaced_its_trace_one_ctrl_c_to_torchrun_keeps_it(tmp_path, earlier_06, delay_ms):
     after = rerun_06_and_interrupt(tmp_path, earlier_06, "rank 0 replaced", delay_ms)
     assert 0 in assert_each_rank_whole(earlier_06, after, tmp_path / "06_ddp_training_step")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [0, 150])
 def test_one_ctrl_c_to_torchrun_while_the_ranks_save_keeps_each_rank_whole(tmp_path, earlier_06, delay_ms):
     after = rerun_06_and_interrupt(tmp_path, earlier_06, "temporary", delay_ms)

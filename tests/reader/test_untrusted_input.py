@@ -134,6 +134,7 @@ def test_on_an_ascii_terminal_the_summary_and_the_diff_print_ascii_stand_ins(tmp
     assert b" -> " in diff and b"\\u2014" not in diff  # → -> ->, — -> -
 
 
+@pytest.mark.slow
 def test_on_an_ascii_terminal_a_scripts_report_prints_ascii_stand_ins(tmp_path):
     done = ascii_run("01_matmul_add.py", "--size", "8", "--device", "cpu", "--traces-dir", tmp_path)
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-400:]

@@ -63,6 +63,7 @@ def two_ranks(tmp_path_factory):
     return folder / "06_ddp_training_step", done.stdout
 
 
+@pytest.mark.slow
 def test_each_rank_writes_its_own_trace_that_carries_its_rank(two_ranks):
     folder, _ = two_ranks
     traces = sorted(folder.glob("*.json"))
@@ -98,6 +99,7 @@ def no_overlap(tmp_path_factory):
     return folder / "06_ddp_training_step"
 
 
+@pytest.mark.slow
 def test_without_overlap_one_all_reduce_follows_the_backward(no_overlap):
     for path in no_overlap.glob("*.json"):
         trace = read_trace(path)
@@ -114,6 +116,7 @@ def test_the_diff_of_overlap_against_no_overlap_leads_with_one_headline(two_rank
     assert code == 0 and bounds[0].startswith("bound: ") and headline and "allreduce" in out
 
 
+@pytest.mark.slow
 def test_a_small_bucket_cap_gives_the_guessed_number_of_all_reduces(tmp_path):
     done = torchrun(tmp_path, "--bucket-cap-mb", "0.01")  # 10 KiB buckets: the first one too, on this torch
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -138,6 +141,7 @@ def one_rank(tmp_path_factory):
     return folder / "06_ddp_training_step", done.stdout
 
 
+@pytest.mark.slow
 def test_a_world_of_one_runs_ddp_and_says_what_one_rank_cannot_show(one_rank):
     folder, out = one_rank
     (path,) = folder.glob("*_rank0.json")
@@ -204,6 +208,7 @@ def rank0_of_two(tmp_path, *flags: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_start_up_that_times_out_names_the_ranks_it_waited_for(tmp_path):
     proc = rank0_of_two(tmp_path, "--startup-timeout", "3")
     out, err = proc.communicate(timeout=600)
@@ -213,6 +218,7 @@ def test_a_start_up_that_times_out_names_the_ranks_it_waited_for(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_rank_waiting_in_start_up_ends_on_sigterm(tmp_path):
     proc = rank0_of_two(tmp_path, "--startup-timeout", "600")
     for line in proc.stdout:
@@ -229,6 +235,7 @@ def refused(tmp_path_factory):
     return torchrun(tmp_path_factory.mktemp("ddp-refused"), *HUGE, tiny=False)
 
 
+@pytest.mark.slow
 def test_a_shape_05_refuses_is_refused_by_every_rank_before_it_allocates(refused, tmp_path, capsys):
     err = usage_error(lambda: load_script("05_training_step").main([*HUGE, "--device", "cpu", "--traces-dir",
                                                                         str(tmp_path)]), capsys)  # fmt: skip
@@ -267,12 +274,14 @@ def long_run(tmp_path_factory):
     return before, after
 
 
+@pytest.mark.slow
 def test_the_cheaper_command_of_a_long_run_starts_with_uv_run_torchrun(long_run):
     before, _ = long_run
     assert before[-1].startswith("  that is long;"), before
     assert f"{TORCHRUN} 1 06_ddp_training_step.py" in before[-1] and re.search(r"--batch \d+$", before[-1])
 
 
+@pytest.mark.slow
 def test_a_rank_ends_when_its_launcher_is_killed(long_run):
     before, after = long_run
     assert after.strip().splitlines()[-1:] == ["interrupted"], (before, after)
@@ -291,6 +300,7 @@ exit_rank(main)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "code"), [("0", 0), ("3", 3), ("raise", 2)])
 def test_a_rank_ends_with_main_s_code_and_its_output_but_no_interpreter_teardown(how, code):
     """06 ends its process through exit_rank: a gloo worker thread that frees a finished collective's tensors
