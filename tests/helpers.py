@@ -23,6 +23,15 @@ from common.reader.trace import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"
+# The pages a reader reads: the README, docs/ and the benchmarks' README; every command in them is tested.
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+
+
+def docs_text() -> str:
+    """Every page of DOC_PAGES, one after the other."""
+    return "\n\n".join(page.read_text() for page in DOC_PAGES)
+
+
 SCRIPTS = sorted(p.stem for p in ROOT.glob("0*.py"))
 CPU_DTYPE = resolve_dtype(None, torch.device("cpu"))[0]  # a CPU run's default here: bf16 where native, else fp32
 

@@ -5,20 +5,31 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import re
+import tokenize
 
 import pytest
-from helpers import ROOT
+from helpers import DOC_PAGES, ROOT
 
 SOURCES = [
     *sorted(ROOT.glob("*.py")),
-    *sorted((ROOT / "common").glob("*.py")),
+    *sorted((ROOT / "common").rglob("*.py")),
     *sorted((ROOT / "benchmarks").glob("*.py")),
 ]
-TEXTS = ["README.md", *(p.relative_to(ROOT).as_posix() for p in SOURCES)]
-MODULES = sorted(p.stem for p in (ROOT / "common").glob("*.py") if p.stem != "__init__")
+TEXTS = [p.relative_to(ROOT).as_posix() for p in DOC_PAGES + SOURCES]
+# Each module's stem, to its dotted name (common.summary and common.diff are entry points: the names are in analysis/)
+DOTTED_NAME = {
+    p.stem: ".".join(p.relative_to(ROOT).with_suffix("").parts)
+    for p in sorted((ROOT / "common").rglob("*.py"), key=lambda p: len(p.parts))  # a wing's module wins
+    if p.stem != "__init__"
+}
+MODULES = sorted(DOTTED_NAME)
+WINGS = "|".join(sorted({p.parent.name for p in (ROOT / "common").glob("*/__init__.py")}))
 PATH = re.compile(r"(?<![\w/<.-])((?:common|tests|benchmarks)/[\w/.-]*\w\.(?:py|md|json)|\d\d_\w+\.py|README\w*\.md)")
-DOTTED = re.compile(rf"(?<![\w.])(?:common\.)?({'|'.join(MODULES)})\.(\w+)(?:\.(\w+))?")
+DOTTED = re.compile(
+    rf"(?<![\w.])(?:common\.(?:(?:workloads|harness|analysis|reader)\.)?)?({'|'.join(MODULES)})\.(\w+)(?:\.(\w+))?"
+)
 
 
 def prose(name: str) -> str:
@@ -31,7 +42,8 @@ def prose(name: str) -> str:
         for n in ast.walk(ast.parse(text))
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
     ]
-    comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)  # real comments: not a `#` inside a string
+    comments = [token.string[1:] for token in tokens if token.type == tokenize.COMMENT]
     return "\n".join(docs + comments)
 
 
@@ -39,8 +51,8 @@ def classes() -> dict[str, object]:
     """Every class the toolbox defines, by name."""
     found = {}
     for module in MODULES:
-        for name, value in vars(importlib.import_module(f"common.{module}")).items():
-            if isinstance(value, type) and value.__module__ == f"common.{module}":
+        for name, value in vars(importlib.import_module(DOTTED_NAME[module])).items():
+            if isinstance(value, type) and value.__module__ == DOTTED_NAME[module]:
                 found[name] = value
     return found
 
@@ -64,7 +76,7 @@ def test_every_module_and_name_in_it_that_is_named_exists(name):
     for module, attr, inner in DOTTED.findall(prose(name)):
         if attr in ("py", "md", "json", "txt", "pickle", "png"):
             continue  # a file name, checked above
-        found = getattr(importlib.import_module(f"common.{module}"), attr, None)
+        found = getattr(importlib.import_module(DOTTED_NAME[module]), attr, None)
         if found is None or (
             inner and not hasattr(found, inner) and inner not in getattr(found, "__dataclass_fields__", {})
         ):

@@ -1,4 +1,4 @@
-"""Every command README.md prints works as printed: read from the README, run, exit 0 (or refused in one line
+"""Every command README.md and docs/ print works as printed: read from those pages, run, exit 0 (or refused in one line
 where the README says so), nothing wider than 120 columns.
 
 The script commands run in this process through `main(argv)`, with the smaller shapes the README's table
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, load_script
+from helpers import ROOT, docs_text, load_script
 
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
 
-README = (ROOT / "README.md").read_text()
+README = docs_text()  # README.md, docs/*.md, benchmarks/README.md
 WIDTH = 120
 
 

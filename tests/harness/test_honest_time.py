@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, run
+from helpers import ROOT, docs_text, run
 
 import common.harness.estimate
 import common.harness.machine
@@ -259,7 +259,7 @@ def test_the_estimate_benchmark_runs_each_readme_script_command_on_the_cpu(tmp_p
         spec.loader.exec_module(bench)
     finally:
         del sys.modules[spec.name]
-    commands = bench.readme_commands((path.parent.parent / "README.md").read_text())
+    commands = bench.readme_commands(docs_text())
     lines = [c.line for c in commands]
     for line in (
         "uv run 01_matmul_add.py --size 4096 --warmup",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, command, tiny_gpu_trace
+from helpers import ROOT, command, docs_text, tiny_gpu_trace
 
 from common import cli
 from common.analysis.diff import main as diff_main
@@ -337,4 +337,4 @@ def test_the_bound_is_stated_in_the_help_and_the_readme(capsys, main):
     bound = f"{trace_json.MAX_EVENT_BYTES >> 20} MiB"
     code, out, _ = command(main, capsys, "--help")
     assert code == 0 and bound in out.replace("\n", " ")
-    assert bound in (ROOT / "README.md").read_text()
+    assert bound in docs_text()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PYTHON, ROOT, command, diff_parts, ev, load_script, requires_cuda, usage_error
+from helpers import PYTHON, ROOT, command, diff_parts, docs_text, ev, load_script, requires_cuda, usage_error
 
 from common.analysis import diff, summary
 from common.harness.private_api import ddp_bucket_caps
@@ -318,7 +318,7 @@ def test_06_ends_through_exit_rank():
 
 
 def test_every_printed_06_command_starts_with_uv_run_torchrun():
-    readme = (ROOT / "README.md").read_text()
+    readme = docs_text()
     doc = load_script("06_ddp_training_step").__doc__
     printed = [
         line.strip() for text in (readme, doc) for line in text.splitlines() if "06_ddp_training_step.py " in line
