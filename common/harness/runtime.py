@@ -28,7 +28,7 @@ from common.harness.machine import (
 )
 
 SEED = 0
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # common/harness/runtime.py -> the repository
 ShapeT = TypeVar("ShapeT", bound=tuple)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import load_script, tiny_gpu_trace
+from helpers import ROOT, load_script, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile
 
 from common.cli import SuiteError
@@ -208,3 +208,10 @@ def test_guess_vs_trace_with_the_gpu_work_fits_120_columns():
     lines = format_verdicts(check_guess(trace, [expect_kernels("gemm", 1, "one GEMM " * 30)]), trace)
     assert any(line.startswith("GPU work of step #2") for line in lines)
     assert max(map(len, lines)) <= 120, max(lines, key=len)
+
+
+def test_the_default_traces_folder_is_the_repository_s_traces():
+    """A script run without --traces-dir writes into <repo>/traces, wherever its module sits in common/."""
+    from common.harness import runtime
+
+    assert runtime.REPO_ROOT == ROOT and (ROOT / "01_matmul_add.py").is_file()
