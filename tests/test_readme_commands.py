@@ -156,3 +156,20 @@ def test_summary_and_diff_command(ran, command):
 def test_network_and_suite_commands_are_left_to_their_own_tests(command):
     network = "needs the network and a Hub login (tests/harness/test_share.py)"
     pytest.skip(network if "uvx" in command else "the suite itself")
+
+
+def masked(line: str) -> str:
+    """A line with its numbers and its dtype masked: what any CPU's run of the command prints the same."""
+    return re.sub(r"\d[\d.,]*", "#", re.sub(r"\b(bf16|fp16|fp32)\b", "DTYPE", line)).strip()
+
+
+@pytest.mark.slow
+def test_the_readme_s_cpu_output_is_what_its_first_command_prints(ran):
+    """The output block under the set-up commands: each of its lines, numbers and dtype masked, is a line the
+    command prints here (the rules that fire, and the profiler table, depend on the run and are left out)."""
+    block = re.search(r"^```text\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)[1].splitlines()
+    shown = [line for line in block if not line.startswith(("  rule:", "      ", "(the profiler table"))]
+    result = ran[1]["uv run 01_matmul_add.py"]
+    printed = {masked(line.replace(f"{ran[0]}/", "")) for line in (result.out + result.err).splitlines()}
+    missing = [line for line in shown if masked(line) not in printed]
+    assert len(shown) >= 20 and not missing, missing

@@ -40,6 +40,10 @@ FAR_FROM_PEAK = 0.3  # a GEMM or attention op under this share of the device's p
 FAR_SHARE = 0.05  # ... and listed when its kernels take this share of GPU busy or more
 OPTIMIZER_IDLE = 0.25  # the optimizer phase holds this share of the GPU idle time: a fused optimizer is the lever
 FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU busy: fusing them is the lever
+OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
+CPU_OP_US = 200.0  # a top-level CPU op this long during a host wait is CPU work (randn, a copy); shorter ones launch
+CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
+BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused backend, as the trace names it
 SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
@@ -79,6 +83,7 @@ class Budget:
     other_wait: float = 0.0
     gaps: list[Gap] = field(default_factory=list)
     longest_gap: float = 0.0  # the length of the longest of `gaps` (0: none)
+    window: str = "step"  # "step": the step's CPU span; "gpu": its GPU work's own window (the GPU ran behind)
 
     @property
     def idle(self) -> float:
@@ -200,9 +205,27 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     return out
 
 
-def step_budget(step: Step) -> Budget:
-    """The budget of one profiled step over its span."""
-    return budget(step.gpu, step.start_us, step.start_us + step.dur_us, step.number)
+def step_budget(step: Step, next_start: float | None = None) -> Budget:
+    """The budget of one profiled step: over its CPU span where its GPU work ran inside it; else (no sync per step,
+    graph replays, a GPU steps behind the CPU) over the GPU's own window, from its first GPU op to the next step's
+    first (`next_start`; its own last op's end for the last step), so busy and idle add up to that window."""
+    start, end = step.start_us, step.start_us + step.dur_us
+    timed = [op for op in step.gpu if op.start is not None]
+    if timed:
+        first = min(op.start for op in timed)
+        last = max(op.start + op.us for op in timed)
+        if first < start - OUTSIDE_SPAN_US or last > end + OUTSIDE_SPAN_US:
+            stop = next_start if next_start is not None and next_start >= last else last
+            out = budget(step.gpu, first, stop, step.number)
+            out.window = "gpu"
+            return out
+    return budget(step.gpu, start, end, step.number)
+
+
+def step_budgets(steps: list[Step]) -> list[Budget]:
+    """Each step's budget (step_budget), the next step's first GPU op closing a GPU window."""
+    firsts = [min((op.start for op in s.gpu if op.start is not None), default=None) for s in steps]
+    return [step_budget(s, firsts[i + 1] if i + 1 < len(steps) else None) for i, s in enumerate(steps)]
 
 
 @dataclass
@@ -218,7 +241,7 @@ class Rule:
 class Diagnosis:
     """A trace's verdict, its median budget, and the rules that fired."""
 
-    bound: str  # "CPU", "GPU", "copies", "communication", "waits", or "—" where the trace cannot tell
+    bound: str  # "CPU", "GPU", "balanced", "copies", "communication", "waits", or "—" where the trace cannot tell
     verdict: str  # one line: the bound, its numbers, its lever
     budgets: list[Budget]
     rules: list[Rule]
@@ -230,7 +253,9 @@ def _median_budget(budgets: list[Budget]) -> Budget | None:
     if not budgets:
         return None
     names = ("span", "busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
-    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names})
+    windows = {b.window for b in budgets}
+    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names},
+                  window="gpu" if "gpu" in windows else "step")  # fmt: skip
 
 
 def _pct(value: float) -> str:
@@ -458,6 +483,108 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
     return idle
 
 
+DATA_LOADING = "enumerate(DataLoader)"  # the label torch's DataLoader iterator opens around each __next__
+
+
+def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
+    """The cpu_ops that overlap [start, end] and sit inside no other overlapping one: (start, end, name)."""
+    starts, names = trace.cpu_starts
+    durs = trace.cpu_durs
+    if len(durs) != len(starts):
+        return []
+    hi = bisect.bisect_right(starts, end)
+    lo = bisect.bisect_left(starts, start)
+    # an op started before the window can still be open in it: look back over the ops started up to its start
+    back = lo
+    while back > 0 and back > lo - 64:
+        back -= 1
+    spans = sorted((starts[i], starts[i] + durs[i], names[i]) for i in range(back, hi) if starts[i] + durs[i] > start)
+    top, last_end = [], -math.inf
+    for op_start, op_end, name in spans:
+        if op_start >= last_end:
+            top.append((op_start, op_end, name))
+            last_end = op_end
+    return top
+
+
+def host_wait_causes(trace: Trace, budgets: list[Budget]) -> Counter:
+    """Where the host-wait idle went, µs over all steps, by what the CPU did during each such gap:
+    ("data loading", label), ("the optimizer", label), ("CPU op", name) for a top-level op of CPU_OP_US or more,
+    ("launches", "") for the short ops that launch the GPU's work one by one, ("no recorded op", "") for time in
+    none (Python between ops)."""
+    causes: Counter = Counter()
+    launched = sorted(op.launch[1] for step in trace.steps for op in step.gpu if op.launch is not None)
+    labels = [(ts, ts + dur, name) for name, ts, dur, _ in trace.labels
+              if name.startswith(DATA_LOADING) or name.startswith("Optimizer.step") or name in trace.phases
+              and "optim" in name.lower()]  # fmt: skip
+    for b in budgets:
+        for gap in b.gaps:
+            if gap.kind != "host" or gap.us <= 0:
+                continue
+            left = gap.us
+            for ts, end, name in labels:
+                inside = min(end, gap.end) - max(ts, gap.start)
+                if inside > 0:
+                    cause = "data loading" if name.startswith(DATA_LOADING) else "the optimizer"
+                    causes[cause, _cut(name, 60)] += min(inside, left)
+                    left -= min(inside, left)
+            if left <= 0:
+                continue
+            covered = 0.0
+            for op_start, op_end, name in _top_level(trace, gap.start, gap.end):
+                inside = min(op_end, gap.end) - max(op_start, gap.start)
+                if inside <= 0:
+                    continue
+                long = op_end - op_start >= CPU_OP_US
+                if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
+                    long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
+                key = ("CPU op", name) if long else ("launches", "")
+                causes[key] += inside * left / gap.us
+                covered += inside
+            causes["no recorded op", ""] += max(0.0, gap.us - covered) * left / gap.us
+    return causes
+
+
+def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled: bool) -> str:
+    if cause == "data loading":
+        return "DataLoader workers (num_workers > 0) with pin_memory=True, so the next batch is ready"
+    if cause == "the optimizer":
+        return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
+    if cause == "CPU op":
+        return (f"moving {what} off the CPU: make that tensor on the GPU (device='cuda'), or in DataLoader "
+                "workers with pin_memory=True")  # fmt: skip
+    if cause == "no recorded op":
+        return ("moving the Python between the ops out of the step (no op was recorded then; with_stack=True "
+                "shows where it is)")  # fmt: skip
+    return _cpu_lever(trace, phase, compiled)
+
+
+def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled: bool) -> str:
+    """'; N of each step's host wait is X → try LEVER' for the largest cause (two where they are close)."""
+    by: Counter = Counter()
+    names: dict[str, Counter] = {}
+    for (cause, what), us in host_wait_causes(trace, budgets).items():
+        by[cause] += us
+        names.setdefault(cause, Counter())[what] += us
+    ranked = [(c, us) for c, us in by.most_common() if us > 0]
+    if not ranked:
+        return f" → try {_cpu_lever(trace, phase, compiled)}"
+    n = len(trace.steps) or 1
+    picked = ranked[:2] if len(ranked) > 1 and ranked[1][1] >= CLOSE_SHARE * ranked[0][1] else ranked[:1]
+    said, levers = [], []
+    one_launch = (trace.per_step(lambda s: s.launches) or 0) <= 1
+    for cause, us in picked:
+        what = names[cause].most_common(1)[0][0]
+        if one_launch and cause in ("launches", "no recorded op"):  # a fixed cost per launch: more work per launch
+            cause = "launches"
+        label = {"data loading": f"the DataLoader ({what})", "the optimizer": f"the optimizer ({what})",
+                 "CPU op": f"{what} on the CPU", "launches": "launching the GPU's work op by op",
+                 "no recorded op": "in no recorded op (Python)"}[cause]  # fmt: skip
+        said.append(f"{human_time(us / n)} {label}")
+        levers.append(_host_lever(cause, what, trace, phase, compiled))
+    return f"; of the host wait per step, {' and '.join(said)} → try {'; and '.join(dict.fromkeys(levers))}"
+
+
 def cpu_context(trace: Trace, start: float, end: float) -> str:
     """What the CPU ran during [start, end]: the innermost record_function label open at its start (on any
     thread) and the ops it started then, most frequent first."""
@@ -621,9 +748,25 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         per = "in the one recording (no ProfilerStep#N)" if trace.whole_trace else "per step"
         line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU {per}"
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
-    budgets = [step_budget(s) for s in trace.steps]
+    if not trace.gpu_activity or not any(s.gpu for s in trace.steps):
+        launches = sum(s.launches + s.graph_launches for s in trace.steps)
+        why = (
+            "ProfilerActivity.CUDA was not in the profile's activities, or CUPTI was off"
+            if not trace.gpu_activity
+            else "its GPU work ran outside the profiled steps"
+        )
+        line = (f"no bound: the trace has {num(launches)} launch{'' if launches == 1 else 'es'} but no GPU work "
+                f"(kernels, memcpy, memset) in its steps, so nothing says how busy the GPU was; likely {why}, "
+                "or the schedule's cycle ended before the export")  # fmt: skip
+        return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
+    budgets = step_budgets(trace.steps)
     m = _median_budget(budgets)
     assert m is not None
+    where = (
+        f"the {human_time(m.span)} step"
+        if m.window == "step"
+        else (f"the step's {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
+    )
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     longest = longest_gaps[0] if longest_gaps else None
@@ -631,7 +774,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
         bound = "communication"
-        line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of the {human_time(m.span)} step is "
+        line = (f"bound by exposed communication: {_pct(m.pct(m.comm_exposed))} of {where} is "
                 f"communication no compute hides ({_pct(100 * m.comm_hidden / m.comm if m.comm else 0)} of it hidden) "
                 "→ overlap it with the backward (DDP's default), tune bucket_cap_mb, or communicate less "
                 "often")  # fmt: skip
@@ -644,17 +787,18 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
         ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
         if ranked:
-            gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in ranked)
+            shown = ranked if not host else ranked[:1]  # the host wait's causes follow: the phase is its where
+            gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in shown)
         optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
         if optimizer < OPTIMIZER_IDLE * m.idle * n:
             phase = None
         if host:
-            line = (f"bound by the CPU: GPU idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step "
+            line = (f"bound by the CPU: GPU idle {_pct(m.pct(m.idle))} of {where} "
                     f"({_pct(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
-                    f"launch{'' if launches == 1 else 'es'}{gap} "
-                    f"→ try {_cpu_lever(trace, phase, scan.compiled)}")  # fmt: skip
+                    f"launch{'' if launches == 1 else 'es'}{gap}"
+                    f"{_host_story(trace, budgets, phase, scan.compiled)}")  # fmt: skip
         else:
-            line = (f"bound by waits on the GPU: idle {_pct(m.pct(m.idle))} of the {human_time(m.span)} step, "
+            line = (f"bound by waits on the GPU: idle {_pct(m.pct(m.idle))} of {where}, "
                     f"{_pct(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
                     f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
     elif m.busy and m.non_compute >= NON_COMPUTE_BOUND * m.busy:
@@ -667,7 +811,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         shares = Counter(scan.shares)
         total = sum(shares.values()) or 1.0
         family, us = max(shares.items(), key=lambda kv: kv[1])
-        line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of the {human_time(m.span)} step; {family} "
+        line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of {where}; {family} "
                 f"{_pct(100 * us / total)} of it")  # fmt: skip
         gemm = list(eff.values())
         if gemm and all(e.peak_tflops for e in gemm):
@@ -681,6 +825,13 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             line += f" → torch.compile to fuse the pointwise/reduce kernels ({_pct(100 * fusable)} of GPU busy)"
         else:
             line += " → less work per step (lower precision, fewer FLOPs); launches no longer matter"
+        if m.host_wait >= BALANCED_IDLE * m.span:  # neither side dominates: both levers
+            bound = "balanced"
+            gpu_part = line.removeprefix("bound by the GPU: ")
+            line = (
+                f"balanced between the GPU and the host: {gpu_part}; and the GPU waits for the host "
+                f"{_pct(m.pct(m.host_wait))} of it{_host_story(trace, budgets, None, scan.compiled)}"
+            )
     rules = [
         r
         for r in (
@@ -699,7 +850,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
 
 def budget_line(b: Budget) -> str:
     """The median step's budget in one line: span, GPU busy and its parts, GPU idle and its parts."""
-    line = (f"budget of the median step: span {human_time(b.span)} = GPU busy {_pct(b.pct(b.busy))} (compute "
+    what = "GPU window" if b.window == "gpu" else "span"
+    line = (f"budget of the median step: {what} {human_time(b.span)} = GPU busy {_pct(b.pct(b.busy))} (compute "
             f"{_pct(b.pct(b.compute))}, memcpy/memset {_pct(b.pct(b.non_compute))}")  # fmt: skip
     if b.comm:
         line += f", communication exposed {_pct(b.pct(b.comm_exposed))} with {_pct(b.pct(b.comm_hidden))} more hidden"

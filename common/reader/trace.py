@@ -402,6 +402,7 @@ class Trace:
     shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
     cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
     labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
+    cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
 
     @property
     def cpu_what(self) -> str:
@@ -529,6 +530,7 @@ class _Collector:
     def __init__(self) -> None:
         self.op_names: list[str] = []  # cpu_op events, most of a trace: names and starts in two flat lists
         self.op_ts: list[float] = []
+        self.op_dur: list[float] = []
         self.ops_end = -math.inf  # the last cpu_op's end
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.launches: list[tuple] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr, tid)
@@ -546,7 +548,8 @@ class _Collector:
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
-        names, op_names, op_ts, inf, args_of = self.names, self.op_names, self.op_ts, math.inf, self.args_of
+        names, op_names, op_ts, op_dur, inf = self.names, self.op_names, self.op_ts, self.op_dur, math.inf
+        args_of = self.args_of
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         ops_end, skipped = self.ops_end, 0
         for e in events:
@@ -568,6 +571,7 @@ class _Collector:
             if cat == "cpu_op":
                 op_names.append(name)
                 op_ts.append(ts)
+                op_dur.append(dur)
                 if ts + dur > ops_end:
                     ops_end = ts + dur
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
@@ -624,13 +628,14 @@ class _Collector:
         start = min(s for s, _ in spans)
         return [Step(0, start, max(e for _, e in spans) - start)], True
 
-    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str]]:
+    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str], list[float]]:
         """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
-        slice of the list, counted by Counter in C: no Python work per event. The starts and names in time order."""
-        ts, names = sorted(self.op_ts), self.op_names
+        slice of the list, counted by Counter in C: no Python work per event. The starts, names and durations in
+        time order."""
+        ts, names, durs = sorted(self.op_ts), self.op_names, self.op_dur
         if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
             order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
-            names = [names[i] for i in order]
+            names, durs = [names[i] for i in order], [durs[i] for i in order]
         in_ts: list[float] = []  # the ops inside some step, in time order
         in_names: list[str] = []
         for step, (lo, hi) in zip(step_at.items, step_at.slices(ts), strict=True):
@@ -640,7 +645,7 @@ class _Collector:
                 in_names += names[lo:hi]
         for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
             phase.cpu_ops.update(in_names[lo:hi])
-        return ts, names
+        return ts, names, durs
 
     def children(self, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
         """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
@@ -750,7 +755,7 @@ class _Collector:
         spans = self.phase_spans(outer, parent, step_at)
         phase_at = _Spans(spans)
 
-        cpu_starts = self.count_ops(step_at, phase_at)
+        *cpu_starts, cpu_durs = self.count_ops(step_at, phase_at)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -833,8 +838,8 @@ class _Collector:
         for step in steps:
             step.syncs.sort(key=lambda launch: launch[1])
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, cpu_starts,
-                     self.annotations)  # fmt: skip
+                     sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, tuple(cpu_starts),
+                     self.annotations, cpu_durs)  # fmt: skip
 
 
 @contextlib.contextmanager
