@@ -44,6 +44,7 @@ from common.block import (
     saved_for_backward,
 )
 from common.cli import cli
+from common.estimate import announce_compile, phase
 from common.guess import (
     BESIDES_GEMMS,
     Expect,
@@ -227,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     variant = "cudagraphs" if args.cudagraphs else "compile" if args.compile else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))
 
-    expected = block_reference(block, x, run.dtype)  # from the weights before the first step
+    with phase("the reference: the block's forward in higher precision"):
+        expected = block_reference(block, x, run.dtype)  # from the weights before the first step
+    if args.compile:
+        announce_compile(backward=True)
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
-    checked = train_step(model, x, target, optimizer, amp).clone()
+    with phase("the first step, the one checked against the reference"):
+        checked = train_step(model, x, target, optimizer, amp).clone()
     print("\n".join(memory_lines(block, optimizer, saved_for_backward(shape, precision, run.dtype))))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
     with recording(run, run.tag(*shape, *variant_words), work) as rec:

@@ -24,7 +24,7 @@ import torch
 from common.bench import time_unprofiled
 from common.checks import check_close
 from common.cli import SuiteError, on_exit
-from common.estimate import Progress, estimate, estimate_lines, progress, progress_after
+from common.estimate import Progress, announce_compile, estimate, estimate_lines, progress, progress_after
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
 from common.interrupts import atomic
@@ -134,6 +134,8 @@ class Recording:
         tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
         meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
         files = TraceFiles(self.run, tag, label, self.work, meta)
+        if self.progress:
+            self.progress.what = "writing the trace" + (", then the reference" if self.work.has_reference else "")
         memory = self.watch.stop(prof.step_num) if first else None
         files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
         self.cycles.append(files)
@@ -157,6 +159,8 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
     estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
     for line in estimate_lines(run, work, estimated):
         print(line)
+    if run.compiled:
+        announce_compile(rec.grad)
     rec.watch.start()
     try:
         seconds = rec.estimate_s = estimated.seconds if estimated else None
