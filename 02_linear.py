@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli
+from common.cli import cli, end_process
 from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.matmul import linear_memory, linear_work
 from common.recording import finish, recording
@@ -83,4 +83,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

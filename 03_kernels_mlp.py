@@ -22,7 +22,7 @@ import torch
 from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import SuiteError, cli
+from common.cli import SuiteError, cli, end_process
 from common.guess import Expect, expect_kernels, expect_op
 from common.hub import HubError, hub_access
 from common.mlp import MLPShape, geglu_reference, liger_geglu, make_input, mlp_memory, mlp_work, pypi_liger_geglu
@@ -105,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli
+from common.cli import cli, end_process
 from common.guess import Expect, expect_kernels, expect_op
 from common.mlp import MLPShape, geglu_reference, make_input, mlp_memory, mlp_work
 from common.recording import finish, recording
@@ -93,4 +93,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

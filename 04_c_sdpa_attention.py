@@ -29,7 +29,7 @@ from common.attention import (
     reference_attention,
     require_sdpa_backend,
 )
-from common.cli import cli
+from common.cli import cli, end_process
 from common.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
 from common.recording import finish, recording
 from common.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
@@ -141,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

@@ -40,7 +40,7 @@ from common.attention import (
     reference_attention,
     require_flash,
 )
-from common.cli import cli, positive_int
+from common.cli import cli, end_process, positive_int
 from common.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.hub import HubError, hub_access, load_local_kernel
 from common.recording import finish, recording
@@ -143,4 +143,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

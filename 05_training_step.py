@@ -43,7 +43,7 @@ from common.block import (
     require_cuda_graphs,
     saved_for_backward,
 )
-from common.cli import cli
+from common.cli import cli, end_process
 from common.estimate import announce_compile, phase
 from common.guess import (
     BESIDES_GEMMS,
@@ -260,4 +260,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

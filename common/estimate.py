@@ -175,9 +175,10 @@ def profiler_imports() -> None:
     """Import what torch.profiler imports when it first starts (torch._inductor's config: a few seconds where
     Python compiles it afresh), before the estimate is printed: it is paid then, not inside the run. Said
     first when it is still to be imported."""
-    if "torch._inductor.config" not in sys.modules:
-        print("importing torch's compiler (torch._inductor), which the profiler loads ...", flush=True)
-    import torch._inductor.config  # noqa: F401, PLC0415
+    if "torch._inductor.config" in sys.modules:
+        return
+    with phase("importing torch's compiler (torch._inductor), which the profiler loads"):
+        import torch._inductor.config  # noqa: F401, PLC0415
 
 
 @contextlib.contextmanager

@@ -24,7 +24,15 @@ import torch
 from common.bench import time_unprofiled
 from common.checks import check_close
 from common.cli import SuiteError, on_exit
-from common.estimate import Progress, announce_compile, estimate, estimate_lines, progress, progress_after
+from common.estimate import (
+    Progress,
+    announce_compile,
+    estimate,
+    estimate_lines,
+    profiler_imports,
+    progress,
+    progress_after,
+)
 from common.export import TraceFiles
 from common.guess import Expect, check_guess
 from common.interrupts import atomic
@@ -156,6 +164,7 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
     metadata (a rank, say)."""
     rec = Recording(run, tag, work, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
+    profiler_imports()  # torch._inductor, which the profiler loads as it starts: said and paid before the run
     estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
     for line in estimate_lines(run, work, estimated):
         print(line)
