@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from common.cpu_bound import cpu_verdict
 from common.naming import kernel_family
 from common.physics import Peak, find_peak
 from common.roofline import ShapedOp, op_flops
@@ -617,8 +618,7 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if not trace.has_gpu:
-        cpu = trace.per_step(lambda s: s.region_us)
-        line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU per step"
+        line = cpu_verdict(trace)  # common.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = [step_budget(s) for s in trace.steps]
     m = _median_budget(budgets)
