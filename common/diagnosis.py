@@ -561,7 +561,7 @@ def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
         return None
     far.sort(key=lambda kv: -kv[1].us)
     lines = [
-        f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {kv[1].pct_peak:.0f}% of peak, "
+        f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {num(kv[1].pct_peak, 2)}% of peak, "
         f"{100 * kv[1].us / n / busy:.0f}% of GPU busy"
         for kv in far[:3]
     ]
