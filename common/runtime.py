@@ -329,4 +329,9 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
     print(f"[{script}] {run.describe()}")
     if dtype_notice:
         print(dtype_notice)
+    if run.compiled and "torch._dynamo" not in sys.modules:  # the script's torch.compile(...) imports it: seconds
+        from common.estimate import phase  # noqa: PLC0415 (common.estimate imports this module)
+
+        with phase("importing torch.compile's compiler (torch._dynamo, torch._inductor)"):
+            torch.compile(lambda: None)  # wrapping resolves the Inductor backend, importing it; nothing compiles
     return run

@@ -530,3 +530,15 @@ def test_progress_names_the_reference_only_where_the_run_has_one_to_compute():
 
     assert progress_what(block_work(BlockShape(2, 16, 32, 2, 64), 4, 4)) == "profiled steps"  # 05/06: none left
     assert progress_what(attention_work(AttentionShape(1, 2, 16, 8), 2)) == "profiled steps, then the reference"
+
+
+def test_a_compiled_run_announces_importing_the_compiler_before_its_torch_compile_call(tmp_path):
+    code = (
+        "import sys; from common.runtime import make_parser, setup\n"
+        "setup(make_parser(None).parse_args(['--compile', '--device', 'cpu', '--traces-dir', sys.argv[1]]), 'x.py')\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    lines = done.stdout.splitlines()
+    assert "importing torch.compile's compiler (torch._dynamo, torch._inductor) ..." in lines, done.stdout
+    assert lines[-1] == "True", done.stderr
