@@ -13,7 +13,7 @@ and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli, positive_int
+from common.cli import cli, end_process, positive_int
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
 from common.harness.runtime import fit_machine, make_parser, setup
@@ -90,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

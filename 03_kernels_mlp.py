@@ -12,11 +12,17 @@ Writes traces/03_kernels_mlp/<batch>_<seq>_<dim>_<hidden>_<hub|pypi>_<dtype>_<co
 and .txt, e.g. traces/03_kernels_mlp/64_128_768_3072_hub_bf16_cold_eager.json.
 """
 
+from common.harness.early import refuse_without_gpu
+
+NEEDS_GPU = "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py"
+# Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
+refuse_without_gpu(__name__, NEEDS_GPU)
+
 import torch
 from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import SuiteError, cli
+from common.cli import SuiteError, cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_op
 from common.harness.hub import HubError, hub_access
 from common.harness.recording import finish, recording
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     if not run.on_gpu:
-        raise SuiteError("LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py")
+        raise SuiteError(NEEDS_GPU)
     shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden
     work = mlp_work(shape, run.dtype.itemsize)
     fit_machine(run, *mlp_memory(shape, run.dtype), work.flops)  # before any tensor exists
@@ -107,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

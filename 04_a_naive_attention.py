@@ -9,13 +9,18 @@ Writes traces/04_a_naive_attention/<tag>.json (Chrome trace) and .txt (profiler 
 <batch>_<heads>_<seq>_<head_dim>_<dtype>_<cold|warm>_<eager|compiled>, e.g. 8_16_1024_64_bf16_cold_eager.
 """
 
+from common.harness.early import refuse_attention_memory
+
+# Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
+refuse_attention_memory(__name__, score_items=3)  # scores, their masked copy, the softmax
+
 import math
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli
+from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
@@ -130,4 +135,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

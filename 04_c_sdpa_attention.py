@@ -19,7 +19,7 @@ from torch.nn import functional as F
 from torch.nn.attention import sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli
+from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
@@ -141,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

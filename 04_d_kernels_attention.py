@@ -19,11 +19,16 @@ pkg-<module> (dots as underscores) or local, e.g. 8_16_1024_64_hub-flash-attn2_b
 8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager.
 """
 
+from common.harness.early import FLASH_NEEDS_GPU, refuse_without_gpu
+
+# Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
+refuse_without_gpu(__name__, FLASH_NEEDS_GPU)
+
 import torch
 from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli, positive_int
+from common.cli import cli, end_process, positive_int
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.hub import HubError, hub_access, load_local_kernel
 from common.harness.recording import finish, recording
@@ -138,4 +143,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

@@ -19,12 +19,18 @@ Writes traces/05_training_step/<tag>.json (Chrome trace) and .txt (profiler tabl
 e.g. 8_1024_768_12_3072_amp_bf16_cold_eager.
 """
 
+from common.harness.early import CUDA_GRAPHS_NEED_GPU, refuse_without_gpu
+
+# Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
+refuse_without_gpu(__name__, CUDA_GRAPHS_NEED_GPU, flag="--cudagraphs")
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli
+from common.cli import cli, end_process
+from common.harness.estimate import announce_compile, phase
 from common.harness.guess import (
     BESIDES_GEMMS,
     Expect,
@@ -222,9 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     variant = "cudagraphs" if args.cudagraphs else "compile" if args.compile else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))
 
-    expected = block_reference(block, x, run.dtype)  # from the weights before the first step
+    with phase("the reference: the block's forward in higher precision"):
+        expected = block_reference(block, x, run.dtype)  # from the weights before the first step
+    if args.compile:
+        announce_compile(backward=True)
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
-    checked = train_step(model, x, target, optimizer, amp).clone()
+    with phase("the first step, the one checked against the reference"):
+        checked = train_step(model, x, target, optimizer, amp).clone()
     print("\n".join(memory_lines(block, optimizer, saved_for_backward(shape, precision, run.dtype))))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
     with recording(run, run.tag(*shape, *variant_words), work) as rec:
@@ -250,4 +260,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    end_process(main())  # main's exit code, the prompt back at once (common.cli.end_process)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import functools
 import os
 import re
@@ -190,6 +191,18 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `error: <message>` to stderr, on one line (a line break in it escaped), and exit with `code`."""
     print(f"error: {shown(message)}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def end_process(code: int | None) -> NoReturn:
+    """End a script's process with `code` (its main's return), once the output is flushed, without Python's
+    interpreter teardown: torch.profiler's native thread, started as the trace is written, sits in a timed wait
+    that holds a normal exit for about 5 s after the last line. By here main has committed its files (renamed
+    into place) and run its cleanups (on_exit), so nothing is left to tear down; 06's ranks end the same way
+    (common.workloads.ddp.exit_rank)."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code or 0)
 
 
 def _interrupted(exc: BaseException) -> KeyboardInterrupt | None:

@@ -18,7 +18,7 @@ SOURCES = [
     *sorted((ROOT / "benchmarks").glob("*.py")),
 ]
 TEXTS = [p.relative_to(ROOT).as_posix() for p in DOC_PAGES + SOURCES]
-# Each module's stem, to its dotted name (common.summary and common.diff are entry points: the names are in analysis/)
+# Each module's stem, to its dotted name (the two entry points at common/'s root hold no names: a wing's module wins)
 DOTTED_NAME = {
     p.stem: ".".join(p.relative_to(ROOT).with_suffix("").parts)
     for p in sorted((ROOT / "common").rglob("*.py"), key=lambda p: len(p.parts))  # a wing's module wins

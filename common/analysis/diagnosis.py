@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from common.analysis.cpu_bound import cpu_verdict
 from common.analysis.tables import num
 from common.physics import Peak, find_peak
 from common.reader.naming import kernel_family
@@ -687,7 +688,7 @@ def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
         return None
     far.sort(key=lambda kv: -kv[1].us)
     lines = [
-        f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {kv[1].pct_peak:.0f}% of peak, "
+        f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {num(kv[1].pct_peak, 2)}% of peak, "
         f"{100 * kv[1].us / n / busy:.0f}% of GPU busy"
         for kv in far[:3]
     ]
@@ -744,9 +745,7 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if not trace.has_gpu:
-        cpu = trace.per_step(lambda s: s.region_us)
-        per = "in the one recording (no ProfilerStep#N)" if trace.whole_trace else "per step"
-        line = f"bound by the CPU: no GPU activity in the trace; {human_time(cpu)} of CPU {per}"
+        line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     if not trace.gpu_activity or not any(s.gpu for s in trace.steps):
         launches = sum(s.launches + s.graph_launches for s in trace.steps)

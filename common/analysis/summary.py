@@ -661,7 +661,8 @@ def plot(rows: list[Row], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * len(rows)))
     gpu = [r.gpu_us if r.gpu_us is not None else nan for r in rows]
     cpu = [r.cpu_us if r.cpu_us is not None else nan for r in rows]
-    ax.barh([i - 0.2 for i in y], gpu, 0.4, label="GPU busy (kernel sum)")
+    if any(r.gpu_us for r in rows):  # a CPU trace draws no GPU bars, so its legend has no entry for them
+        ax.barh([i - 0.2 for i in y], gpu, 0.4, label="GPU busy (union over streams)")
     ax.barh([i + 0.2 for i in y], cpu, 0.4, label="CPU (annotated region)")
     times = [t for r in rows for t in (r.gpu_us, r.cpu_us) if t]
     if times and max(times) / min(times) > 100:

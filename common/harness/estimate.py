@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -172,8 +173,40 @@ def fused_attention_rate(dtype: torch.dtype, fused: FusedAttention) -> float:
 
 def profiler_imports() -> None:
     """Import what torch.profiler imports when it first starts (torch._inductor's config: a few seconds where
-    Python compiles it afresh), before the estimate is printed: it is paid then, not inside the run."""
-    import torch._inductor.config  # noqa: F401, PLC0415
+    Python compiles it afresh), before the estimate is printed: it is paid then, not inside the run. Said
+    first when it is still to be imported."""
+    if "torch._inductor.config" in sys.modules:
+        return
+    with phase("importing torch's compiler (torch._inductor), which the profiler loads"):
+        import torch._inductor.config  # noqa: F401, PLC0415
+
+
+@contextlib.contextmanager
+def phase(what: str) -> Iterator[Progress]:
+    """Say `what` runs now, before it starts (`<what> ...`), and from PROGRESS_AFTER_S on how long it has
+    taken: a slow step before or after the profiled block (a reference, a checked first step)."""
+    print(f"{what} ...", flush=True)
+    with progress(what) as ticker:
+        yield ticker
+
+
+# torch.compile's first call, as the issue's 2-core laptop timed it (load 2.5-15): 02 and 03_simple's forward
+# took 25-40 s, 05's forward and backward about two minutes; a GPU's compile is of the same order.
+COMPILE_TYPICAL = {False: "20-40 s", True: "1-2 min"}  # by whether the step runs a backward (grad enabled)
+
+
+_COMPILE_SAID: list[bool] = []  # once a process: a script that compiles before the recording says it there
+
+
+def announce_compile(backward: bool) -> None:
+    """Say, before a compiled run's first call and once a process, that it compiles and how long that typically
+    takes (COMPILE_TYPICAL)."""
+    if _COMPILE_SAID:
+        return
+    _COMPILE_SAID.append(True)
+    what = "forward and backward" if backward else "forward"
+    print(f"torch.compile: the first call compiles the {what}: typically {COMPILE_TYPICAL[backward]} on a laptop "
+          "CPU", flush=True)  # fmt: skip
 
 
 Rate = Callable[[str, torch.dtype], float]  # ("gemm" | "copy" | "pointwise" | "op" | "fused", dtype) -> FLOP/s,
@@ -202,6 +235,8 @@ def measured_rate(kind: str, dtype: torch.dtype, size: float, fused: FusedAttent
         torch.get_num_threads(),
     )
     if key not in _measured:
+        if not _measured:
+            print("measuring this CPU's rate for the estimate ...", flush=True)
         _measured[key] = measure[kind]()
     return _measured[key]
 
@@ -324,12 +359,10 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     return lines
 
 
-def progress_after(estimate_s: float | None) -> float | None:
-    """When a run's progress lines start: after PROGRESS_AFTER_S for a run estimated long (SAY_ABOVE_S or more),
-    once it takes twice its estimate for a shorter one, never for a run too small to be estimated."""
-    if estimate_s is None:
-        return None
-    return PROGRESS_AFTER_S if estimate_s >= SAY_ABOVE_S else max(PROGRESS_AFTER_S, 2 * estimate_s)
+def progress_after(estimate_s: float | None) -> float:
+    """When a run's progress lines start: after PROGRESS_AFTER_S, estimated or not (a run too small to estimate
+    that still takes that long, compiling say, is not left silent either)."""
+    return PROGRESS_AFTER_S
 
 
 class Progress:
@@ -342,7 +375,12 @@ class Progress:
         self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
 
     def line(self) -> str:
-        elapsed = human_time((time.monotonic() - self.started) * 1e6)
+        """`... 20 s of about 1 min estimated: profiled steps`; past the estimate, what is still left to run:
+        `... 80.1 s, past the 27.5 s estimated; left: profiled steps, then the reference`."""
+        spent = time.monotonic() - self.started
+        elapsed = human_time(spent * 1e6)
+        if self.estimate_s and spent > self.estimate_s:
+            return f"... {elapsed}, past the {human_time(self.estimate_s * 1e6)} estimated; left: {self.what}"
         of = f" of about {human_time(self.estimate_s * 1e6)} estimated" if self.estimate_s else ""
         return f"... {elapsed}{of}: {self.what}"
 

@@ -1,5 +1,6 @@
 """What this machine is: the CPU's native 16-bit features (/proc/cpuinfo), the memory a container may still
-allocate (cgroup), the CPU thread policy, and the profiler warnings that are not true here."""
+allocate (cgroup), the CPU thread policy, and the profiler warnings that are not true here. The first two need
+no torch (common.harness.early reads them before a script imports it); the last two import it when called."""
 
 from __future__ import annotations
 
@@ -8,10 +9,6 @@ import os
 import re
 import warnings
 from pathlib import Path
-
-import torch
-
-from common.harness.private_api import PROFILER_CYCLE_WARNING, PROFILER_NO_WARMUP_WARNING
 
 # /proc/cpuinfo flags of the CPU features that run a 16-bit dtype natively (x86, then Arm), and their names.
 NATIVE_16BIT = {
@@ -168,6 +165,8 @@ def set_cpu_threads(threads: int | None, flops: float) -> None:
     keeps a core busy, because a thread spin-waits for a partner that waits a whole 4 ms scheduler tick for a core.
     Larger steps keep torch's default, where the threads pay off (a 1024 x 1024 bf16 matmul: 3.6 ms on two, 6.1 ms
     on one)."""
+    import torch
+
     if threads:
         torch.set_num_threads(threads)
     elif flops < TINY_STEP_FLOPS and torch.get_num_threads() > 1:
@@ -185,6 +184,8 @@ def quiet_profiler(on_gpu: bool) -> None:
     scripts export once, in it. Without a GPU, torch.compile's C++ build logs "No CUDA runtime is found",
     and Kineto a misleading "gpuGetDeviceCount failed" and, at its USDT level (5), profiler start/stop
     lines: above 5 it logs nothing (read when a profiler starts)."""
+    from common.harness.private_api import PROFILER_CYCLE_WARNING, PROFILER_NO_WARMUP_WARNING
+
     warnings.filterwarnings("ignore", message=PROFILER_NO_WARMUP_WARNING)
     warnings.filterwarnings("ignore", message=PROFILER_CYCLE_WARNING)
     if not on_gpu:

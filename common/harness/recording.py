@@ -28,7 +28,15 @@ from common.analysis.tables import TEXT_WIDTH
 from common.cli import SuiteError, on_exit
 from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
-from common.harness.estimate import Progress, estimate, estimate_lines, progress, progress_after
+from common.harness.estimate import (
+    Progress,
+    announce_compile,
+    estimate,
+    estimate_lines,
+    profiler_imports,
+    progress,
+    progress_after,
+)
 from common.harness.export import TraceFiles
 from common.harness.guess import Expect, check_guess
 from common.harness.loop import (
@@ -141,6 +149,8 @@ class Recording:
         tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
         meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
         files = TraceFiles(self.run, tag, label, self.work, meta)
+        if self.progress:
+            self.progress.what = "writing the trace" + (", then the reference" if self.work.has_reference else "")
         memory = self.watch.stop(prof.step_num) if first else None
         files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
         self.cycles.append(files)
@@ -187,9 +197,12 @@ def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Itera
     metadata (a rank, say)."""
     rec = Recording(run, tag, work, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
+    profiler_imports()  # torch._inductor, which the profiler loads as it starts: said and paid before the run
     estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
     for line in estimate_lines(run, work, estimated):
         print(line)
+    if run.compiled:
+        announce_compile(rec.grad)
     rec.watch.start()
     try:
         seconds = rec.estimate_s = estimated.seconds if estimated else None

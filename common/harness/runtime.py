@@ -15,6 +15,7 @@ import torch
 from common import interrupts
 from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
 from common.harness.checks import reference_dtype
+from common.harness.early import memory_refusal
 from common.harness.machine import (
     EMULATED_COST,
     NATIVE_16BIT,
@@ -287,14 +288,9 @@ def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
     if not run.on_gpu:
         set_cpu_threads(run.threads, flops)
     have = torch.cuda.mem_get_info(run.device)[0] if run.on_gpu else cpu_available_bytes()
-    if need_bytes > 0.9 * have:
-        where = "free on the GPU" if run.on_gpu else "free"
-        raise SuiteError(f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: "
-                         "try smaller shapes")  # fmt: skip
-
-
-def gigabytes(n: float) -> str:
-    return f"{n / 1e9:,.0f} GB" if n >= 1e11 else f"{n / 1e9:.3g} GB"
+    refusal = memory_refusal(need_bytes, what, have, run.on_gpu)
+    if refusal:
+        raise SuiteError(refusal)
 
 
 def setup(args: argparse.Namespace, script_file: str) -> Run:
@@ -333,4 +329,9 @@ def setup(args: argparse.Namespace, script_file: str) -> Run:
     print(f"[{script}] {run.describe()}")
     if dtype_notice:
         print(dtype_notice)
+    if run.compiled and "torch._dynamo" not in sys.modules:  # the script's torch.compile(...) imports it: seconds
+        from common.harness.estimate import phase  # noqa: PLC0415 (common.harness.estimate imports this module)
+
+        with phase("importing torch.compile's compiler (torch._dynamo, torch._inductor)"):
+            torch.compile(lambda: None)  # wrapping resolves the Inductor backend, importing it; nothing compiles
     return run

@@ -8,13 +8,12 @@ import math
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 from torch.nn.attention import SDPBackend
 
 from common.cli import SuiteError
-from common.harness.checks import reference_dtype
+from common.harness.early import FLASH_NEEDS_GPU, AttentionShape, attention_bytes
 from common.harness.hub import HubError
 from common.harness.private_api import SDPA_REFUSAL_END, SDPA_REFUSAL_HEADERS, SDPA_TRIGGERED_AT, fused_sdp_choice
 from common.harness.runtime import SEED, Run
@@ -26,22 +25,6 @@ SDPA_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
-
-
-class AttentionShape(NamedTuple):
-    """The attention shape of 04_a to 04_d: a flag per field (runtime.add_shape_flags)."""
-
-    batch: int = 8
-    heads: int = 16
-    seq: int = 1024
-    head_dim: int = 64
-
-    HELP = {
-        "batch": "batch size",
-        "heads": "attention heads",
-        "seq": "sequence length",
-        "head_dim": "per-head dimension",
-    }
 
 
 def make_qkv(shape: AttentionShape, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
@@ -104,13 +87,9 @@ def attention_work(
 
 
 def attention_memory(shape: AttentionShape, dtype: torch.dtype, score_bytes: int) -> tuple[int, str]:
-    """Bytes a variant of `shape` allocates at its peak, and for what: q, k, v and the output, `score_bytes` per
-    element of the [batch, heads, seq, seq] scores it holds at once (0 for a fused kernel), and the fp32/fp64
-    reference the output is checked against, which materialises the scores itself (two [seq, seq] buffers per head)."""
-    b, h, s, d = shape.batch, shape.heads, shape.seq, shape.head_dim
-    ref = reference_dtype(dtype).itemsize
-    need = 4 * b * h * s * d * (dtype.itemsize + ref) + b * h * s * s * (score_bytes + 2 * ref) + 2 * s * s
-    return need, "q, k, v, output, scores, reference" if score_bytes else "q, k, v, output, reference"
+    """Bytes a variant of `shape` in `dtype` allocates at its peak, and for what (common.harness.early.attention_bytes,
+    which the scripts' refusal before torch reads too)."""
+    return attention_bytes(shape, dtype.itemsize, score_bytes)
 
 
 def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:
@@ -164,9 +143,7 @@ FLASH_MAX_HEAD_DIM = 256  # FA2, FA3 and FA4 on Hopper: head_dim up to 256, in m
 def require_flash(run: Run, head_dim: int) -> None:
     """Refuse, in one line, what FlashAttention cannot run: no CUDA GPU, fp32, an unsupported head_dim."""
     if not run.on_gpu:
-        raise SuiteError(
-            "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
-        )
+        raise SuiteError(FLASH_NEEDS_GPU)
     if run.dtype == torch.float32:
         raise SuiteError("FlashAttention computes in bf16 or fp16, not fp32: drop --dtype fp32")
     if head_dim > FLASH_MAX_HEAD_DIM or head_dim % 8:

@@ -11,6 +11,7 @@ from torch import nn
 
 from common.cli import SuiteError
 from common.harness.checks import reference_dtype
+from common.harness.early import CUDA_GRAPHS_NEED_GPU
 from common.harness.runtime import Run
 from common.physics import Work
 from common.units import human_bytes
@@ -52,9 +53,7 @@ def check_shape(dim: int, heads: int) -> None:
 def require_cuda_graphs(cudagraphs: bool, run: Run) -> None:
     """Refuse --cudagraphs off a CUDA GPU, in one line: CUDA graphs are recorded and replayed by the GPU driver."""
     if cudagraphs and not run.on_gpu:
-        raise SuiteError(
-            "--cudagraphs needs a CUDA GPU (reduce-overhead mode records CUDA graphs); here run eager or --compile"
-        )
+        raise SuiteError(CUDA_GRAPHS_NEED_GPU)
 
 
 def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:

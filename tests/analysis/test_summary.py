@@ -315,3 +315,24 @@ def test_a_trace_with_a_very_long_name_still_prints_nothing_wider_than_120(tmp_p
         (folder / f"{'rank_trace_of_a_long_training_job_' * 3}{i}.json").write_text(json.dumps(data))
     code, out, _ = summary(capsys, folder, "--per-step")
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 120, max(out.splitlines(), key=len)
+
+
+def plot_labels(monkeypatch, capsys, *argv: object) -> list[str]:
+    """The legend labels of the bars `--plot` draws for `argv`'s traces."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    labels, barh = [], Axes.barh
+    monkeypatch.setattr(Axes, "barh", lambda self, *a, **kw: labels.append(kw.get("label")) or barh(self, *a, **kw))
+    assert summary(capsys, *argv)[0] == 0
+    return labels
+
+
+def test_the_plot_legend_says_gpu_busy_is_the_union_over_streams(traces, capsys, monkeypatch):
+    assert plot_labels(monkeypatch, capsys, traces, "--plot", traces / "p.png")[0] == "GPU busy (union over streams)"
+
+
+def test_a_cpu_only_plot_has_no_gpu_legend_entry(traces, capsys, monkeypatch):
+    cpu = traces / "01_x" / "8_bf16_cold_eager.json"
+    assert plot_labels(monkeypatch, capsys, cpu, "--plot", traces / "p.png") == ["CPU (annotated region)"]

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import re
+import subprocess
 import sys
 import threading
 from contextlib import redirect_stdout
@@ -193,13 +194,51 @@ def test_the_copy_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_c
     assert common.harness.estimate.copy_rate() == pytest.approx(2 * common.harness.estimate.COPY_BYTES / 0.01)
 
 
-def test_progress_lines_start_only_for_a_run_estimated_long_or_once_one_overruns_its_estimate():
+def test_progress_lines_start_after_ten_seconds_estimated_or_not():
     from common.harness.estimate import PROGRESS_AFTER_S, SAY_ABOVE_S, progress_after
 
-    assert progress_after(None) is None  # too small to estimate: never a progress line
-    assert progress_after(SAY_ABOVE_S * 3) == PROGRESS_AFTER_S  # estimated long: said from the start
-    assert progress_after(SAY_ABOVE_S / 2) == 2 * SAY_ABOVE_S / 2 >= PROGRESS_AFTER_S  # short: only past twice it
-    assert progress_after(0.1) == PROGRESS_AFTER_S  # and never sooner than a long run's first line
+    assert PROGRESS_AFTER_S == 10.0
+    assert progress_after(None) == progress_after(SAY_ABOVE_S * 3) == progress_after(0.1) == PROGRESS_AFTER_S
+
+
+def test_a_progress_line_past_its_estimate_says_what_is_left(monkeypatch):
+    ticker = common.harness.estimate.Progress("profiled steps, then the reference", 27.5, None, 10.0)
+    monkeypatch.setattr(common.harness.estimate.time, "monotonic", lambda: ticker.started + 80.1)
+    assert ticker.line() == "... 80.1 s, past the 27.5 s estimated; left: profiled steps, then the reference"
+
+
+def test_the_rate_measurement_announces_itself_once(monkeypatch, capsys):
+    monkeypatch.setattr(common.harness.estimate, "_measured", {})
+    monkeypatch.setattr(common.harness.estimate, "copy_rate", lambda: 1e9)
+    monkeypatch.setattr(common.harness.estimate, "op_rate", lambda: 1e5)
+    common.harness.estimate.measured_rate("copy", torch.uint8, 0)
+    common.harness.estimate.measured_rate("op", torch.float32, 0)
+    assert capsys.readouterr().out == "measuring this CPU's rate for the estimate ...\n"
+
+
+def test_a_compiled_run_announces_its_compile_before_the_first_call(tmp_path, capsys, monkeypatch):
+    from common.harness.recording import recording
+
+    monkeypatch.setattr(common.harness.estimate, "_COMPILE_SAID", [])
+    with torch.no_grad(), recording(cpu_run(tmp_path, warm=False), "t", Work(1e3, 1e3)):
+        assert "the first call compiles the forward: typically" in capsys.readouterr().out
+    monkeypatch.setattr(common.harness.estimate, "_COMPILE_SAID", [])
+    with recording(cpu_run(tmp_path, warm=False, script="05_training_step"), "t", Work(1e3, 1e3)):
+        assert "compiles the forward and backward" in capsys.readouterr().out
+
+
+def test_importing_the_compiler_announces_itself():
+    code = "import sys; from common.harness.estimate import profiler_imports; profiler_imports(); profiler_imports()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout == "importing torch's compiler (torch._inductor), which the profiler loads ...\n"
+
+
+def test_the_training_step_announces_its_reference_and_checked_step(tmp_path, capsys):
+    flags = ("--batch", "1", "--seq", "16", "--dim", "64", "--heads", "2", "--hidden", "128")
+    assert run("05_training_step", tmp_path, *flags) == 0
+    out = capsys.readouterr().out
+    reference, checked = out.index("the reference: "), out.index("the first step, the one checked")
+    assert reference < checked < out.index("check: DecoderBlock matches")
 
 
 def test_attention_s_estimate_counts_its_passes_over_the_scores_at_the_pointwise_rate_in_the_run_s_dtype(tmp_path):
@@ -499,3 +538,15 @@ def test_progress_names_the_reference_only_where_the_run_has_one_to_compute():
 
     assert progress_what(block_work(BlockShape(2, 16, 32, 2, 64), 4, 4)) == "profiled steps"  # 05/06: none left
     assert progress_what(attention_work(AttentionShape(1, 2, 16, 8), 2)) == "profiled steps, then the reference"
+
+
+def test_a_compiled_run_announces_importing_the_compiler_before_its_torch_compile_call(tmp_path):
+    code = (
+        "import sys; from common.harness.runtime import make_parser, setup\n"
+        "setup(make_parser(None).parse_args(['--compile', '--device', 'cpu', '--traces-dir', sys.argv[1]]), 'x.py')\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    lines = done.stdout.splitlines()
+    assert "importing torch.compile's compiler (torch._dynamo, torch._inductor) ..." in lines, done.stdout
+    assert lines[-1] == "True", done.stderr

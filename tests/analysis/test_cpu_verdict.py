@@ -1,0 +1,44 @@
+"""A trace without a GPU lane gets Part 1's verdict: compute-bound or overhead-bound, from the ops' self times."""
+
+from __future__ import annotations
+
+import json
+
+from helpers import ev
+
+from common.analysis.cpu_bound import self_us
+from common.analysis.diagnosis import diagnose
+from common.reader.trace import read_trace
+
+
+def cpu_trace(tmp_path, mm: tuple[float, float], matmul: tuple[float, float]) -> object:
+    """Three 100 µs steps, each the label `fwd` with aten::matmul calling aten::mm (and aten::empty inside it)."""
+    events = []
+    for i in range(3):
+        at = 100 * i
+        events += [
+            ev("user_annotation", f"ProfilerStep#{i}", at, 100),
+            ev("user_annotation", "fwd", at, 100),
+            ev("cpu_op", "aten::matmul", at + matmul[0], matmul[1]),
+            ev("cpu_op", "aten::mm", at + mm[0], mm[1]),
+            ev("cpu_op", "aten::empty", at + mm[0], 1),
+        ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "suite": {"label": "fwd", "flops": 2e6}}))
+    return read_trace(path)
+
+
+def test_self_time_is_the_span_less_the_ops_it_called():
+    ops = [(0, 90, 1, "aten::matmul"), (2, 86, 1, "aten::mm"), (2, 1, 1, "aten::empty"), (50, 5, 2, "aten::add")]
+    assert self_us(ops, 0, 100) == {"aten::matmul": 4, "aten::mm": 85, "aten::empty": 1, "aten::add": 5}
+
+
+def test_a_step_inside_one_op_is_compute_bound_with_its_rate(tmp_path):
+    line = diagnose(cpu_trace(tmp_path, mm=(2, 90), matmul=(1, 92))).verdict
+    assert line.startswith("compute-bound on the CPU: 89% of the step inside aten::mm at 22.5 GFLOP/s"), line
+
+
+def test_a_step_mostly_around_its_ops_is_overhead_bound(tmp_path):
+    line = diagnose(cpu_trace(tmp_path, mm=(20, 11), matmul=(10, 40))).verdict
+    assert line.startswith("overhead-bound on the CPU: the busiest op, aten::matmul, is 29% of the step"), line
+    assert "the rest dispatch and Python" in line

@@ -1,0 +1,103 @@
+"""What a machine cannot run is refused before the script imports torch (common.harness.early): the same line, exit
+2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, load_script, usage_error
+
+from common.harness import early
+
+# Run a script as `__main__` with these flags; print its exit code, its stderr line and whether torch was loaded.
+AS_MAIN = (
+    "import contextlib, io, json, runpy, sys\n"
+    "script, *sys.argv[1:] = sys.argv[1:]\n"
+    "err = io.StringIO()\n"
+    "with contextlib.redirect_stderr(err):\n"
+    "    try:\n"
+    "        runpy.run_path(script, run_name='__main__')\n"
+    "        code = 0\n"
+    "    except SystemExit as exc:\n"
+    "        code = exc.code\n"
+    "print(json.dumps([code, err.getvalue().strip(), 'torch' in sys.modules]))\n"
+)
+
+REFUSED = [
+    ("03_kernels_mlp", ["--device", "cpu"], "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU"),
+    ("04_d_kernels_attention", ["--device", "cpu"], "FlashAttention needs a CUDA GPU"),
+    ("05_training_step", ["--device", "cpu", "--cudagraphs"], "--cudagraphs needs a CUDA GPU"),
+    ("04_a_naive_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
+    ("04_b_inplace_ops_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
+]
+
+
+def as_main(script: str, *flags: str) -> tuple[int, str, bool]:
+    done = subprocess.run(
+        [sys.executable, "-c", AS_MAIN, str(ROOT / f"{script}.py"), *flags],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    code, err, torch_loaded = json.loads(done.stdout.splitlines()[-1])
+    return code, err, torch_loaded
+
+
+@pytest.mark.parametrize(("script", "flags", "said"), REFUSED, ids=[f"{s}-{f[-1]}" for s, f, _ in REFUSED])
+def test_refusal_comes_before_torch_is_imported(script: str, flags: list[str], said: str) -> None:
+    code, err, torch_loaded = as_main(script, *flags)
+    assert (code, torch_loaded) == (2, False), err
+    assert err.startswith(f"error: {said}") and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("script", ["04_a_naive_attention", "04_b_inplace_ops_attention"])
+def test_early_memory_line_is_the_one_after_torch(script: str, capsys: pytest.CaptureFixture) -> None:
+    flags = ["--device", "cpu", "--seq", "65536"]
+    after_torch = usage_error(lambda: load_script(script).main(flags), capsys)
+    assert as_main(script, *flags)[1] == after_torch
+
+
+def test_help_and_unreadable_flags_are_left_to_the_parser() -> None:
+    early.refuse_without_gpu("__main__", "needs a GPU", argv=["--device", "cpu", "--help"])
+    early.refuse_attention_memory("__main__", 3, argv=["--device", "cpu", "--seq", "0"])
+    early.refuse_attention_memory("__main__", 3, argv=["--device", "cpu", "--seq", "lots"])
+
+
+def test_refusal_is_skipped_when_the_script_is_imported() -> None:
+    early.refuse_without_gpu("not_main", "needs a GPU", argv=["--device", "cpu"])
+
+
+def test_a_gpu_only_flag_refuses_only_when_given(capsys: pytest.CaptureFixture) -> None:
+    early.refuse_without_gpu("__main__", "needs a GPU", flag="--cudagraphs", argv=["--device", "cpu"])
+    assert (
+        usage_error(
+            lambda: early.refuse_without_gpu(
+                "__main__", "needs a GPU", "--cudagraphs", ["--device", "cpu", "--cudagraphs"]
+            ),
+            capsys,
+        )
+        == "error: needs a GPU"
+    )
+
+
+def test_cuda_device_is_seen_in_the_driver_files(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert not early.cuda_device_seen(tmp_path, path="")
+    (tmp_path / "proc/driver/nvidia/gpus/0000:01:00.0").mkdir(parents=True)
+    assert early.cuda_device_seen(tmp_path, path="")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert not early.cuda_device_seen(tmp_path, path="")
+
+
+def test_cuda_device_is_seen_from_a_device_node_or_nvidia_smi(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidiactl").touch()  # the control node is there without a GPU
+    assert not early.cuda_device_seen(tmp_path, path="")
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin/nvidia-smi"
+    smi.touch(mode=0o755)
+    assert early.cuda_device_seen(tmp_path, path=str(tmp_path / "bin"))
+    (tmp_path / "dev/nvidia0").touch()
+    assert early.cuda_device_seen(tmp_path, path="")
