@@ -23,7 +23,7 @@ from typing import NamedTuple
 from common.naming import kernel_family
 from common.physics import Peak, find_peak
 from common.roofline import ShapedOp, op_flops
-from common.tables import num
+from common.tables import num, printable
 from common.trace import COMPILER_LABELS, GpuOp, Step, Trace, no_gc
 from common.units import human_time
 
@@ -708,7 +708,7 @@ def budget_line(b: Budget) -> str:
 
 def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
     """The verdict, the median step's budget, then each rule that fired: its name and fix, with its evidence
-    under `explain`."""
+    under `explain`. Each is one line: a trace's name in it has its line breaks and controls escaped."""
     lines = [f"verdict: {diagnosis.verdict}"]
     if diagnosis.median is not None:
         lines.append(f"  {budget_line(diagnosis.median)}")
@@ -716,10 +716,10 @@ def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
         lines.append(f"  rule: {rule.name} → {rule.fix}")
         if explain:
             lines += [f"    {line}" for line in rule.evidence]
-    return lines
+    return [printable(line, newlines=False) for line in lines]
 
 
 def bound_lines(a: Diagnosis, b: Diagnosis) -> list[str]:
     """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict."""
     head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
-    return [head, f"A: {a.verdict}", f"B: {b.verdict}"]
+    return [printable(line, newlines=False) for line in (head, f"A: {a.verdict}", f"B: {b.verdict}")]
