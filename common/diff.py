@@ -259,8 +259,9 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     ]
     notes = comparability(a, b)
     cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
-    out += ["", cpu, *(f"note: {n}; compared anyway" for n in notes)]
-    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    lines = [cpu, *(f"note: {n}; compared anyway" for n in notes)]
+    lines += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    out += ["", *(printable(line, newlines=False) for line in lines)]  # a device's or label's name: one line
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())

@@ -89,6 +89,17 @@ def test_an_op_name_with_a_line_break_stays_on_its_line_in_the_explained_verdict
     assert not any(line.startswith("QZXJ") for line in out.splitlines())
 
 
+def test_a_device_name_with_a_line_break_stays_on_its_line_in_the_diffs_notes(tmp_path, capsys):
+    a, b = tiny_gpu_trace(), tiny_gpu_trace()
+    b["deviceProperties"][0]["name"] = "NVIDIA\nQZXJ"  # found by tests/test_fuzz_reader.py
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code, out, err = command(diff_main, capsys, tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 0, err
+    assert "different devices (NVIDIA A100-SXM4-80GB vs NVIDIA\\nQZXJ)" in out
+    assert not any(line.startswith("QZXJ") for line in out.splitlines())
+
+
 def test_a_file_name_with_control_characters_is_shown_escaped_in_every_line(tmp_path, capsys):
     folder = tmp_path / "ev\x1b[2Jil"
     good = evil_trace(folder, "t\x1b]0;PWNED\x07.json", kernel="k")
