@@ -205,6 +205,14 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
     return (sentence[0].upper() + sentence[1:] if sentence.startswith(("gone", "new", "the")) else sentence) + "."
 
 
+def _gflop(flops: float) -> str:
+    """FLOPs as GFLOP to 4 digits; DASH for an integer past a float's range (a trace's metadata is untrusted)."""
+    try:
+        return f"{flops / 1e9:.4g}"
+    except OverflowError:
+        return DASH
+
+
 def comparability(a: Trace, b: Trace) -> list[str]:
     """Notes on what differs beyond the variant: the script, the work (FLOPs), the GPU."""
     notes = []
@@ -213,7 +221,7 @@ def comparability(a: Trace, b: Trace) -> list[str]:
         notes.append(f"different scripts ({sa} vs {sb})")
     fa, fb = a.meta.get("flops"), b.meta.get("flops")
     if isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa != fb:
-        notes.append(f"different work ({fa / 1e9:.4g} vs {fb / 1e9:.4g} GFLOP per step: other shapes)")
+        notes.append(f"different work ({_gflop(fa)} vs {_gflop(fb)} GFLOP per step: other shapes)")
     if a.device_name != b.device_name:
         notes.append(f"different devices ({a.device_name} vs {b.device_name}): kernels matched by family and name")
     return notes
