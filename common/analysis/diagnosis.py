@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from common.analysis.cpu_bound import cpu_verdict
-from common.analysis.tables import num
+from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak
 from common.reader.naming import kernel_family
 from common.reader.roofline import ShapedOp, op_flops
@@ -860,7 +860,7 @@ def budget_line(b: Budget) -> str:
 
 def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
     """The verdict, the median step's budget, then each rule that fired: its name and fix, with its evidence
-    under `explain`."""
+    under `explain`. Each is one line: a trace's name in it has its line breaks and controls escaped."""
     lines = [f"verdict: {diagnosis.verdict}"]
     if diagnosis.median is not None:
         lines.append(f"  {budget_line(diagnosis.median)}")
@@ -868,10 +868,10 @@ def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
         lines.append(f"  rule: {rule.name} → {rule.fix}")
         if explain:
             lines += [f"    {line}" for line in rule.evidence]
-    return lines
+    return [printable(line, newlines=False) for line in lines]
 
 
 def bound_lines(a: Diagnosis, b: Diagnosis) -> list[str]:
     """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict."""
     head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
-    return [head, f"A: {a.verdict}", f"B: {b.verdict}"]
+    return [printable(line, newlines=False) for line in (head, f"A: {a.verdict}", f"B: {b.verdict}")]

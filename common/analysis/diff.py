@@ -205,6 +205,14 @@ def headline(pairs, ta: Row, tb: Row, ops_a: dict, ops_b: dict) -> str:
     return (sentence[0].upper() + sentence[1:] if sentence.startswith(("gone", "new", "the")) else sentence) + "."
 
 
+def _gflop(flops: float) -> str:
+    """FLOPs as GFLOP to 4 digits; DASH for an integer past a float's range (a trace's metadata is untrusted)."""
+    try:
+        return f"{flops / 1e9:.4g}"
+    except OverflowError:
+        return DASH
+
+
 def comparability(a: Trace, b: Trace) -> list[str]:
     """Notes on what differs beyond the variant: the script, the work (FLOPs), the GPU."""
     notes = []
@@ -213,7 +221,7 @@ def comparability(a: Trace, b: Trace) -> list[str]:
         notes.append(f"different scripts ({sa} vs {sb})")
     fa, fb = a.meta.get("flops"), b.meta.get("flops")
     if isinstance(fa, (int, float)) and isinstance(fb, (int, float)) and fa != fb:
-        notes.append(f"different work ({fa / 1e9:.4g} vs {fb / 1e9:.4g} GFLOP per step: other shapes)")
+        notes.append(f"different work ({_gflop(fa)} vs {_gflop(fb)} GFLOP per step: other shapes)")
     if a.device_name != b.device_name:
         notes.append(f"different devices ({a.device_name} vs {b.device_name}): kernels matched by family and name")
     return notes
@@ -259,8 +267,9 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     ]
     notes = comparability(a, b)
     cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
-    out += ["", cpu, *(f"note: {n}; compared anyway" for n in notes)]
-    out += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    lines = [cpu, *(f"note: {n}; compared anyway" for n in notes)]
+    lines += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    out += ["", *(printable(line, newlines=False) for line in lines)]  # a device's or label's name: one line
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())

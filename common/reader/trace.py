@@ -25,6 +25,7 @@ import gc
 import math
 import re
 import statistics
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -107,11 +108,14 @@ class GpuOp:
         return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
 
 
+FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
 
 
 def _finite(value: object) -> bool:
-    return type(value) in NUMBERS and math.isfinite(value)
+    """A finite float, or an int a float can hold (a 400-digit one cannot: it is not a figure)."""
+    kind = type(value)
+    return kind is float and math.isfinite(value) or kind is int and -FLOAT_MAX <= value <= FLOAT_MAX
 
 
 def _dims(value: object) -> tuple[int, ...] | None:
@@ -130,7 +134,7 @@ def _int_dims(dims: tuple, _types: tuple) -> tuple[int, ...] | None:
 
 
 def _number(value: object) -> float | None:
-    return float(value) if type(value) in NUMBERS and math.isfinite(value) else None
+    return float(value) if _finite(value) else None
 
 
 def _count(value: object) -> int | None:

@@ -193,7 +193,13 @@ def _text(value: object) -> str | None:
 
 
 def _time(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    """A ts or dur as a float; NaN (an unusable time, skipped) for a non-number or an int past a float's range."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:  # a 400-digit integer
+        return math.nan
 
 
 def _as_raw(value: object) -> object:

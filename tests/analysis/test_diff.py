@@ -198,3 +198,13 @@ def test_the_headline_never_calls_a_kernel_in_both_traces_gone(tmp_path, capsys)
     assert "Memcpy DtoH (4.00 µs); new: Memcpy DtoD (4.00 µs)" in line, line
     table = out.split("GPU work added, removed or changed")[1]
     assert "DtoH (Device -> Pinned) → " not in table and "changed  memcpy" not in table
+
+
+def test_a_400_digit_flops_figure_is_a_dash_in_the_different_work_note(tmp_path, capsys):
+    a, b = tiny_gpu_trace(), tiny_gpu_trace()
+    a["suite"], b["suite"] = {"flops": 312e6}, {"flops": 10**400}  # found by tests/reader/test_fuzz_reader.py
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code, out, err = command(main, capsys, tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 0, err
+    assert "note: different work (0.312 vs — GFLOP per step: other shapes); compared anyway" in out

@@ -223,6 +223,27 @@ def _types(decoder, args: dict) -> bool:
     return True
 
 
+def test_a_400_digit_integer_time_is_an_unusable_time_and_its_event_skipped(tmp_path):
+    data = tiny_gpu_trace()
+    data["traceEvents"].append(ev("cpu_op", "aten::odd", 20, 10**400))  # found by tests/reader/test_fuzz_reader.py
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    trace = read_trace(path)
+    assert trace.skipped == 1 and [s.number for s in trace.steps] == [2, 3]
+    assert "aten::odd" not in trace.steps[0].cpu_ops
+
+
+def test_a_400_digit_integer_in_a_kernels_args_loses_that_entry_alone(tmp_path):
+    data = tiny_gpu_trace()
+    sgemm = next(e for e in data["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == 2)
+    sgemm["args"]["est. achieved occupancy %"] = 10**400  # found by tests/reader/test_fuzz_reader.py
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    step = read_trace(path).steps[0]
+    [op] = [op for op in step.kernels if op.start == sgemm["ts"]]
+    assert len(step.kernels) == 2 and op.launch is not None and op.occupancy_pct is None
+
+
 def test_a_number_out_of_msgspec_s_range_in_args_loses_that_entry_alone(tmp_path):
     data = tiny_gpu_trace()
     sgemm = next(e for e in data["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("correlation") == 2)

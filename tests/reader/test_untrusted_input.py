@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, command, docs_text, tiny_gpu_trace
+from helpers import FIXTURES, ROOT, command, docs_text, tiny_gpu_trace
 
 from common import cli
 from common.analysis.diff import main as diff_main
@@ -75,6 +75,29 @@ def test_the_diff_shows_control_characters_escaped(tmp_path, capsys, markdown):
     code, out, err = command(diff_main, capsys, a, b, *(["--markdown"] if markdown else []))
     assert code == 0, err
     assert_escaped(out, markdown)
+
+
+def test_an_op_name_with_a_line_break_stays_on_its_line_in_the_explained_verdict(tmp_path, capsys):
+    data = json.loads(gzip.decompress((FIXTURES / "01_matmul_add" / "64_bf16_cold_eager.json.gz").read_bytes()))
+    for event in data["traceEvents"]:
+        if event.get("name") == "aten::mm":  # the op the CPU starts in the longest gap: named in its evidence
+            event["name"] = "void f\nQZXJ"
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    code, out, err = command(summary_main, capsys, tmp_path / "t.json", "--explain", "--markdown")
+    assert code == 0, err
+    assert "void f\\nQZXJ ×1" in out  # found by tests/reader/test_fuzz_reader.py
+    assert not any(line.startswith("QZXJ") for line in out.splitlines())
+
+
+def test_a_device_name_with_a_line_break_stays_on_its_line_in_the_diffs_notes(tmp_path, capsys):
+    a, b = tiny_gpu_trace(), tiny_gpu_trace()
+    b["deviceProperties"][0]["name"] = "NVIDIA\nQZXJ"  # found by tests/reader/test_fuzz_reader.py
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    code, out, err = command(diff_main, capsys, tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 0, err
+    assert "different devices (NVIDIA A100-SXM4-80GB vs NVIDIA\\nQZXJ)" in out
+    assert not any(line.startswith("QZXJ") for line in out.splitlines())
 
 
 def test_a_file_name_with_control_characters_is_shown_escaped_in_every_line(tmp_path, capsys):
