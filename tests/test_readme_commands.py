@@ -30,7 +30,7 @@ WIDTH = 120
 def commands() -> list[str]:
     """The `uv run` and `uvx` lines of the README's code blocks, comments removed, in order, each once."""
     found = []
-    for block in re.findall(r"^```\n(.*?)^```", README, re.S | re.M):
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", README, re.S | re.M):
         for line in block.splitlines():
             if line.startswith(("uv run ", "uvx ")):
                 found.append(re.sub(r"\s+#.*$", "", line).strip())
@@ -160,7 +160,18 @@ def test_network_and_suite_commands_are_left_to_their_own_tests(command):
 
 def masked(line: str) -> str:
     """A line with its numbers and its dtype masked: what any CPU's run of the command prints the same."""
-    return re.sub(r"\d[\d.,]*", "#", re.sub(r"\b(bf16|fp16|fp32)\b", "DTYPE", line)).strip()
+    return re.sub(r"\d[\d.,]*(e[-+]?\d+)?", "#", re.sub(r"\b(bf16|fp16|fp32)\b", "DTYPE", line)).strip()
+
+
+def unwrapped(lines: list[str]) -> list[str]:
+    """Lines with their wrapped continuations (indented six spaces) joined back on."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("      ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
 
 
 @pytest.mark.slow
@@ -168,8 +179,8 @@ def test_the_readme_s_cpu_output_is_what_its_first_command_prints(ran):
     """The output block under the set-up commands: each of its lines, numbers and dtype masked, is a line the
     command prints here (the rules that fire, and the profiler table, depend on the run and are left out)."""
     block = re.search(r"^```text\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)[1].splitlines()
-    shown = [line for line in block if not line.startswith(("  rule:", "      ", "(the profiler table"))]
+    shown = [line for line in unwrapped(block) if not line.startswith(("  rule:", "(the profiler table"))]
     result = ran[1]["uv run 01_matmul_add.py"]
-    printed = {masked(line.replace(f"{ran[0]}/", "")) for line in (result.out + result.err).splitlines()}
+    printed = {masked(line.replace(f"{ran[0]}/", "")) for line in unwrapped((result.out + result.err).splitlines())}
     missing = [line for line in shown if masked(line) not in printed]
     assert len(shown) >= 20 and not missing, missing
