@@ -56,8 +56,9 @@ def sm_limits(props: object) -> SmLimits | None:
     name = props.get("name")
     if isinstance(name, str) and any(word in name for word in ("AMD", "Radeon", "Instinct")):
         return None
-    major, minor = props.get("computeMajor"), props.get("computeMinor")
-    max_blocks = MAX_BLOCKS_PER_SM.get((major, minor))
+    major, minor = _int(props, "computeMajor"), props.get("computeMinor")
+    minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else None
+    max_blocks = MAX_BLOCKS_PER_SM.get((major, minor))  # a list or dict there is no key: no limits, no TypeError
     keys = ("maxThreadsPerMultiprocessor", "maxThreadsPerBlock", "regsPerMultiprocessor", "regsPerBlock",
             "sharedMemPerMultiprocessor")  # fmt: skip
     values = [_int(props, key) for key in keys]

@@ -83,3 +83,9 @@ def test_no_kernel_of_any_fixture_prints_0_percent():
         trace = read_trace(path)
         cells = [launch_cells(k, trace.sm)[-2:] for s in trace.steps for k in s.kernels]
         assert not [c for c in cells if "0%" in c], path
+
+
+def test_a_compute_capability_that_is_no_number_gives_no_limits():
+    """The fuzz test's case: deviceProperties' computeMajor set to [] made a dict key of a list (TypeError)."""
+    props = {"warpSize": 32, "computeMajor": [], "computeMinor": {}, "maxThreadsPerMultiprocessor": 2048}
+    assert sm_limits(props) is None
