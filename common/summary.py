@@ -52,7 +52,7 @@ from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_flo
 from common.diagnosis import diagnose, verdict_lines
 from common.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.files import not_a_file, shown_path, write_whole
-from common.naming import short_name
+from common.naming import cut_name, short_name
 from common.occupancy import SmLimits
 from common.tables import (
     BUDGET_LEGEND,
@@ -132,9 +132,9 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     diagnosis = diagnose(trace, args.peak_tflops)
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
-        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
-            cells = fit_last_column(headers, cells)
+        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates)
+        if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
+            cells = fit_last_column(headers, cells, cut_name)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
     shown = args.per_step or len(trace.steps) > 3
     return Digest(
