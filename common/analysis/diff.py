@@ -32,7 +32,7 @@ from common.analysis.figures import Row, launch_line, summarize
 from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.files import not_a_file
-from common.reader.naming import short_name
+from common.reader.naming import cut_name, short_name
 from common.reader.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
@@ -318,7 +318,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     if kernel_rows:
         headers = ["", "family", "A calls", "B calls", "A", "B", "Δ", "of |Δ|", "kernel"]
         if not markdown:  # the kernel names take what is left of TEXT_WIDTH
-            kernel_rows = fit_last_column(headers, kernel_rows)
+            kernel_rows = fit_last_column(headers, kernel_rows, cut_name)
         out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
         out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
         out.append(OF_DELTA)

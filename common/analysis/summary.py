@@ -67,7 +67,7 @@ from common.analysis.tables import (
 )
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
 from common.files import not_a_file, shown_path, write_whole
-from common.reader.naming import short_name
+from common.reader.naming import cut_name, short_name
 from common.reader.occupancy import SmLimits
 from common.reader.trace import CPU_SOURCES, GpuOp, Step, Trace, no_gc, read_trace
 from common.units import human_bytes, human_time
@@ -134,9 +134,9 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     diagnosis = diagnose(trace, args.peak_tflops)
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, sm=trace.sm, rates=diagnosis.rates)
-        if not args.markdown and cells:  # the kernel names take what is left of TEXT_WIDTH
-            cells = fit_last_column(headers, cells)
+        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates)
+        if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
+            cells = fit_last_column(headers, cells, cut_name)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
     shown = args.per_step or len(trace.steps) > 3
     return Digest(

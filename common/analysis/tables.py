@@ -75,11 +75,13 @@ def room_for(headers: list[str], cells: list[list[str]], column: int, width: int
     return max(width - others, 20)
 
 
-def fit_last_column(headers: list[str], cells: list[list[str]]) -> list[list[str]]:
+def fit_last_column(headers: list[str], cells: list[list[str]], cut=None) -> list[list[str]]:
     """`cells` with the last column cut (ending in …) to what is left of TEXT_WIDTH by the others (measured as
-    printed: control characters escaped)."""
+    printed: control characters escaped); `cut(text, room)` does the cutting where given (a kernel name's)."""
     cells = [[printable(c, newlines=False) for c in row] for row in cells]
     room = room_for(headers, cells, len(headers) - 1)
+    if cut is not None:
+        return [[*row[:-1], cut(row[-1], room)] for row in cells]
     return [[*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"] for row in cells]
 
 

@@ -51,21 +51,58 @@ def short_name(name: str, limit: int = 90) -> str:
 
     ATen's generic kernels keep a hint of what they compute:
     `at::native::vectorized_elementwise_kernel<…MulFunctor…>`. Control characters are shown escaped (`\\x1b`).
+    A name longer than `limit` loses its boilerplate qualifiers first (`(anonymous namespace)::`, then ATen's
+    `at::native::`), so that what the kernel is survives the cut. Linear in the name's length.
     """
     name = re.sub(r"^void\s+", "", shown(name))
-    out, depth = [], 0
+    hints = _hints(name)  # (position, hint), in order: the first one past each template's `<` is its hint
+    out, depth, h = [], 0, 0
     for i, ch in enumerate(name):
         if ch == "<":
             depth += 1
             if depth == 1:
-                found = [m for m in _HINT.findall(name[i:]) if m not in _GENERIC]
-                out.append(f"<…{found[0]}…>" if found else "<…>")
+                while h < len(hints) and hints[h][0] < i:
+                    h += 1
+                out.append(f"<…{hints[h][1]}…>" if h < len(hints) else "<…>")
         elif ch == ">":
             depth = max(depth - 1, 0)
         elif depth == 0:
             out.append(ch)
-    short = _drop_argument_list("".join(out)).strip()
-    return short if len(short) <= limit else short[: limit - 1] + "…"
+    return cut_name(_drop_argument_list("".join(out)).strip(), limit)
+
+
+_WORD = re.compile(r"\w+")
+_ANONYMOUS = "(anonymous namespace)::"
+_BOILERPLATE = re.compile(r"^(?:(?:at|native|c10|std|detail|internal)::|\(anonymous namespace\)::)+")  # ATen's
+
+
+def cut_name(name: str, limit: int) -> str:
+    """`name` in at most `limit` characters: whole if it fits, else without `(anonymous namespace)::`, then
+    without ATen's leading namespaces (`at::native::`, never a library's own: `pytorch_flash::`), then cut at the
+    end (ending in …)."""
+    if len(name) > limit:
+        name = name.replace(_ANONYMOUS, "")
+    if len(name) > limit:
+        name = _BOILERPLATE.sub("", name)
+    return name if len(name) <= limit else name[: max(limit - 1, 0)] + "…"
+
+
+def _hints(name: str) -> list[tuple[int, str]]:
+    """Where `_HINT.findall` would find its non-generic matches in `name`, and what: one scan of the words, with
+    `_HINT`'s backtracking (the last `_kernel`, `Functor` or `KernelImpl` past a word's first character) done by
+    `rfind`, so that the cost is linear where the regex on every suffix was quadratic."""
+    found = []
+    for word in _WORD.finditer(name):
+        text, at = word.group(), word.start()
+        while text:
+            p = max(text.rfind("_kernel"), text.rfind("Functor"), text.rfind("KernelImpl"))
+            if p < 1:
+                break
+            end = p + len("KernelImpl") if text.startswith("KernelImpl", p) else len(text)
+            if text[:end] not in _GENERIC:
+                found.append((at, text[:end]))
+            text, at = text[end:], at + end
+    return found
 
 
 def _drop_argument_list(name: str) -> str:
