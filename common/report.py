@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from common.bench import UnprofiledTime
+from common.cli import shown
 from common.diagnosis import diagnose, verdict_lines
 from common.export import TraceFiles
 from common.guess import Verdict, format_verdicts
@@ -95,10 +96,10 @@ def print_files(cycles: list[TraceFiles], run: Run) -> None:
     files = cycles[0]
     for n, written in enumerate(cycles, 1):
         cycle = f" (cycle {n} of {len(cycles)})" if len(cycles) > 1 else ""
-        print(f"trace: {written.json}{cycle}")
-        print(f"table: {written.txt}{cycle}")
+        print(f"trace: {shown(str(written.json))}{cycle}")
+        print(f"table: {shown(str(written.txt))}{cycle}")
     if run.memory and files.pickle.exists():
-        print(f"memory snapshot: {files.pickle} (drag it into https://pytorch.org/memory_viz)")
+        print(f"memory snapshot: {shown(str(files.pickle))} (drag it into https://pytorch.org/memory_viz)")
     elif run.memory:
         print("memory snapshot: GPU-only (torch.cuda.memory); the trace holds the profiler's CPU memory events")
     print("\n".join(share_lines(run.traces_dir.parent)))
