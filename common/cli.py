@@ -205,6 +205,12 @@ def end_process(code: int | None) -> NoReturn:
     os._exit(code or 0)
 
 
+def notice(message: str) -> None:
+    """Print `notice: <message>` to stderr on one line, as `fail` does: a line break in a path or a name is shown
+    as its escape, so a file name cannot forge a second line."""
+    print(f"notice: {shown(message)}", file=sys.stderr)
+
+
 def _interrupted(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C (or other signal) behind `exc`, also when an error was raised while it was being handled."""
     seen: set[int] = set()

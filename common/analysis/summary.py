@@ -41,6 +41,7 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import sys
 import textwrap
 from collections import Counter
@@ -65,7 +66,7 @@ from common.analysis.tables import (
     step_table,
     table,
 )
-from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, notice, positive_float, positive_int, shown
 from common.files import not_a_file, shown_path, write_whole
 from common.reader.naming import cut_name, short_name
 from common.reader.occupancy import SmLimits
@@ -75,25 +76,59 @@ from common.units import human_bytes, human_time
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
 
 
+def _is_trace_name(name: str) -> bool:
+    return not name.startswith(".") and name.lower().endswith((".json", ".json.gz"))
+
+
+def traces_in(folder: Path) -> list[Path] | None:
+    """The trace files under `folder`, its subfolders searched (links to folders are not followed), sorted; None
+    when `folder` itself cannot be read. A subfolder that cannot be read or searched (no permission) is skipped
+    with a notice, and the rest is still searched."""
+    found: list[Path] = []
+    pending = [folder]
+    while pending:
+        here = pending.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            if here == folder:
+                notice(f"{here}: this folder cannot be read ({exc.strerror or exc}), skipped")
+                return None
+            notice(f"{here}: a folder that cannot be read ({exc.strerror or exc}), skipped")
+            continue
+        inside: list[Path] = []
+        folders: list[Path] = []
+        try:
+            for entry in entries:
+                mode = entry.stat(follow_symlinks=False).st_mode  # EACCES: listed, but no permission to search
+                if stat.S_ISDIR(mode):
+                    folders.append(Path(entry.path))
+                elif _is_trace_name(entry.name) and (stat.S_ISREG(mode) or os.path.isfile(entry.path)):
+                    inside.append(Path(entry.path))
+        except OSError as exc:
+            notice(f"{here}: a folder that cannot be searched ({exc.strerror or exc}), skipped")
+            continue
+        found += inside
+        pending += folders
+    return sorted(found)
+
+
 def find_traces(paths: list[str]) -> list[Path]:
     """The trace files named by `paths`, folders searched (sorted) for *.json and *.json.gz; no duplicates.
-    A folder without traces is skipped with a notice; no traces at all is an error."""
+    A folder without traces, or one that cannot be read, is skipped with a notice; no traces at all is an error."""
     found: list[Path] = []
     for text in paths:
         path = Path(text)
-        if path.is_dir():
-            inside = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file() and not p.name.startswith(".") and p.name.lower().endswith((".json", ".json.gz"))
-            )
-            if not inside:
-                print(f"notice: {path}: no *.json or *.json.gz traces in this folder, skipped", file=sys.stderr)
-            found += inside
-        elif path.is_file():
+        if os.path.isdir(path):  # os.path's: False, not an error, where the path cannot be looked at
+            inside = traces_in(path)
+            if inside == []:
+                notice(f"{path}: no *.json or *.json.gz traces in this folder, skipped")
+            found += inside or []
+        elif os.path.isfile(path):
             found.append(path)
         else:  # e.g. the folder of a script not run yet, a pipe or a device: the other paths still count
-            print(f"notice: {path}: {not_a_file(path)}, skipped", file=sys.stderr)
+            notice(f"{path}: {not_a_file(path)}, skipped")
     if not found:
         raise SuiteError(f"no traces in {', '.join(paths)}")
     return list(dict.fromkeys(p.resolve() for p in found))
@@ -235,7 +270,7 @@ def read_all(paths: list[Path], args: argparse.Namespace) -> list[Digest]:
         elif len(paths) == 1:
             raise SuiteError(result)
         else:
-            print(f"notice: {result}; skipped", file=sys.stderr)
+            notice(f"{result}; skipped")
     if not traces:
         raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
     return traces
@@ -751,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         print(printable(render(traces, rows, baseline, args)))
         if args.plot:
             plot(rows, args.plot)
-            print(f"\nplot: {args.plot.resolve()}")
+            print(f"\nplot: {shown(str(args.plot.resolve()))}")
     except ValueError as exc:  # a file that is not a trace
         raise SuiteError(str(exc)) from None
     return 0

@@ -9,6 +9,7 @@ import textwrap
 
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.tables import TEXT_WIDTH, phase_table, step_table
+from common.cli import shown
 from common.harness.bench import UnprofiledTime
 from common.harness.export import TraceFiles
 from common.harness.guess import Verdict, calls_per_step, format_verdicts
@@ -106,10 +107,10 @@ def print_files(cycles: list[TraceFiles], run: Run) -> None:
     files = cycles[0]
     for n, written in enumerate(cycles, 1):
         cycle = f" (cycle {n} of {len(cycles)})" if len(cycles) > 1 else ""
-        print(f"trace: {written.json}{cycle}")
-        print(f"table: {written.txt}{cycle}")
+        print(f"trace: {shown(str(written.json))}{cycle}")
+        print(f"table: {shown(str(written.txt))}{cycle}")
     if run.memory and files.pickle.exists():
-        print(f"memory snapshot: {files.pickle} (drag it into https://pytorch.org/memory_viz)")
+        print(f"memory snapshot: {shown(str(files.pickle))} (drag it into https://pytorch.org/memory_viz)")
     elif run.memory:
         print("memory snapshot: GPU-only (torch.cuda.memory); the trace holds the profiler's CPU memory events")
     print("\n".join(share_lines(run.traces_dir.parent)))

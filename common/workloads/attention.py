@@ -12,7 +12,7 @@ from types import ModuleType
 import torch
 from torch.nn.attention import SDPBackend
 
-from common.cli import SuiteError
+from common.cli import SuiteError, shown
 from common.harness.early import FLASH_NEEDS_GPU, AttentionShape, attention_bytes
 from common.harness.hub import HubError
 from common.harness.private_api import SDPA_REFUSAL_END, SDPA_REFUSAL_HEADERS, SDPA_TRIGGERED_AT, fused_sdp_choice
@@ -182,7 +182,7 @@ def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[
             continue
         if name == "flash_attn.cute":  # its compile warns, in 600 characters, that one argument stays Python-side
             warnings.filterwarnings("ignore", message=FA4_COMPILE_WARNING, category=UserWarning)
-        print(f"notice: {hub_failure}")
+        print(f"notice: {shown(hub_failure)}")
         print(f"notice: using the installed {name} package instead ({what}; the same [B, S, H, D] API)")
         return func, "pkg-" + name.replace(".", "_")
     folder = repo_id.split("/")[-1]
