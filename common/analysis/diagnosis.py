@@ -554,9 +554,10 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
     if cause == "CPU op":
         return (f"moving {what} off the CPU: make that tensor on the GPU (device='cuda'), or in DataLoader "
                 "workers with pin_memory=True")  # fmt: skip
-    if cause == "no recorded op":
-        return ("moving the Python between the ops out of the step (no op was recorded then; with_stack=True "
-                "shows where it is)")  # fmt: skip
+    graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    if cause == "no recorded op" and not graphs:
+        return ("taking the Python between the ops out of the step (no op was recorded then; with_stack=True "
+                "shows where): CUDA graphs or torch.compile replace it")  # fmt: skip
     return _cpu_lever(trace, phase, compiled)
 
 

@@ -182,7 +182,7 @@ def installed_flash_attn(hub_failure: HubError, repo_id: str) -> tuple[Callable[
             continue
         if name == "flash_attn.cute":  # its compile warns, in 600 characters, that one argument stays Python-side
             warnings.filterwarnings("ignore", message=FA4_COMPILE_WARNING, category=UserWarning)
-        print(f"notice: {shown(hub_failure)}")
+        print(f"notice: {shown(str(hub_failure))}")
         print(f"notice: using the installed {name} package instead ({what}; the same [B, S, H, D] API)")
         return func, "pkg-" + name.replace(".", "_")
     folder = repo_id.split("/")[-1]

@@ -68,7 +68,7 @@ def pypi_liger_geglu(hub_failure: Exception | None = None) -> type[nn.Module]:
     """LigerGEGLUMLP from the liger-kernel package on PyPI: the same Triton kernel as the Hub's. Given the
     `hub_failure` that led here, say so first, in two notice lines."""
     if hub_failure is not None:
-        print(f"notice: {shown(hub_failure)}")
+        print(f"notice: {shown(str(hub_failure))}")
         print("notice: falling back to LigerGEGLUMLP from the liger-kernel package on PyPI (the same Triton kernel)")
     try:
         from liger_kernel.transformers import LigerGEGLUMLP
