@@ -14,9 +14,8 @@ process of its tree, `uv` and the Python it starts included):
   hta-ns   with --exact: the same with HTA_DISABLE_NS_ROUNDING=1 (HTA otherwise ceils ts and floors ts + dur to
            whole µs, which shortens every kernel by about 1 µs).
   summary  `uv run python -m common.summary TRACE` in SUITE_ROOT: what a user runs.
-  reader   `uv run python` this file's suite worker in SUITE_ROOT: common.reader.trace.read_trace(TRACE), then the sum
-  of
-           the durations of each Step's kernels.
+  reader   `uv run python` this file's suite worker in SUITE_ROOT: common.reader.trace.read_trace(TRACE), then
+           the sum of the durations of each Step's kernels.
 Agreement: per-step kernel time (sum of kernel durations in a step) is compared step by step on the steps both
 found; the table gives each side's median over steps and the largest per-step difference (within 1% passes).
 Breakdown (a second table): HTA's temporal breakdown (idle, compute, non-compute as % of its window, the first GPU

@@ -115,7 +115,7 @@ def mutate(data: st.DataObject, keep, values: st.SearchStrategy, most: int = 4) 
 
 
 def known_crash(node: object, key: object, devices: list[int]) -> bool:
-    """Whether a wrong type at `node[key]` is one of the crashes fixed on other branches (issue 31, item 2): a
+    """Whether a wrong type at `node[key]` is one of the crashes still open (issue 31, item 2): a
     CPU op's "Input type", a device's name. The synthetic traces' KNOWN_CRASHES draw them instead."""
     return key == "Input type" or key == "name" and id(node) in devices
 
@@ -214,7 +214,7 @@ def test_fixtures_with_damaged_gzip_are_one_error_line_or_read(data, capsys):
 
 # Random traces built from the parts a Kineto trace has: steps, CPU ops with shapes, launches, kernels on streams.
 # Two sets of knobs: those the reader must survive today, and the ones that still crash it (issue 31, item 2),
-# fixed on other branches: 0 µs (or denormal) kernels, huge shapes or figures, an int device name, a null
+# still open (issue 31 item 2): 0 µs (or denormal) kernels, huge shapes or figures, an int device name, a null
 # "Input type".
 CATEGORIES = ["cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
               "cuda_runtime", "cuda_driver", "python_function", "ac2g", "Trace", "weird"]  # fmt: skip
@@ -287,7 +287,7 @@ def test_synthetic_traces_exit_0_or_2(doc, capsys):
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 31 item 2, fixed on other branches: 0 µs kernels divide by zero, huge shapes or figures overflow "
+    reason="issue 31 item 2, still open: 0 µs kernels divide by zero, huge shapes or figures overflow "
     "a float, an int device name, a null 'Input type'",
 )
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # no shrinking: minutes, for a known failure
