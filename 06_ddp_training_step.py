@@ -173,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(1 + launch.rank)  # each rank its own batch
         x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)
         all_reduces = expected_buckets(model) if not args.no_overlap else 1  # from DDP's caps and the parameters
-        words = [f"cap{model.bucket_bytes_cap / 2**20:g}", "nooverlap" if args.no_overlap else "overlap", *[AMP] * amp]
+        words = [
+            f"cap{model.bucket_bytes_cap / 2**20:g}",
+            "nooverlap" if args.no_overlap else "overlap",
+            f"world{launch.world_size}",
+            *[AMP] * amp,
+        ]  # the world size: a 1-rank run never replaces rank 0 of 2
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 

@@ -434,3 +434,19 @@ def test_exposed_communication_is_the_nccl_time_no_compute_kernel_hides():
     )
     step = trace.steps[0]
     assert step.exposed_communication_us == pytest.approx(100 - 50 - 10)  # 150-200 and 220-230 hidden
+
+
+@pytest.mark.slow
+def test_runs_of_one_and_two_ranks_with_the_same_flags_sit_side_by_side(tmp_path, capsys):
+    """A one-rank run wrote the same tag as rank 0 of a two-rank run and replaced its trace; the world size is in
+    the tag now, so both runs stay whole and the summary reads them as two runs."""
+    for nproc in (2, 1):
+        done = torchrun(tmp_path, nproc=nproc)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    folder = tmp_path / "06_ddp_training_step"
+    names = sorted(p.name for p in folder.glob("*.json"))
+    assert len(names) == 3, names
+    assert sum("_world2_" in n for n in names) == 2 and [n for n in names if "_world1_" in n][0].endswith("_rank0.json")
+    code, out, _ = command(summary.main, capsys, folder)
+    titles = [line for line in out.splitlines() if line.startswith("Ranks of ")]
+    assert code == 0 and len(titles) == 1 and "(2 ranks)" in titles[0]  # the one-rank run is no rank table
