@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         words = [
             f"cap{model.bucket_bytes_cap / 2**20:g}",
             "nooverlap" if args.no_overlap else "overlap",
-            f"world{launch.world_size}",
+            f"{launch.world_size}rank{'s' * (launch.world_size > 1)}",  # a run of 1 never replaces rank 0 of 2's
             *[AMP] * amp,
-        ]  # the world size: a 1-rank run never replaces rank 0 of 2
+        ]
         tag = f"{run.tag(*shape, *words)}_rank{launch.rank}"
         meta = {"rank": launch.rank, "world_size": launch.world_size, "backend": backend, "all_reduces": all_reduces}
 

@@ -446,7 +446,7 @@ def test_runs_of_one_and_two_ranks_with_the_same_flags_sit_side_by_side(tmp_path
     folder = tmp_path / "06_ddp_training_step"
     names = sorted(p.name for p in folder.glob("*.json"))
     assert len(names) == 3, names
-    assert sum("_world2_" in n for n in names) == 2 and [n for n in names if "_world1_" in n][0].endswith("_rank0.json")
+    assert sum("_2ranks_" in n for n in names) == 2 and [n for n in names if "_1rank_" in n][0].endswith("_rank0.json")
     code, out, _ = command(summary.main, capsys, folder)
     titles = [line for line in out.splitlines() if line.startswith("Ranks of ")]
     assert code == 0 and len(titles) == 1 and "(2 ranks)" in titles[0]  # the one-rank run is no rank table
