@@ -496,9 +496,7 @@ def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, floa
     hi = bisect.bisect_right(starts, end)
     lo = bisect.bisect_left(starts, start)
     # an op started before the window can still be open in it: look back over the ops started up to its start
-    back = lo
-    while back > 0 and back > lo - 64:
-        back -= 1
+    back = max(0, lo - 64)
     spans = sorted((starts[i], starts[i] + durs[i], names[i]) for i in range(back, hi) if starts[i] + durs[i] > start)
     top, last_end = [], -math.inf
     for op_start, op_end, name in spans:
