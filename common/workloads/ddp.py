@@ -335,6 +335,14 @@ def _words(line: str) -> str:
     return " ".join(FIGURE.sub("#", line).split())
 
 
+def _verdict_kind(line: str) -> str | None:
+    """The verdict's call ("overhead-bound on the CPU"), or None for another line: the evidence after it (which op
+    was busiest, by how much) is the run's timing, which differs between ranks that ran the same step."""
+    if not line.startswith("verdict: "):
+        return None
+    return line[len("verdict: ") :].split(":", 1)[0].strip()
+
+
 class _Voice:
     """One rank's stdout and stderr: rank 0's pass through; another rank's stdout is held for `one_verdict`,
     and its stderr printed as `[rank N] ...`, except a refusal it shares with rank 0 and `interrupted`
@@ -376,8 +384,20 @@ class _Voice:
 
     def say_differences(self, mine: list[str], rank0: list[str]) -> None:
         theirs, in_table = {_words(line) for line in rank0}, False
+        their_kinds = {_verdict_kind(line) for line in rank0} - {None}
+        in_verdict = (
+            None  # the kind of the verdict whose wrapped lines these are; a rank says its own only if it differs
+        )
         for line in mine:
-            if TORCH_TABLE_BORDER.match(line) and not in_table:
+            if in_verdict is not None and line.startswith(" " * 6):  # the verdict wrapped (report.TEXT_WIDTH)
+                if in_verdict not in their_kinds:
+                    self.out.write(f"[rank {self.rank}] {line}\n")
+                continue
+            in_verdict = _verdict_kind(line)
+            if in_verdict is not None:
+                if in_verdict not in their_kinds:
+                    self.out.write(f"[rank {self.rank}] {line}\n")
+            elif TORCH_TABLE_BORDER.match(line) and not in_table:
                 in_table = True
             elif line.startswith(("Self CPU time total", "Self CUDA time total")):
                 in_table = False

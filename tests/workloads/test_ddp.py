@@ -353,6 +353,33 @@ def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figure
     assert capsys.readouterr().out.splitlines() == ["[rank 1]   [MISS] aten::mm  guess 15  trace 16"]
 
 
+def test_another_rank_says_its_verdict_only_when_its_call_differs_from_rank_0_s(capsys):
+    """Which op was busiest is the run's timing (two ranks of one step differ in it under load, as CI showed);
+    the call before it is the verdict, and a rank whose call differs prints it whole, wrapped lines included."""
+    from common.workloads.ddp import Launch, _Voice
+
+    voice = _Voice(Launch(rank=1, local_rank=1, world_size=2, local_world_size=2))
+    rank0 = [
+        "verdict: overhead-bound on the CPU: the busiest op, aten::mm, is 20% of the step at 1.2 GFLOP/s, the rest",
+        "      dispatch and Python; 9.8 ms of CPU per step",
+        "  rule: a rule → its fix",
+    ]
+    same_call = [
+        "verdict: overhead-bound on the CPU: the busiest op, c10d::allreduce_, is 36% of the step at 0.468 GFLOP/s,",
+        "      the rest dispatch and Python; 12.1 ms of CPU per step",
+        "  rule: a rule → its fix",
+        "  rule: another rule → its fix",
+    ]
+    voice.say_differences(same_call, rank0)
+    assert capsys.readouterr().out.splitlines() == ["[rank 1]   rule: another rule → its fix"]
+    other_call = [
+        "verdict: compute-bound on the CPU: 81% of the step inside aten::mm; 12.1 ms",
+        "      of CPU per step",
+    ]
+    voice.say_differences(other_call, rank0)
+    assert capsys.readouterr().out.splitlines() == [f"[rank 1] {line}" for line in other_call]
+
+
 def test_the_check_line_reads_as_a_sentence(two_ranks):
     _, out = two_ranks
     assert "check: rank 1's out_proj weight (rank 0's is the reference) matches the reference (max |diff| 0," in out
