@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -80,6 +81,8 @@ PEAKS = [
 
 def find_peak(device_name: str | None, tflops: float | None = None, gbps: float | None = None) -> Peak | None:
     """The peaks for `device_name` (None on CPU or an unknown GPU), with flag overrides applied."""
+    if not isinstance(device_name, str):  # a trace's deviceProperties may hold any JSON value as its name
+        device_name = None
     known = next((p for p in PEAKS if device_name and p.name.lower() in device_name.lower()), None)
     if tflops is None and gbps is None:
         return known
@@ -91,16 +94,36 @@ def find_peak(device_name: str | None, tflops: float | None = None, gbps: float 
 
 @dataclass(frozen=True)
 class Achieved:
-    tflops: float
-    gbps: float
+    tflops: float | None  # None where the work or the time is not a figure (see `rate`)
+    gbps: float | None
     pct_flops: float | None  # of the device's peak; None when the peak is unknown (CPU)
     pct_bytes: float | None
 
 
+def rate(amount: object, seconds: object) -> float | None:
+    """`amount` per second: None unless the amount is a finite figure of zero or more and the time a finite one
+    above zero, and the quotient a float (a trace's 0 µs or denormal step, 1e400 or a 400-digit integer of FLOPs,
+    a negative figure: no rate, never a division by zero or an overflow)."""
+    try:
+        a, t = float(amount), float(seconds)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (math.isfinite(a) and math.isfinite(t)) or a < 0 or t <= 0:
+        return None
+    try:
+        value = a / t
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def achieved(work: Work, seconds: float, peak: Peak | None, dtype_name: str) -> Achieved:
-    """TFLOP/s and GB/s reached by doing `work` in `seconds`, and the share of `peak` (None without one)."""
-    tflops = work.flops / seconds / 1e12
-    gbps = work.bytes / seconds / 1e9
-    pct_f = 100.0 * tflops / peak.tflops(dtype_name) if peak and peak.tflops(dtype_name) else None
-    pct_b = 100.0 * gbps / peak.gbps if peak and peak.gbps else None
+    """TFLOP/s and GB/s reached by doing `work` in `seconds`, and the share of `peak` (None without one, and None
+    wherever `rate` gives no figure)."""
+    per_s_flops, per_s_bytes = rate(work.flops, seconds), rate(work.bytes, seconds)
+    tflops = per_s_flops / 1e12 if per_s_flops is not None else None
+    gbps = per_s_bytes / 1e9 if per_s_bytes is not None else None
+    roof = peak.tflops(dtype_name) if peak else None
+    pct_f = 100.0 * tflops / roof if tflops is not None and roof else None
+    pct_b = 100.0 * gbps / peak.gbps if gbps is not None and peak and peak.gbps else None
     return Achieved(tflops, gbps, pct_f, pct_b)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from common.analysis.cpu_bound import cpu_verdict
 from common.analysis.tables import num, printable
-from common.physics import Peak, find_peak
+from common.physics import Peak, find_peak, rate
 from common.reader.naming import kernel_family
 from common.reader.roofline import ShapedOp, op_flops
 from common.reader.trace import COMPILER_LABELS, GpuOp, Step, Trace, no_gc
@@ -275,12 +275,15 @@ class Efficiency:
     peak_tflops: float | None
 
     @property
-    def tflops(self) -> float:
-        return self.flops / self.us / 1e6 if self.us > 0 else 0.0
+    def tflops(self) -> float | None:
+        """FLOPs per µs / 1e6; None where the time or the FLOPs are not a figure (0 µs, negative, 1e400)."""
+        per_us = rate(self.flops, self.us)
+        return per_us / 1e6 if per_us is not None else None
 
     @property
     def pct_peak(self) -> float | None:
-        return 100.0 * self.tflops / self.peak_tflops if self.peak_tflops else None
+        tflops = self.tflops
+        return 100.0 * tflops / self.peak_tflops if tflops is not None and self.peak_tflops else None
 
 
 def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str, str], Efficiency]:
@@ -681,7 +684,7 @@ def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
     n = len(trace.steps)
     far = [
         (key, e) for key, e in eff.items()
-        if e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us / n >= FAR_SHARE * busy
+        if busy > 0 and e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us / n >= FAR_SHARE * busy
     ]  # fmt: skip
     if not far:
         return None
@@ -760,6 +763,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     budgets = step_budgets(trace.steps)
     m = _median_budget(budgets)
     assert m is not None
+    if not m.span > 0:  # 0 µs (or a time no float holds): no share of it is a figure, so no rule may fire on one
+        line = (f"no bound: the median step's window is {human_time(m.span)} (its events carry no duration), so "
+                "nothing says where its time went")  # fmt: skip
+        return Diagnosis("—", line, budgets, [], m, {})
     where = (
         f"the {human_time(m.span)} step"
         if m.window == "step"
@@ -811,11 +818,13 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         family, us = max(shares.items(), key=lambda kv: kv[1])
         line = (f"bound by the GPU: busy {_pct(m.pct(m.busy))} of {where}; {family} "
                 f"{_pct(100 * us / total)} of it")  # fmt: skip
-        gemm = list(eff.values())
-        if gemm and all(e.peak_tflops for e in gemm):
-            flops, time_us = sum(e.flops for e in gemm), sum(e.us for e in gemm)
-            peak = sum(e.peak_tflops * e.us for e in gemm) / time_us
-            line += f"; GEMM and attention kernels at {100 * flops / time_us / 1e6 / peak:.0f}% of peak"
+        gemm = [e for e in eff.values() if e.tflops is not None]
+        if gemm and all(e.peak_tflops for e in eff.values()):
+            flops = sum(e.flops for e in gemm)
+            peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
+            share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
+            if share is not None:
+                line += f"; GEMM and attention kernels at {100 * share:.0f}% of peak"
         fusable = sum(shares[f] for f in ("pointwise", "reduce", "softmax")) / total
         if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
             line += " → a fused attention backend (SDPA flash/efficient/cudnn)"

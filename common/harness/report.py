@@ -44,10 +44,12 @@ def physics_lines(work: Work, seconds: float, what: str, how: str, run: Run, dev
     """Achieved TFLOP/s and GB/s for `work` done in `seconds`; % of peak only where the peak is known."""
     peak = find_peak(device_name, run.peak_tflops, run.peak_gbps) if run.on_gpu else None
     got = achieved(work, seconds, peak, run.dtype_name)
-    flops = f"{got.tflops:.3g} TFLOP/s"
+    flops = f"{got.tflops:.3g} TFLOP/s" if got.tflops is not None else "— TFLOP/s"
     if got.pct_flops is not None:
         flops += f" ({got.pct_flops:.1f}% of {peak.name} peak {peak.tflops(run.dtype_name):g})"
-    gbps = f"{got.gbps:.3g} GB/s" + (f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else "")
+    gbps = (f"{got.gbps:.3g} GB/s" if got.gbps is not None else "— GB/s") + (
+        f" ({got.pct_bytes:.1f}% of {peak.gbps:g})" if got.pct_bytes is not None else ""
+    )
     lines = [
         f"step time: {human_time(seconds * 1e6)} {what}, {how}",
         f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step -> {flops}, {gbps}",

@@ -47,14 +47,25 @@ class ShapedOp:
     @property
     def fp32(self) -> bool:
         """Its tensors are fp32 (so the fp32 peak applies), not 16-bit."""
-        first = next((t for t in self.types if isinstance(t, str) and t and t != "Scalar"), "")
+        types = self.types if isinstance(self.types, list) else []  # a trace may write null or a number here
+        first = next((t for t in types if isinstance(t, str) and t and t != "Scalar"), "")
         return first in ("float", "double")
 
 
 def _shape(value: object) -> tuple[int, ...] | None:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    """A tensor's dims: whole numbers of zero or more, else None (a negative or non-integer dim is no shape)."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
         return None
     return tuple(value)
+
+
+def _float(count: int) -> float | None:
+    """An exact count of FLOPs as a float; None where no float holds it (dims of 10**30 multiplied out)."""
+    try:
+        value = float(count)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> float | None:
@@ -70,7 +81,7 @@ def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> float | None:
     batch_a = (1,) * (width - len(batch_a)) + batch_a
     batch_b = (1,) * (width - len(batch_b)) + batch_b
     batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=True))
-    return 2.0 * batch * a2[-2] * a2[-1] * b2[-1]
+    return _float(2 * batch * a2[-2] * a2[-1] * b2[-1])
 
 
 def op_flops(op: ShapedOp) -> float | None:
@@ -82,7 +93,7 @@ def op_flops(op: ShapedOp) -> float | None:
         return _matmul_flops(shapes[1], shapes[2])
     if op.name == "aten::linear" and len(shapes) >= 2 and shapes[0] and shapes[1] and len(shapes[1]) == 2:
         x, w = shapes[0], shapes[1]
-        return 2.0 * math.prod(x[:-1]) * x[-1] * w[0] if x[-1] == w[1] else None
+        return _float(2 * math.prod(x[:-1]) * x[-1] * w[0]) if x[-1] == w[1] else None
     if op.name in ATTENTION:
         layout, causal_at, factor = ATTENTION[op.name]
         first = _BACKWARD_Q if factor != 1.0 else 0
@@ -95,8 +106,8 @@ def op_flops(op: ShapedOp) -> float | None:
             (b, h, sq, d), sk = q, k[2]
         else:
             (b, sq, h, d), sk = q, k[1]
-        flops = 4.0 * b * h * sq * sk * d * factor
+        flops = _float(4 * b * h * sq * sk * d)
         concrete = op.concrete if isinstance(op.concrete, list) else []
         causal = causal_at is not None and causal_at < len(concrete) and concrete[causal_at] in CAUSAL
-        return flops / 2 if causal else flops
+        return None if flops is None else flops * factor / (2 if causal else 1)
     return None
