@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
 
     block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
     x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)  # [batch, seq, dim] each
-    optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, fused=args.fused_optimizer or None)
+    eps = 1e-4 if param_dtype == torch.float16 else 1e-8  # 1e-8 is 0 in fp16: AdamW's 0/0 would make NaN weights
+    optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, eps=eps, fused=args.fused_optimizer or None)
     model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if args.compile else block
     variant = "cudagraphs" if args.cudagraphs else "compile" if args.compile else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))

@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
         block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
         model = DistributedDataParallel(block, bucket_cap_mb=args.bucket_cap_mb)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        eps = 1e-4 if param_dtype == torch.float16 else 1e-8  # 1e-8 is 0 in fp16: AdamW's 0/0 gives NaN weights
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=eps)
         torch.manual_seed(1 + launch.rank)  # each rank its own batch
         x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)
         all_reduces = expected_buckets(model) if not args.no_overlap else 1  # from DDP's caps and the parameters

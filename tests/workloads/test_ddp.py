@@ -142,6 +142,15 @@ def one_rank(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_fp16_on_the_cpu_trains_without_nan_weights_and_its_check_passes(tmp_path):
+    """AdamW's default eps of 1e-8 is 0 in fp16: where a gradient squared underflows, its update was 0/0 and every
+    weight NaN after the first step, so the check failed after the whole run (issue 36 item 3)."""
+    done = torchrun(tmp_path, "--dtype", "fp16")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "matches the reference" in done.stdout and "nan" not in done.stdout
+
+
+@pytest.mark.slow
 def test_a_world_of_one_runs_ddp_and_says_what_one_rank_cannot_show(one_rank):
     folder, out = one_rank
     (path,) = folder.glob("*_rank0.json")
