@@ -98,7 +98,8 @@ def _guard_output() -> Callable[[], None]:
     def restore() -> None:
         for stream in (sys.stdout, sys.stderr):
             if isinstance(stream, GuardedStream):
-                stream.flush()
+                with contextlib.suppress(OSError, ValueError):  # a full or closed stream: the exit code stands
+                    stream.flush()
         sys.stdout, sys.stderr = old
 
     return restore
@@ -149,7 +150,7 @@ class OneLineParser(argparse.ArgumentParser):
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see --help)", file=sys.stderr)
+        say(f"error: {message} (see --help)")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -187,9 +188,20 @@ def positive_float(text: str) -> float:
     return value
 
 
+def say(line: str) -> None:
+    """Print `line` to stderr and flush it. Where stderr cannot take it (a full device, a closed pipe), the line is
+    lost but not the exit code: fd 2 then points at /dev/null, so neither this write nor Python's flush at exit
+    turns the command's exit into a traceback, 1 or 120."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stderr__.fileno())
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print `error: <message>` to stderr, on one line (a line break in it escaped), and exit with `code`."""
-    print(f"error: {shown(message)}", file=sys.stderr)
+    say(f"error: {shown(message)}")
     raise SystemExit(code)
 
 
@@ -208,7 +220,7 @@ def end_process(code: int | None) -> NoReturn:
 def notice(message: str) -> None:
     """Print `notice: <message>` to stderr on one line, as `fail` does: a line break in a path or a name is shown
     as its escape, so a file name cannot forge a second line."""
-    print(f"notice: {shown(message)}", file=sys.stderr)
+    say(f"notice: {shown(message)}")
 
 
 def _interrupted(exc: BaseException) -> KeyboardInterrupt | None:
@@ -248,7 +260,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
             signal_exc = _interrupted(exc)
             if signal_exc is not None:
                 _SAID["interrupted"] = True
-                print("interrupted", file=sys.stderr)
+                say("interrupted")
                 raise SystemExit(128 + getattr(signal_exc, "signum", EXIT_INTERRUPTED - 128)) from None
             torch = sys.modules.get("torch")  # loaded by the scripts; the summary never imports it
             if torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError):

@@ -55,7 +55,10 @@ def normal_mode() -> int:
 def write_whole(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a hidden temporary beside it, flushed to disk, then renamed: a full disk
     leaves the old file or none, never a truncated one under the final name; the OSError names `path`."""
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:  # the temporary is the suite's business: an error names the file the user asked for
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -170,6 +170,34 @@ def test_a_plot_the_disk_cannot_hold_is_one_line_and_leaves_no_file(tmp_path, ca
     assert list(target.parent.iterdir()) == []
 
 
+def test_a_plot_whose_temporary_cannot_be_made_names_the_target_not_the_temporary(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "summary.png"
+
+    def read_only(dir, prefix, suffix):
+        raise OSError(errno.EROFS, "Read-only file system", f"{dir}/{prefix}k2j4.tmp")
+
+    monkeypatch.setattr(common.files.tempfile, "mkstemp", read_only)
+    code, _, err = command(summary_main, capsys, trace_file(tmp_path), "--plot", target)
+    assert code == 2 and err == f"error: Read-only file system ({target})\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "common.summary", "/no/such/trace.json"],
+        ["-m", "common.diff", "/no/such/a.json", "/no/such/b.json"],
+        ["-m", "common.summary", "--no-such-flag"],
+    ],
+)
+def test_a_refusal_with_stderr_on_a_full_device_still_exits_2(argv):
+    """The error line cannot be written (ENOSPC on stderr): the command still ends with its refusal's code, not
+    with Python's 1 for a traceback it could not print either, nor 120 for a failed flush at exit."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=full, timeout=120)
+    assert done.returncode == 2 and done.stdout == b""
+
+
 def test_a_plot_is_written_with_the_mode_a_plain_write_would(tmp_path, capsys, umask_022):
     pytest.importorskip("matplotlib")
     target = tmp_path / "summary.png"
