@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common.cli import SuiteError, on_exit, positive_float
+from common.cli import EXIT_USAGE, SuiteError, on_exit, positive_float
 from common.files import shown_path
 from common.harness.private_api import ddp_bucket_caps
 from common.workloads.block import AMP, BlockShape, parameter_count, saved_for_backward
@@ -235,6 +235,21 @@ def start_process_group(launch: Launch, backend: str, timeout_s: float) -> None:
                             world_size=launch.world_size)  # fmt: skip
 
 
+def exit_on_signal(code: int) -> None:
+    """From here a SIGTERM or SIGINT (torchrun's, sent once another rank has exited) ends this rank with `code`,
+    its output flushed: a rank that has agreed to refuse exits 2 like the others, never -15 for being killed
+    between the agreement and its own exit."""
+
+    def leave(*_: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, leave)
+
+
 @contextlib.contextmanager
 def one_verdict(launch: Launch) -> Iterator[None]:
     """Run the block on every rank, then agree: a refusal (SuiteError) on any rank becomes every rank's, so all
@@ -254,6 +269,7 @@ def one_verdict(launch: Launch) -> Iterator[None]:
     refused = [(rank, text) for rank, (text, _) in enumerate(everyone) if text]
     if refused:
         rank, text = refused[0]
+        exit_on_signal(EXIT_USAGE)  # torchrun ends the other ranks as soon as one exits: each exits as it refused
         if voice:
             voice.shared = True
         raise SuiteError(text if rank == 0 else f"rank {rank}: {text}")
@@ -417,8 +433,7 @@ class _Voice:
             info = {"py_callstack": self.error, "timestamp": str(int(time.time()))}  # torch's ErrorHandler format
             with contextlib.suppress(OSError), open(error_file, "w") as fh:
                 json.dump({"message": {"message": self.error, "extraInfo": info}}, fh)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: os._exit(2))
+        exit_on_signal(EXIT_USAGE)
         if self.rank != 0 and self.held and "TORCHELASTIC_RUN_ID" in os.environ:
             time.sleep(HOLD_S)  # torchrun ends this rank once rank 0 has said it; if it never does, say it here
         for line in self.held:

@@ -141,6 +141,29 @@ def one_rank(tmp_path_factory):
     return folder / "06_ddp_training_step", done.stdout
 
 
+AGREED_REFUSAL = """
+import os, signal
+import torch.distributed as dist
+from common.cli import SuiteError
+from common.workloads.ddp import Launch, one_verdict
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+try:
+    with one_verdict(Launch(rank=0, local_rank=0, world_size=1, local_world_size=1)):
+        raise SuiteError("the shape does not fit")
+except SuiteError:
+    os.kill(os.getpid(), signal.SIGTERM)  # torchrun's, once another rank that refused alike has exited
+    signal.pause()
+"""
+
+
+def test_a_rank_killed_after_agreeing_to_refuse_exits_2_not_minus_15():
+    """torchrun sends SIGTERM to the other ranks as soon as one exits; a rank between the agreement and its own
+    exit ended by the signal (-15 in torchrun's list, 1 run in 5) where it exits 2 like the rank that said it."""
+    done = subprocess.run([*PYTHON, "-c", AGREED_REFUSAL], cwd=ROOT, env=clean_env(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_fp16_on_the_cpu_trains_without_nan_weights_and_its_check_passes(tmp_path):
     """AdamW's default eps of 1e-8 is 0 in fp16: where a gradient squared underflows, its update was 0/0 and every
