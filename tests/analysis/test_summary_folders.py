@@ -92,7 +92,15 @@ def _group(pgid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the worker processes")
-def test_ctrl_c_while_workers_read_a_folder_is_one_line_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, False)],
+    ids=["ctrl-c-to-the-group", "sigterm-to-the-pid", "sighup-to-the-pid"],
+)
+def test_a_signal_while_workers_read_a_folder_is_one_line_and_leaves_no_process(tmp_path, signum, to_group):
+    """A terminal's Ctrl-C reaches the whole group; `kill PID`, a supervisor or a closed terminal only the
+    summary's own process: either way one "interrupted" line, exit 128 + the signal, and the workers end with it,
+    silently (no BrokenPipeError from a worker whose parent is gone)."""
     big = tmp_path / "big.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_trace.py"), "--mb", "10", "--out", str(big)],
                    check=True, capture_output=True)  # fmt: skip
@@ -105,8 +113,11 @@ def test_ctrl_c_while_workers_read_a_folder_is_one_line_and_leaves_no_process(tm
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     while len(_group(proc.pid)) < 2 and proc.poll() is None:  # until a worker runs
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the main process and its workers
+    if to_group:
+        os.killpg(proc.pid, signum)  # as a terminal's Ctrl-C: to the main process and its workers
+    else:
+        os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130 and err.decode() == "interrupted\n" and out == b""
-    assert _group(proc.pid) == []
+    assert proc.returncode == 128 + signum and err.decode() == "interrupted\n" and out == b""
+    assert _group(proc.pid) == []  # the summary joins its workers before it exits
     shutil.rmtree(folder)
