@@ -215,30 +215,32 @@ def usable_cores() -> int:
 
 
 def _ignore_interrupts() -> None:
-    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them. SIGINT
-    was blocked while the worker was forked (a Ctrl-C then waits in the main process); here it is ignored, then
-    unblocked. SIGTERM and SIGHUP end a worker silently, and a worker ends with the main process."""
+    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them. The
+    signals were blocked while the worker was forked (one sent then waits); here Ctrl-C is ignored and SIGTERM and
+    SIGHUP end a worker silently, then they are unblocked; a worker ends with the main process. A worker forked
+    with them unblocked ran the main process's handler until here: pool.terminate()'s SIGTERM in that window raised
+    in the worker, and multiprocessing printed its traceback."""
     interrupts.in_worker()
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupts.SIGNALS))
 
 
 def _read_in_parallel(paths: list[Path], args: argparse.Namespace, workers: int) -> list[Digest | str]:
     """read_digest of each path, a process per core, in the order of `paths`. Ctrl-C (or any failure) ends
     every worker before it goes on: no process is left behind. While the workers start, SIGINT is blocked, so a
     Ctrl-C then reaches neither a worker that does not ignore it yet nor a pool half made: it waits, and lands once
-    the pool can be ended."""
+    the pool can be ended; SIGTERM and SIGHUP the same."""
     start = "fork" if sys.platform == "linux" else None  # fork: the workers need not import the reader again
     masks = hasattr(signal, "pthread_sigmask")
     pool = None
     try:
         if masks:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupts.SIGNALS))
         try:
             pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
         finally:
             if masks:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupts.SIGNALS))
         results = list(pool.imap(functools.partial(read_digest, args=args), paths))
         pool.close()
     except BaseException:

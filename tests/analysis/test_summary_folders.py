@@ -78,6 +78,30 @@ def test_a_worker_returns_the_small_figures_not_the_events(tmp_path):
     assert sent < events / 10, (sent, events)
 
 
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs signal masks")
+def test_a_worker_starts_with_the_signals_blocked_until_it_has_its_own_handlers(folder, tmp_path, monkeypatch):
+    """From fork until its initializer a worker runs the main process's handlers: SIGTERM from pool.terminate()
+    there raised in the worker, and multiprocessing printed its traceback (seen under load). So every signal
+    stays blocked from the fork until the worker has set its own."""
+    real = summary_module.interrupts.in_worker
+    record = tmp_path / "masks"
+    record.mkdir()
+
+    def in_worker() -> None:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+        (record / str(os.getpid())).write_text(" ".join(str(int(s)) for s in sorted(blocked)))
+        real()
+
+    monkeypatch.setattr(summary_module.interrupts, "in_worker", in_worker)
+    args = summary_module.parse_args([str(folder)])
+    paths = sorted(folder.rglob("*.json"))
+    summary_module._read_in_parallel(paths, args, 2)
+    masks = [set(map(int, f.read_text().split())) for f in record.iterdir()]
+    wanted = {int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    assert len(masks) == 2 and all(wanted <= mask for mask in masks), masks
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGTERM, signal.SIGHUP} == set()
+
+
 def _group(pgid: int) -> list[int]:
     """The processes of process group `pgid` still alive (not zombies)."""
     found = []
