@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -48,33 +49,44 @@ class Work:
 
 @dataclass(frozen=True)
 class Peak:
-    """Dense peaks of one GPU: 16-bit tensor-core TFLOP/s, plain fp32 TFLOP/s, memory GB/s."""
+    """Dense peaks of one GPU, TFLOP/s: 16-bit tensor cores, plain fp32, TF32 tensor cores (fp32 GEMMs under
+    allow_tf32 or torch.set_float32_matmul_precision("high")), FP8 tensor cores (None where the GPU has none or the
+    datasheet gives none); and memory GB/s."""
 
     name: str
     tflops_16bit: float
     tflops_fp32: float
     gbps: float
+    tflops_tf32: float | None = None
+    tflops_fp8: float | None = None
 
     def tflops(self, dtype_name: str) -> float:
         return self.tflops_fp32 if dtype_name == "fp32" else self.tflops_16bit
 
+    def roof(self, precision: str) -> float | None:
+        """The peak a GEMM of `precision` ("16bit", "fp32", "tf32", "fp8") runs against; None where unknown."""
+        return {"fp32": self.tflops_fp32, "tf32": self.tflops_tf32, "fp8": self.tflops_fp8}.get(
+            precision, self.tflops_16bit
+        )
 
-# Vendor datasheet figures, dense (no sparsity), bf16/fp16 with fp32 accumulation.
-# First match wins, so more specific names come first. Override with --peak-tflops/--peak-gbps.
+
+# Vendor datasheet figures, dense (no sparsity: the TF32, 16-bit and FP8 tensor figures halved where a datasheet
+# prints them with sparsity), 16-bit and FP8 with fp32 accumulation. First match wins, so more specific names come
+# first. Override with --peak-tflops/--peak-gbps (the one figure then stands for every precision).
 PEAKS = [
-    Peak("H200", 989.0, 67.0, 4800.0),  # H200 SXM datasheet
-    Peak("H100 NVL", 835.0, 60.0, 3900.0),  # H100 NVL datasheet
-    Peak("H100 PCIe", 756.0, 51.0, 2000.0),  # H100 PCIe datasheet
-    Peak("H100", 989.0, 67.0, 3350.0),  # H100 SXM datasheet
-    Peak("A100-SXM4-80GB", 312.0, 19.5, 2039.0),  # A100 datasheet (80GB SXM, the posts' GPU)
-    Peak("A100", 312.0, 19.5, 1555.0),  # A100 40GB datasheet
-    Peak("L40S", 362.0, 91.6, 864.0),  # L40S datasheet
-    Peak("L4", 121.0, 30.3, 300.0),  # L4 datasheet
+    Peak("H200", 989.0, 67.0, 4800.0, 494.7, 1979.0),  # H200 SXM datasheet
+    Peak("H100 NVL", 835.0, 60.0, 3900.0, 417.5, 1670.5),  # H100 NVL datasheet
+    Peak("H100 PCIe", 756.0, 51.0, 2000.0, 378.0, 1513.0),  # H100 PCIe datasheet
+    Peak("H100", 989.0, 67.0, 3350.0, 494.7, 1979.0),  # H100 SXM datasheet
+    Peak("A100-SXM4-80GB", 312.0, 19.5, 2039.0, 156.0),  # A100 datasheet (80GB SXM, the posts' GPU); no FP8
+    Peak("A100", 312.0, 19.5, 1555.0, 156.0),  # A100 40GB datasheet
+    Peak("L40S", 362.0, 91.6, 864.0, 183.0, 733.0),  # L40S datasheet
+    Peak("L4", 121.0, 30.3, 300.0, 60.0, 242.5),  # L4 datasheet
     Peak("A10G", 70.0, 31.2, 600.0),  # AWS A10G (half the A10's tensor rate)
-    Peak("A10", 125.0, 31.2, 600.0),  # A10 datasheet
-    Peak("RTX 5090", 209.5, 104.8, 1792.0),  # GeForce RTX 5090 (fp32-accumulate rate)
-    Peak("RTX 4090", 165.2, 82.6, 1008.0),  # GeForce RTX 4090 (fp32-accumulate rate)
-    Peak("RTX 3090", 71.0, 35.6, 936.0),  # GeForce RTX 3090 (fp32-accumulate rate)
+    Peak("A10", 125.0, 31.2, 600.0, 62.5),  # A10 datasheet
+    Peak("RTX 5090", 209.5, 104.8, 1792.0, 104.8, 419.0),  # GeForce RTX 5090 (fp32-accumulate rates)
+    Peak("RTX 4090", 165.2, 82.6, 1008.0, 82.6, 330.3),  # GeForce RTX 4090 (fp32-accumulate rates)
+    Peak("RTX 3090", 71.0, 35.6, 936.0, 35.6),  # GeForce RTX 3090 (fp32-accumulate rate)
     Peak("T4", 65.0, 8.1, 320.0),  # T4 datasheet (fp16; no bf16 tensor cores)
 ]
 
@@ -87,9 +99,9 @@ def find_peak(device_name: str | None, tflops: float | None = None, gbps: float 
     if tflops is None and gbps is None:
         return known
     base = known or Peak(device_name or "custom", 0.0, 0.0, 0.0)
-    t16 = tflops if tflops is not None else base.tflops_16bit
-    t32 = tflops if tflops is not None else base.tflops_fp32
-    return Peak(base.name, t16, t32, gbps if gbps is not None else base.gbps)
+    if tflops is not None:
+        return Peak(base.name, tflops, tflops, gbps if gbps is not None else base.gbps, tflops, tflops)
+    return dataclasses.replace(base, gbps=gbps)
 
 
 @dataclass(frozen=True)

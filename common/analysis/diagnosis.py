@@ -305,27 +305,34 @@ def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str
 
 def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str, str], Efficiency]:
     """efficiency's figures from `groups`: per step, External id -> the kernels with that id, in order."""
-    known: dict[int, tuple[float | None, float | None]] = {}  # id(ShapedOp) -> (FLOPs, peak): one per shape
+    known: dict[int, float | None] = {}  # id(ShapedOp) -> its FLOPs: one per shape
     out: dict[tuple[str, str], Efficiency] = {}
     for by_op in groups:
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
-            flops, top = known.get(id(shaped)) or known.setdefault(id(shaped), _flops_and_peak(shaped, peak))
+            flops = known[id(shaped)] if id(shaped) in known else known.setdefault(id(shaped), op_flops(shaped))
             if not flops:
                 continue
             total = sum(k.us for k in kernels)
             for k in kernels:
                 e = out.get((k.category, k.name))
                 if e is None:
-                    e = out[k.category, k.name] = Efficiency(0.0, 0.0, top)
+                    e = out[k.category, k.name] = Efficiency(0.0, 0.0, kernel_roof(shaped, k.name, peak))
                 e.flops += flops * k.us / total if total > 0 else 0.0
                 e.us += k.us
     return out
 
 
-def _flops_and_peak(shaped: ShapedOp, peak: Peak | None) -> tuple[float | None, float | None]:
-    top = None if peak is None else peak.tflops_fp32 if shaped.fp32 else peak.tflops_16bit
-    return op_flops(shaped), top or None
+def kernel_roof(shaped: ShapedOp, kernel: str, peak: Peak | None) -> float | None:
+    """The peak a kernel of `shaped` runs against: its op's precision (FP8, 16-bit, fp32), and TF32 for an fp32 op
+    whose kernel is a TF32 one (`sm90_xmma_gemm_f32f32_tf32f32…`, `cutlass…tf32…`): the name says tensor cores
+    ran it, where the plain fp32 peak would read "533% of peak"."""
+    if peak is None:
+        return None
+    precision = shaped.precision
+    if precision == "fp32" and "tf32" in kernel.lower():
+        precision = "tf32"
+    return peak.roof(precision) or None
 
 
 # ---- the rules ----

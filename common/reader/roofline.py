@@ -1,9 +1,10 @@
 """FLOPs of a GEMM or attention op from the input shapes `record_shapes` writes, as TraceLens puts ops on a roofline.
 
 An op's `Input Dims` (and `Input type`, `Concrete Inputs`) in a torch.profiler trace give its FLOPs: 2·M·K·N for a
-matrix product, 4·B·H·Sq·Sk·D for attention's two products (half under a causal mask), 2.5 times that for its
-backward (five products where the forward has two). The kernels an op launched carry its `External id`, so its
-FLOPs over their time is what they achieved. Pure Python, no torch: it works on any trace with record_shapes.
+matrix product (an FP8 `_scaled_mm` and a grouped GEMM too), 4·B·H·Sq·Sk·D for attention's two products (half
+under a causal mask), 2.5 times that for its backward (five products where the forward has two). The kernels an op
+launched carry its `External id`, so its FLOPs over their time is what they achieved. Pure Python, no torch: it
+works on any trace with record_shapes.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ CAUSAL = ("True", "1", "2")  # is_causal, or the efficient kernels' custom_mask_
 # The backward ops take the output gradient first, then q, k, v.
 _BACKWARD_Q = 1
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear")
-SHAPED_OPS = frozenset((*MATMULS, *ATTENTION))  # the cpu_ops whose shapes the reader keeps
+# FP8 GEMMs (their scales are inputs 2 and 3) and grouped GEMMs (a mixture of experts' one launch for all of them).
+SCALED = ("aten::_scaled_mm",)
+GROUPED = ("aten::_grouped_mm", "aten::_scaled_grouped_mm")
+SHAPED_OPS = frozenset((*MATMULS, *SCALED, *GROUPED, *ATTENTION))  # the cpu_ops whose shapes the reader keeps
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,17 @@ class ShapedOp:
     concrete: list  # Concrete Inputs: the scalar arguments as text ("True", "0.125"), "" for tensors
 
     @property
-    def fp32(self) -> bool:
-        """Its tensors are fp32 (so the fp32 peak applies), not 16-bit."""
+    def precision(self) -> str:
+        """What its first tensor holds, as the device's roofline names it: "fp8" (c10::Float8_e4m3fn, ...),
+        "fp32" (float, double: on tensor cores its kernels run TF32, which their names say), else "16bit"."""
         types = self.types if isinstance(self.types, list) else []  # a trace may write null or a number here
         first = next((t for t in types if isinstance(t, str) and t and t != "Scalar"), "")
-        return first in ("float", "double")
+        return "fp8" if "Float8" in first else "fp32" if first in ("float", "double") else "16bit"
+
+    @property
+    def fp32(self) -> bool:
+        """Its tensors are fp32 (so the fp32 or TF32 peak applies), not 16-bit."""
+        return self.precision == "fp32"
 
 
 def _shape(value: object) -> tuple[int, ...] | None:
@@ -84,10 +94,23 @@ def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...]) -> float | None:
     return _float(2 * batch * a2[-2] * a2[-1] * b2[-1])
 
 
+def _grouped_flops(a: tuple[int, ...], b: tuple[int, ...]) -> float | None:
+    """2·M·K·N summed over the groups of a grouped GEMM, whatever the offsets split: [M, K] × [G, K, N] (each row
+    of `a` meets one group's weight), [G, M, K] × [G, K, N] (a batch), [M, K] × [K, N] (the K split among groups:
+    each column of the product sums the groups' parts)."""
+    if len(a) == 2 and len(b) == 3:
+        return _float(2 * a[0] * a[1] * b[2]) if a[1] == b[1] else None
+    if len(a) in (2, 3) and len(a) == len(b):
+        return _matmul_flops(a, b)
+    return None
+
+
 def op_flops(op: ShapedOp) -> float | None:
     """The FLOPs `op` does, from its input shapes; None where its shapes are missing or do not fit its formula."""
     shapes = [_shape(d) for d in op.dims] if isinstance(op.dims, list) else []
-    if op.name in ("aten::mm", "aten::bmm", "aten::matmul") and len(shapes) >= 2 and shapes[0] and shapes[1]:
+    if op.name in GROUPED and len(shapes) >= 2 and shapes[0] and shapes[1]:
+        return _grouped_flops(shapes[0], shapes[1])
+    if op.name in ("aten::mm", "aten::bmm", "aten::matmul", *SCALED) and len(shapes) >= 2 and shapes[0] and shapes[1]:
         return _matmul_flops(shapes[0], shapes[1])
     if op.name in ("aten::addmm", "aten::baddbmm") and len(shapes) >= 3 and shapes[1] and shapes[2]:
         return _matmul_flops(shapes[1], shapes[2])

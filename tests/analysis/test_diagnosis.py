@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from helpers import FIXTURES, command, ev, run
+from helpers import FIXTURES, ROOT, command, ev, run
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis import diff, summary
@@ -162,6 +162,61 @@ def test_communication_under_compute_is_hidden_and_the_rest_exposed():
 )  # fmt: skip
 def test_op_flops_from_input_dims(name, dims, concrete, flops):
     assert op_flops(ShapedOp(name, dims, ["c10::BFloat16"] * len(dims), concrete)) == flops
+
+
+def test_scaled_mm_flops_are_torch_s_flop_counter_s():
+    from torch.utils.flop_counter import flop_registry
+
+    dims = [[8192, 4096], [4096, 2048], [], [], [], [], [], []]  # a, b, scale_a, scale_b, bias, ..., as written
+    ours = op_flops(ShapedOp("aten::_scaled_mm", dims, ["c10::Float8_e4m3fn"] * 2 + ["float"] * 2, []))
+    assert ours == flop_registry[torch.ops.aten._scaled_mm]((8192, 4096), (4096, 2048), (), ()) == 2 * 8192 * 4096 * 2048
+
+
+@pytest.mark.parametrize(
+    ("dims", "flops"),
+    [
+        ([[4096, 512], [8, 512, 1024], [8]], 2 * 4096 * 512 * 1024),  # tokens × experts' weights: each row one expert
+        ([[8, 256, 512], [8, 512, 1024]], 2 * 8 * 256 * 512 * 1024),  # a batch of groups
+        ([[256, 4096], [4096, 1024], [8]], 2 * 256 * 4096 * 1024),  # K split among the groups
+        ([[4096, 512], [8, 511, 1024]], None),
+    ],
+)
+def test_grouped_gemm_flops_count_each_row_against_one_group(dims, flops):
+    for name in ("aten::_grouped_mm", "aten::_scaled_grouped_mm"):
+        assert op_flops(ShapedOp(name, dims, ["c10::BFloat16"] * len(dims), [])) == flops
+
+
+@pytest.mark.parametrize(
+    ("types", "kernel", "roof"),
+    [
+        (["c10::Float8_e4m3fn"] * 2, "nvjet_sm90_qqtst_144x128_128x6_1x2_h_bz_coopA_algo2_TNN", 1979.0),
+        (["float", "float"], "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1", 494.7),
+        (["float", "float"], "void cutlass::Kernel<cutlass_80_simt_sgemm_128x64_8x5_nn_align1>(Params)", 67.0),
+        (["c10::BFloat16"] * 2, "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNN", 989.0),
+    ],
+)
+def test_a_gemm_is_rated_against_the_peak_of_the_precision_it_ran_in(types, kernel, roof):
+    """FP8 against the FP8 dense peak; an fp32 op whose kernel ran TF32 (its name says so) against the TF32 peak,
+    where the plain fp32 one read "357 TFLOP/s, 533% of peak"; an fp32 SIMT kernel against fp32."""
+    from common.analysis.diagnosis import kernel_roof
+    from common.physics import find_peak
+
+    assert kernel_roof(ShapedOp("aten::mm", [[64, 64], [64, 64]], types, []), kernel, find_peak("NVIDIA H200")) == roof
+
+
+def test_an_fp8_scaled_mm_on_the_h200_is_rated_against_the_fp8_peak(capsys):
+    """The H200 fixture: an FP8 _scaled_mm at 8192³ beside a bf16 mm of the same shape. The FP8 kernel was "—";
+    now 2·8192³ FLOPs in its 737 µs, about 1,490 TFLOP/s, 75% of the 1,979 dense FP8 peak."""
+    from common.analysis.diagnosis import efficiency
+    from common.reader.trace import read_trace
+
+    trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "fp8_scaled_mm.json.gz")
+    eff = {name: e for (_, name), e in efficiency(trace).items()}
+    (fp8,) = [e for name, e in eff.items() if "qqtst" in name]
+    assert fp8.flops == 3 * 2 * 8192**3 and fp8.peak_tflops == 1979.0
+    assert 1400 < fp8.tflops < 1600 and 70 < fp8.pct_peak < 80
+    (bf16,) = [e for name, e in eff.items() if "qqtst" not in name]
+    assert bf16.peak_tflops == 989.0 and 75 < bf16.pct_peak < 85
 
 
 def test_shapes_that_do_not_fit_give_no_flops():
