@@ -25,7 +25,7 @@ from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak, rate
 from common.reader.naming import kernel_family
 from common.reader.roofline import ShapedOp, op_flops
-from common.reader.trace import COMPILER_LABELS, GpuOp, Step, Trace, no_gc
+from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, no_gc
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -41,6 +41,7 @@ FAR_FROM_PEAK = 0.3  # a GEMM or attention op under this share of the device's p
 FAR_SHARE = 0.05  # ... and listed when its kernels take this share of GPU busy or more
 OPTIMIZER_IDLE = 0.25  # the optimizer phase holds this share of the GPU idle time: a fused optimizer is the lever
 FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU busy: fusing them is the lever
+SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
 CPU_OP_US = 200.0  # a top-level CPU op this long during a host wait is CPU work (randn, a copy); shorter ones launch
 CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
@@ -146,7 +147,7 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
     for op in timed:
         begin, us = op.start, op.us
         stop = begin + us
-        if begin > busy_until:
+        if begin > busy_until + SAME_TIME_US:
             if size:
                 busy += single if size == 1 else busy_until - group_start
             group_start, single, size = begin, us, 0
@@ -392,7 +393,7 @@ class _Scan:
     shares: dict  # family -> GPU time, over all steps
     compiled: bool  # torch.compile ran: a Triton kernel, or its labels (a GEMM-only graph calls cuBLAS alone)
     pageable: list  # memcpy from pageable host memory: (name, calls, µs over all steps) per name
-    launched: int  # kernels whose launch call is known
+    launched: int  # kernels launched by a call of their own (a CUDA graph's replayed kernels share one: left out)
     short: list  # ... of them, those shorter than their launch call
     last_launch: list  # per step: the last launch call's start (None: no GPU op with a known launch)
     groups: list  # per step with some: External id (a key of Trace.shapes) -> its kernels, for efficiency's _rates
@@ -426,7 +427,7 @@ def _scan(trace: Trace) -> _Scan:
             if launch is not None:
                 if last is None or launch[1] > last:
                     last = launch[1]
-                if kernel:
+                if kernel and not launch[0].startswith(GRAPH_LAUNCHES):  # a replayed kernel's is its graph's
                     launched += 1
                     if op.us < launch[2]:
                         short.append(op)

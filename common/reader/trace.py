@@ -815,13 +815,23 @@ class _Collector:
                 phase.kernels += op.category == "kernel"
         if left_out:
             first = steps[0].start_us
-            before = all(launched_outside.get(corr, -math.inf) < first for corr, _ in left_out)
-            where = "before the first profiled step" if before else "outside the profiled steps"
+            known = [launched_outside[corr] for corr, _ in left_out if corr in launched_outside]
+            unknown = len(left_out) - len(known)
             us = human_time(sum(op.us for _, op in left_out))
-            notes.append(
-                f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between steps?): "
-                "not counted"
-            )
+            if not known:  # no launch record at all: where they were launched is not in the trace
+                notes.append(
+                    f"{len(left_out)} GPU ops ({us}) ran during the profiled steps with no launch call in the trace "
+                    "(launched before the profiler recorded, still running: no synchronize between steps?): not "
+                    "counted"
+                )
+            else:
+                where = "before the first profiled step" if max(known) < first else "outside the profiled steps"
+                if unknown:
+                    where += f" ({unknown} of them with no launch call in the trace)"
+                notes.append(
+                    f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between "
+                    "steps?): not counted"
+                )
         props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")

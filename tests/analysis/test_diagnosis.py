@@ -136,11 +136,30 @@ def test_a_short_gap_before_a_queued_kernel_is_kernel_wait_and_a_long_one_other(
     assert (long.host_wait, long.kernel_wait, long.other_wait) == (0, 0, 80)
 
 
+def test_ops_a_double_s_rounding_apart_leave_no_gap():
+    """Kineto's resolution is 1 ns; µs timestamps near 1e9 as doubles differ by 2**-10 µs where two ops touch: the
+    summary printed "longest gap 0.000977 µs" (issue 30 item 9). Below 1 ns two ops touch; at 1 ns there is a gap."""
+    t = 1.7e9  # a Kineto timestamp in µs
+    touching = budget([op(t, 10, t - 5), op(t + 10 + 2**-10, 10, t - 4)], t, t + 20 + 2**-10, edges=False)
+    assert touching.gaps == [] and touching.busy == pytest.approx(20, abs=0.01)
+    apart = budget([op(t, 10, t - 5), op(t + 10.002, 10, t - 4)], t, t + 20.002, edges=False)
+    assert len(apart.gaps) == 1
+
+
 def test_communication_under_compute_is_hidden_and_the_rest_exposed():
     compute = op(0, 100, 0)
     comm = op(50, 100, 0, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)")
     b = budget([compute, comm], 0, 150, edges=False)
     assert (b.busy, b.compute, b.comm, b.comm_exposed, b.comm_hidden) == (150, 100, 100, 50, 50)
+
+
+def test_kernels_replayed_from_a_cuda_graph_fire_no_short_kernel_rule():
+    """A replayed kernel's launch is its graph's cudaGraphLaunch: set beside it, every replayed kernel read as
+    shorter than its launch, and the rule prescribed CUDA graphs to a step already running them (issue 30 item 5)."""
+    for path in sorted((FIXTURES / "05_training_step").glob("*cudagraphs*")):
+        trace = read_trace(path)
+        assert sum(s.graph_launches for s in trace.steps) > 0
+        assert "kernels shorter than their launch" not in [r.name for r in diagnose(trace).rules], path.name
 
 
 # ---- FLOPs from record_shapes ----
@@ -169,7 +188,9 @@ def test_scaled_mm_flops_are_torch_s_flop_counter_s():
 
     dims = [[8192, 4096], [4096, 2048], [], [], [], [], [], []]  # a, b, scale_a, scale_b, bias, ..., as written
     ours = op_flops(ShapedOp("aten::_scaled_mm", dims, ["c10::Float8_e4m3fn"] * 2 + ["float"] * 2, []))
-    assert ours == flop_registry[torch.ops.aten._scaled_mm]((8192, 4096), (4096, 2048), (), ()) == 2 * 8192 * 4096 * 2048
+    assert (
+        ours == flop_registry[torch.ops.aten._scaled_mm]((8192, 4096), (4096, 2048), (), ()) == 2 * 8192 * 4096 * 2048
+    )
 
 
 @pytest.mark.parametrize(
