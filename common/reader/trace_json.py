@@ -24,6 +24,7 @@ says so in one line on stderr.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import json
@@ -47,6 +48,10 @@ except ImportError:  # the standard library reads the trace instead (see the mod
 
 BLOCK_BYTES = 1 << 20  # how much is read at a time
 MAX_EVENT_BYTES = 64 << 20  # the largest event (or run of whitespace, header, tail) the reader takes
+# The top-level entries the reader keeps (trace.py reads them), each decoded only where its JSON takes at most
+# MAX_KEPT_BYTES; every other entry before or after the events is skipped unread.
+HEADER_KEYS = ("suite", "deviceProperties", "computeProperties", "distributedInfo")
+MAX_KEPT_BYTES = 1 << 20
 ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -> key; None where absent
     "correlation": "correlation",  # ties a GPU event to the launch that made it
     "grid": "grid",
@@ -173,10 +178,19 @@ _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
 _ARGS = msgspec.json.Decoder(Args) if msgspec else None
 GPU_ARGS_DECODER = msgspec.json.Decoder(GpuArgs) if msgspec else None
 LAUNCH_ARGS_DECODER = msgspec.json.Decoder(LaunchArgs) if msgspec else None
-_RAW_ENTRIES = msgspec.json.Decoder(dict[str, msgspec.Raw]) if msgspec else None
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw]) if msgspec else None  # a run's elements, each left undecoded
+_EVENT = msgspec.json.Decoder(Event) if msgspec else None
+if msgspec is not None:  # the entries the reader keeps, undecoded; the others skipped unread
+    Header = msgspec.defstruct("Header", [(k, msgspec.Raw, None) for k in HEADER_KEYS], gc=False)
+    Tail = msgspec.defstruct("Tail", [(k, msgspec.Raw, None) for k in ("traceEvents", *HEADER_KEYS)], gc=False)
+_HEADER = msgspec.json.Decoder(Header) if msgspec else None
+_TAIL = msgspec.json.Decoder(Tail) if msgspec else None
 _SPACE = rb"[ \t\n\r]*"
 _NOT_SPACE = re.compile(rb"[^ \t\n\r]")
 _CUT = re.compile(rb"\}" + _SPACE + rb"," + _SPACE + rb"\{")  # where one object may end and the next begin
+_ANY_CUT = re.compile(rb'[]}"0-9elNy]' + _SPACE + rb",")  # where any value may end (an element not an object)
+_CUTS = ((_CUT, 2), (_ANY_CUT, 1))  # each with how far back from its end the next element's separator is
+_STUB = b'"":0}'  # closes the header where the "traceEvents" key starts (the key's bytes are longer)
 _EVENTS_KEY = re.compile(rb'"traceEvents"' + _SPACE + rb":" + _SPACE + rb"\[")
 _ODD = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")  # what msgspec refuses and the standard library reads
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
@@ -326,19 +340,46 @@ def _decode_run(view: memoryview, shift: int) -> list[Event] | None:
     JSON is malformed before the cut."""
     try:
         return _EVENTS.decode(view)
-    except msgspec.ValidationError:  # JSON, but an element is not an object
-        doc = bytes(view)
+    except msgspec.ValidationError:  # an element is not an object, or a field not of its type: read loosely
+        pass
     except msgspec.DecodeError as exc:
-        doc = bytes(view)
-        if not _ODD.search(doc):
-            at = _AT_BYTE.search(str(exc))
-            if not at or int(at.group(1)) >= len(doc) - 1:  # at the cut: it fell inside an element
-                return None
-            try:  # is it a whole array, up to the last `]` before the error, followed by more of the file?
-                msgspec.json.decode(doc[: doc.rfind(b"]", 0, int(at.group(1))) + 1], type=msgspec.Raw)
-            except msgspec.DecodeError:
-                raise _file_error(exc, shift) from None
-            raise _ArrayEndedError from None
+        return _undecodable(view, exc, shift)
+    try:
+        return _loose_events(view)
+    except msgspec.DecodeError as exc:  # msgspec stopped at the element before it read the JSON's end
+        return _undecodable(view, exc, shift)
+
+
+def _loose_events(view: memoryview | msgspec.Raw) -> list[Event]:
+    """The events of a JSON array msgspec reads, but not as a list of Event: each element left undecoded (a Raw,
+    whatever it holds: nothing of it is built), the objects decoded one at a time, the other elements dropped;
+    an object with a field not of its type read as the standard library reads it."""
+    events = []
+    for item in _ITEMS.decode(view):
+        with memoryview(item) as first:
+            if first[:1] != b"{":
+                continue
+        try:
+            events.append(_EVENT.decode(item))
+        except msgspec.ValidationError:
+            events += as_events([_fallback(bytes(item))])
+    return events
+
+
+def _undecodable(view: memoryview, exc: msgspec.DecodeError, shift: int) -> list[Event] | None:
+    """`_decode_run` where msgspec refused the JSON: None where it stopped at the cut (it fell inside an element),
+    the events as the standard library reads them where it holds what only msgspec refuses (NaN), else
+    _ArrayEndedError where the array closes before the cut, ValueError naming the byte where it is malformed."""
+    doc = bytes(view)
+    if not _ODD.search(doc):
+        at = _AT_BYTE.search(str(exc))
+        if not at or int(at.group(1)) >= len(doc) - 1:  # at the cut: it fell inside an element
+            return None
+        try:  # is it a whole array, up to the last `]` before the error, followed by more of the file?
+            msgspec.json.decode(doc[: doc.rfind(b"]", 0, int(at.group(1))) + 1], type=msgspec.Raw)
+        except msgspec.DecodeError:
+            raise _file_error(exc, shift) from None
+        raise _ArrayEndedError from None
     value = _fallback(doc)
     return as_events(value) if isinstance(value, list) else None
 
@@ -360,25 +401,74 @@ def _header(blocks: _Blocks) -> tuple[dict, bytes] | None:
             return {}, b"}"
         if start != b"{":
             raise ValueError(f"it starts with {bytes(blocks.buf[:20])!r}, not with '{{' or '['")
-        for key in list(_EVENTS_KEY.finditer(blocks.buf)):  # a list: an open finditer locks the buffer
-            doc = bytes(blocks.buf[: key.start()]) + b'"traceEvents": []}'
-            if msgspec is None:
-                header = _fallback(doc)
-            else:
-                try:
-                    header = msgspec.json.decode(doc)
-                except msgspec.DecodeError:
-                    header = _fallback(doc) if _ODD.search(doc) else None
-            if isinstance(header, dict):  # the key is at the top level, not in a string or a nested object
-                del header["traceEvents"]
-                blocks.drop(key.end() - 1)
-                return header, b""
+        found = None
+        for key in _EVENTS_KEY.finditer(blocks.buf):  # the buffer is written to, not resized, while it is open
+            header = _entries_before(blocks.buf, key.start())
+            if header is not None:  # the key is at the top level, not in a string or a nested object
+                found = header, key.end() - 1
+                break
+        if found is not None:
+            del key  # the buffer is unlocked before it is resized
+            blocks.drop(found[1])
+            return found[0], b""
         _check_json(blocks.buf, blocks.offset, whole=not more)  # no array of events yet: is it JSON at all?
         if not more:
             return None
         if len(blocks.buf) > MAX_EVENT_BYTES:
             raise ValueError(f"no traceEvents array in its first {_bound()}")
         size = min(2 * len(blocks.buf), MAX_EVENT_BYTES + 1)
+
+
+def _entries_before(buf: bytearray, at: int) -> dict | None:
+    """The entries the reader keeps (HEADER_KEYS) of the object `buf` opens, where the "traceEvents" key at `at`
+    is one of its own; None where it is not (the object does not close there). The object is closed in place (the
+    key's first bytes made _STUB, then put back) and read with its other entries skipped unread."""
+    if msgspec is None:
+        return _kept(_fallback(bytes(buf[:at]) + _STUB))
+    end = at + len(_STUB)
+    kept, buf[at:end] = bytes(buf[at:end]), _STUB
+    try:
+        with memoryview(buf) as view:
+            return _kept_entries(_HEADER.decode(view[:end]))
+    except msgspec.DecodeError:
+        if not _ODD.search(buf, 0, at):
+            return None
+        return _kept(_fallback(bytes(buf[:end])))  # read as the standard library reads it
+    finally:
+        buf[at:end] = kept
+
+
+def _too_large(key: str) -> ValueError:
+    return ValueError(f"its {key!r} entry takes more than {MAX_KEPT_BYTES >> 20} MiB (the reader's bound on an "
+                      "entry it keeps, MAX_KEPT_BYTES)")  # fmt: skip
+
+
+def _kept_entries(entries: Header | Tail) -> dict:
+    """The entries the reader keeps of a Header or Tail (each a Raw, None where absent), decoded."""
+    kept = {}
+    for key in HEADER_KEYS:
+        raw = getattr(entries, key)
+        if raw is None:
+            continue
+        if len(raw) > MAX_KEPT_BYTES:
+            raise _too_large(key)
+        try:
+            kept[key] = msgspec.json.decode(raw)
+        except msgspec.DecodeError:  # a number out of msgspec's range: read as json reads it
+            kept[key] = _fallback(bytes(raw))
+    return kept
+
+
+def _kept(value: object) -> dict | None:
+    """The entries the reader keeps (HEADER_KEYS) of a top-level object the standard library decoded (the size of
+    each that of its JSON as json.dumps writes it); None where it is not an object."""
+    if not isinstance(value, dict):
+        return None
+    kept = {key: value[key] for key in HEADER_KEYS if key in value}
+    for key, entry in kept.items():
+        if len(json.dumps(entry)) > MAX_KEPT_BYTES:
+            raise _too_large(key)
+    return kept
 
 
 def _check_json(doc: bytearray, shift: int, whole: bool) -> None:
@@ -395,58 +485,91 @@ def _check_json(doc: bytearray, shift: int, whole: bool) -> None:
             raise _file_error(exc, shift) from None
 
 
-def _whole_run(blocks: _Blocks) -> tuple[list[Event], int] | None:
+def _whole_run(blocks: _Blocks, tried: int) -> tuple[list[Event], int] | None:
     """The events of the run of whole elements that follows the first byte of `blocks.buf` (the byte before an
-    element: the array's `[` or a separator), ended at one of its last cuts, and how much of `buf` they used up
-    (up to the byte before the next element); None if none of those cuts ends a run. The run is decoded in place,
-    with no copy: the first byte is made `[` and the byte after the cut's `}` a `]` (put back if it was no cut)."""
+    element: the array's `[` or a separator), ended at one of the last cuts of its first BLOCK_BYTES (of twice as
+    many, and so on, where none of those ends a run: an element larger than a block), and how much of `buf` they
+    used up (up to the byte before the next element); None if no such cut ends a run. However much `buf` holds (a
+    header read whole, an element larger than the block), a run of small elements takes about a block. `tried`:
+    how much of `buf` a call before searched in vain (0 if none), its cuts not tried again. The run is decoded in
+    place, with no copy: the first byte is made `[` and the byte after the cut's value a `]` (put back if it was
+    no cut)."""
     buf = blocks.buf
-    near_end = max(0, len(buf) - _TAIL_AFTER)
-    cuts = list(_CUT.finditer(buf, near_end)) or (list(_CUT.finditer(buf)) if near_end else [])
     buf[0] = ord("[")
-    for cut in reversed(cuts[-_CUT_TRIES:]):
-        close = cut.start() + 1
-        kept, buf[close] = buf[close], ord("]")
-        try:
-            with memoryview(buf) as view:  # released before `buf` is resized
-                events = _decode_run_of(view[: close + 1], blocks.offset)
-        except _ArrayEndedError:  # the rest of the file is read as it is
-            buf[close] = kept
-            raise
-        if events is not None:
-            return events, cut.end() - 2
-        buf[close] = kept
-    if not cuts:  # no place where an element may end: is the JSON broken before the block's end? (zeros)
+    object_cut, limit = False, max(BLOCK_BYTES, 2 * tried)
+    while True:
+        limit = min(limit, len(buf))
+        near_end = max(0, limit - _TAIL_AFTER)
+        # Between objects; where there is no such cut near the window's end, after any value too (`[], [],`).
+        near = _last(_CUT, buf, near_end, limit)
+        for pattern, back in _CUTS if not near else _CUTS[:1]:
+            cuts = near if pattern is _CUT else _last(pattern, buf, near_end, limit)
+            if not cuts and near_end:
+                cuts = _last(pattern, buf, 0, limit)
+            object_cut = object_cut or (pattern is _CUT and bool(cuts))
+            for close, end in reversed(cuts):
+                kept, buf[close] = buf[close], ord("]")
+                try:
+                    with memoryview(buf) as view:  # released before `buf` is resized
+                        events = _decode_run_of(view[: close + 1], blocks.offset)
+                except _ArrayEndedError:  # the rest of the file is read as it is
+                    buf[close] = kept
+                    raise
+                if events is not None:
+                    return events, end - back
+                buf[close] = kept
+        if limit == len(buf):
+            break
+        limit *= 2
+    if not object_cut:  # no place where an object may end: is the JSON broken before the block's end? (zeros)
         with memoryview(buf) as view:
             if _decode_run_of(view, blocks.offset) is not None:  # the events array ends at the block's end
                 raise _ArrayEndedError
     return None
 
 
+def _last(pattern: re.Pattern, buf: bytearray, start: int, end: int) -> list[tuple[int, int]]:
+    """The last _CUT_TRIES matches of `pattern` in `buf[start:end]`, each (the byte after its first, its end):
+    only those are kept, however many there are."""
+    found = pattern.finditer(buf, start, end)
+    return [(cut.start() + 1, cut.end()) for cut in collections.deque(found, _CUT_TRIES)]
+
+
 def _tail(blocks: _Blocks, closing: bytes) -> tuple[list[Event], dict]:
     """The rest of the file: the last events and the top-level entries after the array."""
     if blocks.fill(MAX_EVENT_BYTES + 2):
         raise ValueError(f"the events from byte {blocks.offset + 1} to the end take more than {_bound()}")
-    doc = _PREFIX + bytes(blocks.buf[1:]) + closing  # the byte before the first element is in _PREFIX
-    if msgspec is None:
-        value = _stdlib_loads(doc, blocks.offset + 1 - len(_PREFIX), whole=True)
-        events = value.pop("traceEvents")
-        if not isinstance(events, list):
-            raise ValueError("its traceEvents is not a list")
-        return as_events(events), value
+    shift = blocks.offset + 1 - len(_PREFIX)
+    doc = blocks.buf  # made the whole object in place: the byte before the first element becomes _PREFIX
     try:
-        entries = _RAW_ENTRIES.decode(doc)
-        rest = {k: msgspec.json.decode(v) for k, v in entries.items() if k != "traceEvents"}
-        events = _EVENTS.decode(entries["traceEvents"])
+        doc[:1] = _PREFIX
+    except BufferError:  # events the caller keeps refer into it
+        doc = bytearray(_PREFIX) + memoryview(doc)[1:]
+    doc += closing
+    if msgspec is None:
+        value = _stdlib_loads(doc, shift, whole=True)
+        return _stdlib_events(value.pop("traceEvents")), _kept(value)
+    try:
+        entries = _TAIL.decode(doc)
     except msgspec.DecodeError as exc:
-        value = _fallback(doc) if _ODD.search(doc) or isinstance(exc, msgspec.ValidationError) else None
+        value = _fallback(doc) if _ODD.search(doc) else None
         if not isinstance(value, dict):
-            raise _file_error(exc, blocks.offset + 1 - len(_PREFIX)) from None
-        events, rest = value.pop("traceEvents"), value
-        if not isinstance(events, list):
-            raise ValueError("its traceEvents is not a list") from None
-        events = as_events(events)
-    return events, rest
+            raise _file_error(exc, shift) from None
+        return _stdlib_events(value.pop("traceEvents")), _kept(value)
+    try:
+        events = _EVENTS.decode(entries.traceEvents)
+    except msgspec.ValidationError:
+        with memoryview(entries.traceEvents) as first:
+            if first[:1] != b"[":
+                raise ValueError("its traceEvents is not a list") from None
+        events = _loose_events(entries.traceEvents)
+    return events, _kept_entries(entries)
+
+
+def _stdlib_events(events: object) -> list[Event]:
+    if not isinstance(events, list):
+        raise ValueError("its traceEvents is not a list")
+    return as_events(events)
 
 
 def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | None:
@@ -457,21 +580,21 @@ def _stream(fh: BinaryIO, on_events: Callable[[list[Event]], None]) -> dict | No
     if found is None:
         return None
     header, closing = found
-    size = BLOCK_BYTES
+    size, tried = BLOCK_BYTES, 0
     try:
         while blocks.fill(size):
             _skip_space(blocks, keep=1)
-            run = _whole_run(blocks)
+            run = _whole_run(blocks, tried)
             if run is None:  # no whole element yet: wait for twice as much, up to the bound
                 if len(blocks.buf) > MAX_EVENT_BYTES:
                     raise ValueError(f"the event from byte {blocks.offset + 1} is larger than {_bound()}")
-                size = min(2 * len(blocks.buf), MAX_EVENT_BYTES + 2)
+                size, tried = min(2 * len(blocks.buf), MAX_EVENT_BYTES + 2), len(blocks.buf)
                 continue
             events, end = run
             on_events(events)
             del events, run  # their Raw args refer into the buffer, which cannot be resized while they live
             blocks.drop(end)
-            size = BLOCK_BYTES
+            size, tried = BLOCK_BYTES, 0
     except _ArrayEndedError:
         pass
     events, rest = _tail(blocks, closing)
