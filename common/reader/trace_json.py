@@ -180,6 +180,8 @@ GPU_ARGS_DECODER = msgspec.json.Decoder(GpuArgs) if msgspec else None
 LAUNCH_ARGS_DECODER = msgspec.json.Decoder(LaunchArgs) if msgspec else None
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw]) if msgspec else None  # a run's elements, each left undecoded
 _EVENT = msgspec.json.Decoder(Event) if msgspec else None
+# A run's elements where the others are empty arrays or scalars (the quick way to drop them; others: _ITEMS)
+_MIXED = msgspec.json.Decoder(list[Event | tuple[()] | int | float | str | bool | None]) if msgspec else None
 if msgspec is not None:  # the entries the reader keeps, undecoded; the others skipped unread
     Header = msgspec.defstruct("Header", [(k, msgspec.Raw, None) for k in HEADER_KEYS], gc=False)
     Tail = msgspec.defstruct("Tail", [(k, msgspec.Raw, None) for k in ("traceEvents", *HEADER_KEYS)], gc=False)
@@ -354,6 +356,10 @@ def _loose_events(view: memoryview | msgspec.Raw) -> list[Event]:
     """The events of a JSON array msgspec reads, but not as a list of Event: each element left undecoded (a Raw,
     whatever it holds: nothing of it is built), the objects decoded one at a time, the other elements dropped;
     an object with a field not of its type read as the standard library reads it."""
+    try:  # the elements that are not objects are empty arrays or scalars: dropped once decoded, a block's worth
+        return [item for item in _MIXED.decode(view) if type(item) is Event]
+    except msgspec.ValidationError:
+        pass
     events = []
     for item in _ITEMS.decode(view):
         with memoryview(item) as first:
