@@ -4,22 +4,35 @@ msgspec decodes the events into `Event` structs that keep only the fields the re
 are skipped unread. An event's `args` is kept undecoded (a msgspec.Raw into the block) until `args_of` asks for
 it: the reader decodes the args of the few events that use them (GPU work, launches, the GEMM and attention
 ops), not those of every cpu_op record_shapes writes. The file is read in blocks of `BLOCK_BYTES`: each block's
-run of whole events (up to the last `}, {` at which msgspec decodes `[` + run + `]` as a list of objects) is
-decoded in one call, in place in the buffer (no copy), and handed on as one list; the rest waits for the next
-block, so memory stays near one block. Where no such run is found (one value larger than the block) the reader
-waits for twice as many bytes before it tries again, so even one huge value is read in time linear in its size.
-Input msgspec refuses but the standard library reads (NaN and Infinity, a lone surrogate escape, an element that
-is not an object) is decoded by `json` for that block alone; a lone surrogate is kept in the name, as `json`
-reads it, and the tables print it escaped.
+run of whole events (up to one of the last `}, {` of its first BLOCK_BYTES at which msgspec decodes `[` + run +
+`]` as a list; where there is none near there, after any value: `[], [],`) is decoded in one call, in place in
+the buffer (no copy), and handed on as one list; the rest waits for the next block, so memory stays near one
+block. Where no such run is found (one value larger than the block) the reader waits for twice as many bytes
+before it tries again, so even one huge value is read in time linear in its size. An element that is not an
+object is not an event: it is dropped, decoded as msgspec decodes `[]` or a scalar, or left undecoded (a Raw:
+nothing of it is built) where it is larger. Input msgspec refuses but the standard library reads (NaN and
+Infinity, a lone surrogate escape) is decoded by `json` for that block alone; a lone surrogate is kept in the
+name, as `json` reads it, and the tables print it escaped.
+
+Of the top-level entries before the events (the header) and after them (the tail), only those the reader uses
+(HEADER_KEYS: suite, deviceProperties, computeProperties, distributedInfo) are decoded and returned, each if its
+JSON takes at most MAX_KEPT_BYTES (else the file is refused, naming the entry); the others are skipped unread.
 
 Memory is bounded whatever the file holds: whitespace between events (or before the JSON) is read past
 without being kept, and one event (or the header before the events, or what follows them) larger than
 MAX_EVENT_BYTES is refused, naming the byte where it starts; JSON broken before the end of a block is refused
-at once, naming the byte where it breaks (a file of zeros after `[` stops at its second byte).
+at once, naming the byte where it breaks (a file of zeros after `[` stops at its second byte). The buffer holds
+at most MAX_EVENT_BYTES and a little more, and what is built from it about a block's worth of values: a file of
+tens of MB of small values the reader does not keep (`[]`, numbers, `{}` in an entry it skips) is read in some
+30 to 110 MiB (benchmarks/bounded_memory.py measures it). What is decoded whole is one value: an event, or an
+entry the reader keeps (at most MAX_KEPT_BYTES), or where msgspec refuses the JSON (NaN), the run or the header
+or the tail `json` then reads.
 
 Without msgspec (no wheel for this platform, or a plain `python3` that lacks it) the standard library's `json`
 decodes the same runs of the same blocks, with the same events, answers and bounds, slower; the first read
-says so in one line on stderr.
+says so in one line on stderr. `json` cannot skip a value unbuilt: a run of small elements is still a block's
+worth, but the header and the tail, and one huge element, are decoded whole, each up to MAX_EVENT_BYTES of JSON
+(tens of Python bytes per byte of `{},`: about 1.2 GB for 45 MB of `{}` in an entry).
 """
 
 from __future__ import annotations
