@@ -93,7 +93,7 @@ LAUNCH_ARGS = [("correlation", int | str | None)]
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 # One element of `traceEvents`, with the fields the reader uses (and `args`, undecoded: see Event). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
-# negative) finds them.
+# negative) finds them; a `tid` that is not a number, text, bool or null is None (an array is not built).
 EVENT_FIELDS = [
     ("ph", str | None, None),
     ("cat", str | None, None),
@@ -115,7 +115,14 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
     )
     LaunchArgs = msgspec.defstruct("LaunchArgs", [(f, t, None) for f, t in LAUNCH_ARGS], gc=False)
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
-    Event = msgspec.defstruct("Event", [*EVENT_FIELDS, ("args", msgspec.Raw, None)], gc=False)
+    SCALAR = int | float | str | bool | None
+    Event = msgspec.defstruct(
+        "Event",
+        [*((f, SCALAR if f == "tid" else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
+        gc=False,
+    )
+    # An object that is not an Event as msgspec types it (a field not of its type): each field undecoded.
+    LooseEvent = msgspec.defstruct("LooseEvent", [(f, msgspec.Raw, None) for f in Event.__struct_fields__], gc=False)
 else:  # the same fields, for the standard library's reading
     Args = make_dataclass("Args", [(f, Any, None) for f in (*ARGS_FIELDS, *RAW_FIELDS)], slots=True)
     Event = make_dataclass("Event", [*EVENT_FIELDS, ("args", Any, None)], slots=True)
@@ -193,6 +200,11 @@ GPU_ARGS_DECODER = msgspec.json.Decoder(GpuArgs) if msgspec else None
 LAUNCH_ARGS_DECODER = msgspec.json.Decoder(LaunchArgs) if msgspec else None
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw]) if msgspec else None  # a run's elements, each left undecoded
 _EVENT = msgspec.json.Decoder(Event) if msgspec else None
+_LOOSE_EVENT = msgspec.json.Decoder(LooseEvent) if msgspec else None
+_TEXT = msgspec.json.Decoder(str | None) if msgspec else None
+_TIME = msgspec.json.Decoder(float) if msgspec else None
+_SCALAR = msgspec.json.Decoder(SCALAR) if msgspec else None
+_NUMBER_START = b"-0123456789"
 # A run's elements where the others are empty arrays or scalars (the quick way to drop them; others: _ITEMS)
 _MIXED = msgspec.json.Decoder(list[Event | tuple[()] | int | float | str | bool | None]) if msgspec else None
 if msgspec is not None:  # the entries the reader keeps, undecoded; the others skipped unread
@@ -231,6 +243,11 @@ def _time(value: object) -> float:
         return math.nan
 
 
+def _scalar(value: object) -> object:
+    """A tid as msgspec types it: a number, text, bool or None; None for an array or object."""
+    return None if isinstance(value, (list, dict)) else value
+
+
 def _as_raw(value: object) -> object:
     """A RAW_FIELDS entry as msgspec would leave it (a Raw of its JSON), so the reader sees one kind; as it is
     without msgspec."""
@@ -252,7 +269,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _text(item.get("name")),
             _time(item.get("ts")),
             _time(item.get("dur")),
-            item.get("tid"),
+            _scalar(item.get("tid")),
             _stdlib_args(item.get("args")),
         )
         for item in items
@@ -381,8 +398,30 @@ def _loose_events(view: memoryview | msgspec.Raw) -> list[Event]:
         try:
             events.append(_EVENT.decode(item))
         except msgspec.ValidationError:
-            events += as_events([_fallback(bytes(item))])
+            events.append(_loose_event(item))
     return events
+
+
+def _loose_event(item: msgspec.Raw) -> Event:
+    """The Event of an object with a field not of the type Event gives it, each field read as `as_events` reads
+    it, none built whole: a value of another type is None (NaN for a time), a number out of msgspec's range read
+    as json reads it."""
+    raw = _LOOSE_EVENT.decode(item)
+    return Event(*(_text(_loose(field, _TEXT)) for field in (raw.ph, raw.cat, raw.name)),
+                 _time(_loose(raw.ts, _TIME)), _time(_loose(raw.dur, _TIME)), _loose(raw.tid, _SCALAR),
+                 raw.args)  # fmt: skip
+
+
+def _loose(raw: msgspec.Raw | None, decoder: msgspec.json.Decoder) -> object:
+    """`raw` decoded by `decoder`; where it is not of its type, None, or a number as json reads it (1e400)."""
+    if raw is None:
+        return None
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError:
+        with memoryview(raw) as first:
+            number = first[:1] and first[0] in _NUMBER_START
+        return _fallback(bytes(raw)) if number else None
 
 
 def _undecodable(view: memoryview, exc: msgspec.DecodeError, shift: int) -> list[Event] | None:

@@ -109,3 +109,10 @@ def test_an_entry_the_reader_keeps_is_refused_past_its_bound_naming_it(tmp_path)
     path = hostile(tmp_path / "t.json.gz", head, b"{},", 15_000_000, b'{}], "traceEvents": [' + EVENT + b"]}")
     refused = read_in_child(path, "msgspec")["refused"]
     assert refused.startswith(f"{path}: not a readable Chrome trace (its 'deviceProperties' entry takes more than")
+
+
+@pytest.mark.parametrize("field", ["tid", "ts", "name"])
+def test_an_event_field_of_another_type_is_not_built(tmp_path, field):
+    head = b'{"traceEvents": [' + EVENT + b', {"ph": "X", "' + field.encode() + b'": ['
+    path = hostile(tmp_path / "t.json.gz", head, b"{},", 15_000_000, b"{}]}, " + LAST + b"]}")
+    assert read_in_child(path, "msgspec")["names"] == ["aten::mm", "aten::add"]  # the odd event has no name
