@@ -104,9 +104,17 @@ EVENT_FIELDS = [
 ]
 
 if msgspec is not None:  # typed structs: msgspec skips every other field unread
+    SCALAR = int | float | str | bool | None
+    # An entry of another type (an object, nested arrays) is None: a figure the reader would not use, not built.
     Args = msgspec.defstruct(
         "Args",
-        [*((f, Any, None) for f in ARGS_FIELDS), *((f, msgspec.Raw, None) for f in RAW_FIELDS)],
+        [*((f, SCALAR | list[SCALAR], None) for f in ARGS_FIELDS), *((f, msgspec.Raw, None) for f in RAW_FIELDS)],
+        rename={**ARGS_FIELDS, **RAW_FIELDS},
+        gc=False,
+    )
+    LooseArgs = msgspec.defstruct(  # Args where an entry is not of its type: each undecoded
+        "LooseArgs",
+        [(f, msgspec.Raw, None) for f in (*ARGS_FIELDS, *RAW_FIELDS)],
         rename={**ARGS_FIELDS, **RAW_FIELDS},
         gc=False,
     )
@@ -115,7 +123,6 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
     )
     LaunchArgs = msgspec.defstruct("LaunchArgs", [(f, t, None) for f, t in LAUNCH_ARGS], gc=False)
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
-    SCALAR = int | float | str | bool | None
     Event = msgspec.defstruct(
         "Event",
         [*((f, SCALAR if f == "tid" else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
@@ -146,8 +153,13 @@ def args_of(value: object) -> Args | None:
         return value
     try:
         return _ARGS.decode(value)
-    except msgspec.ValidationError:  # not an object, or a number out of msgspec's range (1e400): read as json reads it
-        return _stdlib_args(_fallback(bytes(value)))
+    except msgspec.ValidationError:  # not an object, an entry of another type, a number out of msgspec's range
+        pass
+    with memoryview(value) as first:
+        if first[:1] != b"{":
+            return None
+    raw = _LOOSE_ARGS.decode(value)  # each entry read as it can be, none built whole
+    return Args(*(_loose(getattr(raw, f), _ARG) for f in ARGS_FIELDS), *(getattr(raw, f) for f in RAW_FIELDS))
 
 
 def typed_args(value: object, decoder: msgspec.json.Decoder | None) -> object | None:
@@ -164,9 +176,11 @@ def typed_args(value: object, decoder: msgspec.json.Decoder | None) -> object | 
 
 def decoded(value: object) -> object:
     """A RAW_FIELDS entry as JSON decodes it (`value` itself where it was decoded already, without msgspec);
-    None where it is not JSON."""
+    None where it is not JSON, or takes more than MAX_KEPT_BYTES (no shape: a value the reader keeps is bounded)."""
     if msgspec is None or not isinstance(value, msgspec.Raw):
         return value
+    if len(value) > MAX_KEPT_BYTES:
+        return None
     try:
         return msgspec.json.decode(value)
     except msgspec.DecodeError:
@@ -196,6 +210,8 @@ def say_fallback() -> None:
 
 _EVENTS = msgspec.json.Decoder(list[Event]) if msgspec else None
 _ARGS = msgspec.json.Decoder(Args) if msgspec else None
+_LOOSE_ARGS = msgspec.json.Decoder(LooseArgs) if msgspec else None
+_ARG = msgspec.json.Decoder(SCALAR | list[SCALAR]) if msgspec else None
 GPU_ARGS_DECODER = msgspec.json.Decoder(GpuArgs) if msgspec else None
 LAUNCH_ARGS_DECODER = msgspec.json.Decoder(LaunchArgs) if msgspec else None
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw]) if msgspec else None  # a run's elements, each left undecoded

@@ -116,3 +116,28 @@ def test_an_event_field_of_another_type_is_not_built(tmp_path, field):
     head = b'{"traceEvents": [' + EVENT + b', {"ph": "X", "' + field.encode() + b'": ['
     path = hostile(tmp_path / "t.json.gz", head, b"{},", 15_000_000, b"{}]}, " + LAST + b"]}")
     assert read_in_child(path, "msgspec")["names"] == ["aten::mm", "aten::add"]  # the odd event has no name
+
+
+TRACE_CHILD = """
+import json, sys
+from common.reader.trace import read_trace
+trace = read_trace(sys.argv[1])
+with open("/proc/self/status") as status:
+    peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+print(json.dumps({"peak_mib": peak, "steps": len(trace.steps), "cpu_ops": sorted(trace.steps[0].cpu_ops)}))
+"""
+
+
+@pytest.mark.parametrize("entry", ["grid", "Input Dims"])
+def test_an_args_entry_the_reader_decodes_is_not_built_where_it_is_huge(tmp_path, entry):
+    """args_of decodes a kernel's grid, `decoded` a GEMM's Input Dims: a huge value of another type is not a figure
+    (None), and a huge shape not a shape."""
+    cat = "kernel" if entry == "grid" else "cpu_op"
+    head = json.dumps({"ph": "X", "cat": cat, "name": "aten::mm", "ts": 1, "dur": 2, "tid": 1})[:-1].encode()
+    head = b'{"traceEvents": [' + head + b', "args": {"correlation": 1, "External id": 3, "' + entry.encode() + b'": ['
+    path = hostile(tmp_path / "t.json.gz", head, b"{},", 15_000_000, b"{}]}}, " + LAST + b"]}")
+    done = subprocess.run([sys.executable, "-c", TRACE_CHILD, str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["peak_mib"] < PEAK_MIB and outcome["steps"] == 1
+    assert outcome["cpu_ops"] == (["aten::add"] if cat == "kernel" else ["aten::add", "aten::mm"])
