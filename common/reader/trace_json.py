@@ -24,15 +24,18 @@ MAX_EVENT_BYTES is refused, naming the byte where it starts; JSON broken before 
 at once, naming the byte where it breaks (a file of zeros after `[` stops at its second byte). The buffer holds
 at most MAX_EVENT_BYTES and a little more, and what is built from it about a block's worth of values: a file of
 tens of MB of small values the reader does not keep (`[]`, numbers, `{}` in an entry it skips) is read in some
-30 to 110 MiB (benchmarks/bounded_memory.py measures it). What is decoded whole is one value: an event, or an
-entry the reader keeps (at most MAX_KEPT_BYTES), or where msgspec refuses the JSON (NaN), the run or the header
-or the tail `json` then reads.
+30 to 110 MiB (benchmarks/bounded_memory.py measures it). A field or args entry of another type than the reader
+uses (an event whose `tid`, `ts` or `grid` holds an array of objects) is read field by field, each left a Raw,
+and is None; a shape (RAW_FIELDS) over MAX_KEPT_BYTES is no shape. What is decoded whole is what the reader
+keeps: an event's fields and args entries of their types, an entry of the header or tail (at most
+MAX_KEPT_BYTES), and, where msgspec refuses the JSON (NaN), the run or the header or the tail `json` then reads.
 
 Without msgspec (no wheel for this platform, or a plain `python3` that lacks it) the standard library's `json`
-decodes the same runs of the same blocks, with the same events, answers and bounds, slower; the first read
-says so in one line on stderr. `json` cannot skip a value unbuilt: a run of small elements is still a block's
-worth, but the header and the tail, and one huge element, are decoded whole, each up to MAX_EVENT_BYTES of JSON
-(tens of Python bytes per byte of `{},`: about 1.2 GB for 45 MB of `{}` in an entry).
+decodes the same runs of the same blocks, with the same events, answers and bounds (a kept entry's size that of
+its JSON as json.dumps writes it), slower; the first read says so in one line on stderr. `json` cannot skip a
+value unbuilt: a run of small elements is still a block's worth, but the header and the tail, and one huge
+element, are decoded whole, each up to MAX_EVENT_BYTES of JSON (tens of Python bytes per byte of `{},`: about 1.2
+GB for 45 MB of `{}` in an entry).
 """
 
 from __future__ import annotations
