@@ -1,10 +1,14 @@
-"""Peak memory and time of the trace reader on files built to exhaust it (issue 22, item 8), with and without msgspec.
+"""Peak memory and time of the trace reader on files built to exhaust it (issues 22, item 8, and 31, item 4), with
+and without msgspec.
 
 Usage (from the repository root; the files are written once into FOLDER, about 2.7 GB of disk):
-    uv run python benchmarks/bounded_memory.py /tmp/bad_traces [--before REV] [--only zeros,spaces,bomb]
+    uv run python benchmarks/bounded_memory.py /tmp/bad_traces [--before REV] [--only arrays,header,tail,both]
 
 The files: `{"traceEvents": [` followed by 2 GB of zeros (`zeros.json`), by 600 MB of whitespace (`spaces.json`),
-and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.json.gz`). Each is read by
+and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.json.gz`); then gzips of tens of
+kB of small values the reader keeps nothing of (memory amplification): 20M `[]` as elements of traceEvents
+(`arrays.json.gz`), a top-level entry before the events holding 15M `{}` (`header.json.gz`), one after them
+(`tail.json.gz`), and that header entry followed by the 20M `[]` (`both.json.gz`). Each is read by
 `common.reader.trace.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
 this checkout and, with --before, in the `common/` of commit REV (exported with git archive), each with msgspec
 and without it (`sys.modules["msgspec"] = None`, the fallback path). Prints one row per file, reader and path:
@@ -25,10 +29,16 @@ from subproc import measure
 REPO = Path(__file__).resolve().parent.parent
 OPENING = b'{"traceEvents": ['
 CHUNK = 1 << 20
-FILES = {  # name -> (what follows the opening, how many bytes of it, gzipped)
-    "zeros": (b"0", 2_000_000_000, False),
-    "spaces": (b" \n\t\r", 600_000_000, False),
-    "bomb": (b" ", 1_500_000_000, True),
+EVENT = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "tid": 1}'
+HEADER = [(b'{"x": [', 1), (b"{},", 15_000_000), (b'{}], "traceEvents": [' + EVENT, 1)]  # 45 MB of `{}` first
+FILES = {  # name -> (its pieces, each (bytes, how many times), gzipped)
+    "zeros": ([(OPENING, 1), (b"0", 2_000_000_000)], False),
+    "spaces": ([(OPENING, 1), (b" \n\t\r", 150_000_000)], False),
+    "bomb": ([(OPENING, 1), (b" ", 1_500_000_000)], True),
+    "arrays": ([(OPENING + EVENT, 1), (b",[]", 20_000_000), (b"]}", 1)], True),
+    "header": ([*HEADER, (b"]}", 1)], True),
+    "tail": ([(OPENING + EVENT + b'], "x": [', 1), (b"{},", 15_000_000), (b"{}]}", 1)], True),
+    "both": ([*HEADER, (b",[]", 20_000_000), (b"]}", 1)], True),
 }
 READ = """
 import sys
@@ -45,15 +55,16 @@ except ValueError as exc:
 
 def make(folder: Path, name: str) -> Path:
     """Write the file `name` into `folder` a chunk at a time (kept if it is there already)."""
-    fill, size, gz = FILES[name]
+    pieces, gz = FILES[name]
     path = folder / (f"{name}.json.gz" if gz else f"{name}.json")
     if not path.exists():
         part = path.with_suffix(".part")
-        chunk = fill * (CHUNK // len(fill))
         with gzip.open(part, "wb", compresslevel=9) if gz else open(part, "wb") as out:
-            out.write(OPENING)
-            for _ in range(size // len(chunk)):
-                out.write(chunk)
+            for piece, times in pieces:
+                per_chunk = max(1, CHUNK // len(piece))
+                for _ in range(times // per_chunk):
+                    out.write(piece * per_chunk)
+                out.write(piece * (times % per_chunk))
         part.rename(path)
     return path
 
