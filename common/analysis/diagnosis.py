@@ -359,21 +359,36 @@ def _op_before(trace: Trace, ts: float) -> str | None:
 
 
 def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
+    """The sync calls inside the steps; and on a GPU trace each `.item()` (aten::_local_scalar_dense: its
+    device-to-host copy waits for the GPU) that no recorded sync call was made in, so a read whose wait the trace
+    holds no cudaStreamSynchronize for is still one."""
     calls: Counter = Counter()
     inside: Counter = Counter()
     us = 0.0
+    read = SCALAR_READS[1]  # what .item() runs; aten::item only calls it
     for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
+        reads_synced = 0
         for name, ts, dur, *_ in _in_step_syncs(step, last_launch):
             calls[name] += 1
             us += dur
             op = _op_before(trace, ts)
             if op is not None and step.start_us <= ts:
                 inside[op] += 1
+                reads_synced += op in SCALAR_READS
+        gpu_reads = sum(
+            1
+            for op in step.memcpy
+            if op.launch and "DtoH" in op.name and _op_before(trace, op.launch[1]) in SCALAR_READS
+        )  # an .item() of a CPU tensor (AdamW's step count) copies nothing from the GPU and waits for nothing
+        unrecorded = gpu_reads - reads_synced
+        if unrecorded > 0:
+            calls[f"{read} with no sync call recorded"] += unrecorded
+            inside[read] += unrecorded
     if not calls:
         return None
     n = len(trace.steps)
     listed = ", ".join(f"{name} {num(count / n)}" for name, count in calls.most_common())
-    evidence = [f"per step: {listed}, blocking the CPU {human_time(us / n)} in all"]
+    evidence = [f"per step: {listed}, blocking the CPU {human_time(us / n)} in the sync calls"]
     if inside:
         ops = ", ".join(f"{name} {num(count / n)}" for name, count in inside.most_common(3))
         reads = " (a tensor's value read on the CPU)" if any(name in SCALAR_READS for name in inside) else ""

@@ -66,6 +66,7 @@ SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
     "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "hipMemcpyWithStream",  # ROCm's copy for .item() and .cpu(): it returns once the copy is done
 })  # fmt: skip
 CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata

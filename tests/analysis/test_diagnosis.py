@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 
@@ -160,6 +161,34 @@ def test_kernels_replayed_from_a_cuda_graph_fire_no_short_kernel_rule():
         trace = read_trace(path)
         assert sum(s.graph_launches for s in trace.steps) > 0
         assert "kernels shorter than their launch" not in [r.name for r in diagnose(trace).rules], path.name
+
+
+def _item_sync(edit) -> list[str]:
+    """The sync rule's evidence on the H200 item_sync fixture (a `.item()` per step) with its runtime calls edited."""
+    doc = json.loads(gzip.decompress((ROOT / "tests" / "fixtures" / "foreign" / "item_sync.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in map(edit, doc["traceEvents"]) if e is not None]
+    rules = {r.name: r for r in diagnose(parse(doc)).rules}
+    return rules["host-device sync inside the step"].evidence
+
+
+def test_an_item_with_no_sync_call_recorded_still_fires_the_sync_rule():
+    """Its device-to-host copy waits for the GPU whether or not the trace holds the cudaStreamSynchronize."""
+    evidence = _item_sync(lambda e: None if e.get("name") == "cudaStreamSynchronize" else e)
+    assert evidence[0].startswith("per step: aten::_local_scalar_dense with no sync call recorded 1")
+    assert evidence[1].startswith("made inside: aten::_local_scalar_dense 1")
+
+
+def test_an_item_on_rocm_fires_the_sync_rule_on_hip_memcpy_with_stream():
+    """ROCm's .item() is one hipMemcpyWithStream, which returns once the copy is done: no separate sync call."""
+
+    def on_rocm(e: dict) -> dict | None:
+        if e.get("name") == "cudaStreamSynchronize":
+            return None
+        return {**e, "name": "hipMemcpyWithStream"} if e.get("name") == "cudaMemcpyAsync" else e
+
+    evidence = _item_sync(on_rocm)
+    assert evidence[0].startswith("per step: hipMemcpyWithStream") and "no sync call recorded" not in evidence[0]
+    assert "aten::_local_scalar_dense" in evidence[1]
 
 
 # ---- FLOPs from record_shapes ----
