@@ -48,7 +48,12 @@ _COPY = re.compile(r"Memcpy (\w+)")
 
 
 def _short(op: GpuOp) -> str:
-    return short_name(op.name, 200)
+    return _short_of(op.name)
+
+
+@functools.cache  # the pairing asks for a kernel's short name many times
+def _short_of(name: str) -> str:
+    return short_name(name, 200)
 
 
 def _direction(op: GpuOp) -> str | None:
@@ -148,13 +153,30 @@ def close_pairs(left: list[frozenset[str]], right: list[frozenset[str]]) -> list
         for w in prefix(y):
             index[w].append(j)
     found = []
+    sizes = [len(y) for y in right]
     for i, x in enumerate(left):
+        a = len(x)
         candidates = {j for w in prefix(x) for j in index.get(w, ())}
-        for j in sorted(candidates):
-            score = similarity(x, right[j])
-            if score > CLOSE_NAME:
-                found.append((score, i, j))
+        for j in candidates:  # 2 |x ∩ y| / (a + b) > CLOSE_NAME
+            both = a + sizes[j]
+            shared = len(x & right[j])
+            if 2 * shared > CLOSE_NAME * both:
+                found.append((2 * shared / both, i, j))
     return found
+
+
+def _pair_closest(
+    close: list[tuple[float, int, int]], left: list[KernelUse], right: list[KernelUse], pairs: list
+) -> tuple[set[int], set[int]]:
+    """Adds to `pairs` the closest pairs of `close` first, the nearer calls and time among equals, each use once;
+    returns the indices of `left` and `right` so paired."""
+    used_l, used_r = set(), set()
+    for _, _, i, j in sorted((-score, _cost(left[i], right[j]), i, j) for score, i, j in close):
+        if i not in used_l and j not in used_r and _same_way(left[i], right[j]):
+            pairs.append((left[i], right[j]))
+            used_l.add(i)
+            used_r.add(j)
+    return used_l, used_r
 
 
 def match_kernels(
@@ -193,16 +215,17 @@ def match_kernels(
                 used.update((id(mine[i]), id(theirs[j])))
         left = [u for u in left if id(u) not in used]
         right = [v for v in right if id(v) not in used]
-        close = close_pairs([words(_short(u.op)) for u in left], [words(_short(v.op)) for v in right])
-        ranked = sorted((-score, _cost(left[i], right[j]), i, j) for score, i, j in close)
-        used_l, used_r = set(), set()
-        for _, _, i, j in ranked:
-            if i not in used_l and j not in used_r and _same_way(left[i], right[j]):
-                pairs.append((left[i], right[j]))
-                used_l.add(i)
-                used_r.add(j)
-        left = [u for i, u in enumerate(left) if i not in used_l]
-        right = [v for j, v in enumerate(right) if j not in used_r]
+        # The closest pairs first: those of the same words (a recompiled model's renumbered kernels), found by
+        # their words alone; then the rest, among the kernels left, as they rank among every pair.
+        by_words: dict[frozenset[str], list[int]] = defaultdict(list)
+        for j, v in enumerate(right):
+            by_words[words(_short(v.op))].append(j)
+        same = [(1.0, i, j) for i, u in enumerate(left) if (x := words(_short(u.op))) for j in by_words.get(x, ())]
+        for _ in range(2):
+            used_l, used_r = _pair_closest(same, left, right, pairs)
+            left = [u for i, u in enumerate(left) if i not in used_l]
+            right = [v for j, v in enumerate(right) if j not in used_r]
+            same = close_pairs([words(_short(u.op)) for u in left], [words(_short(v.op)) for v in right])
         if len(left) == 1 and len(right) == 1 and family in ONE_JOB and _same_way(left[0], right[0]):
             pairs.append((left[0], right[0]))
         else:
