@@ -251,7 +251,7 @@ def pairing_lines(renamed: list[tuple[KernelUse, KernelUse]], markdown: bool = F
         if markdown:
             out.append(f"- `{x}` → `{y}` ({why})")
         else:
-            out += [f"  A: {cut_name(x, TEXT_WIDTH - 5)}", f"  B: {cut_name(y, TEXT_WIDTH - 5)}", f"     ({why})"]
+            out += [f"  A: {cut_name(x, TEXT_WIDTH - 5)}", f"  B: {cut_name(y, TEXT_WIDTH - 8 - len(why))} ({why})"]
     return out
 
 

@@ -274,9 +274,9 @@ def test_near_names_pair_and_the_table_shows_both_in_full(tmp_path, capsys):
     assert code == 0 and all(len(line) <= 120 for line in out.splitlines())
     table = out.split("GPU work added, removed or changed")[1].split("CPU ops")[0]
     assert "removed" not in table and "added" not in table
-    assert f"  A: {old}\n  B: {new}\n     (95% of words in common)" in table
+    assert f"  A: {old}\n  B: {new} (95% of words in common)\n" in table
     assert "  A: at::native::vectorized_elementwise_kernel<…MulFunctor…>\n" in table
-    assert "  B: at::native::unrolled_elementwise_kernel<…MulFunctor…>\n     (100% of words in common)" in table
+    assert "  B: at::native::unrolled_elementwise_kernel<…MulFunctor…> (100% of words in common)" in table
     row = next(line for line in table.splitlines() if line.startswith("changed  triton"))
     assert row.split()[-3:-1] == ["triton_red_fused__to…", "→"] and row.split()[-1].startswith("triton_red_fused")
 
