@@ -141,8 +141,8 @@ def close_pairs(left: list[frozenset[str]], right: list[frozenset[str]]) -> list
     """Every (similarity, i, j) above CLOSE_NAME of `left[i]` and `right[j]`: what scoring every pair finds, without
     scoring them all (prefix filtering). With each name's words ordered rarest first, two names that share at least
     k words share one within the first len - k + 1 words of each; k is at least _need of either's size. So only
-    the names that share one of those first words are scored: a few per name, where the common words (add, mul)
-    would make every pair a candidate."""
+    the names that share one of those first words are scored, and the commonest words (add, mul), last in that
+    order, are left out of most prefixes."""
     seen = Counter(w for names in (left, right) for x in names for w in x)
 
     def prefix(x: frozenset[str]) -> list[str]:
