@@ -9,9 +9,13 @@ A with trace B step for step: per-step figures are the median (counts) or the me
 time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
 the totals, the kernels added, removed or changed, the CPU ops added or removed, and the runtime calls whose
 counts changed. Kernels are paired by their exact name first; then, within a family, by their short name, the
-instantiations of one template chosen among by their calls and time; then by a close name, so an A100 and an
-H200 trace of one script pair their GEMMs. A copy pairs only with a copy the same way (never DtoH with DtoD),
-and the headline calls a kernel whose template runs in both traces "one instantiation of", never gone or new.
+instantiations of one template chosen among by their calls and time; then by a close name: more than half
+of the words that say what they compute in common (MulFunctor never pairs with FillFunctor, nor
+triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax kernel left alone on each
+side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. The rest are gone or new. The
+table shows both names of a pair of other names, and lists them in full under it. A copy pairs only with a copy
+the same way (never DtoH with DtoD), a backward kernel only with a backward one, and the headline calls a kernel
+whose template runs in both traces "one instantiation of", never gone or new.
 Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one
 larger than 64 MiB is refused, naming the byte where it starts).
 """
@@ -19,11 +23,12 @@ larger than 64 MiB is refused, naming the byte where it starts).
 from __future__ import annotations
 
 import argparse
-import difflib
+import functools
 import itertools
 import math
 import re
 import textwrap
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from common import interrupts
@@ -36,13 +41,19 @@ from common.reader.naming import cut_name, short_name
 from common.reader.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
-CLOSE_NAME = 0.5  # difflib ratio from which two kernels of one family count as the same kernel
+CLOSE_NAME = 0.5  # two kernels of one family are one kernel past this share of words in common (Dice)
+ONE_JOB = ("gemm", "attention", "softmax")  # families whose lone kernel on each side is the same work, any name
 ASSIGN_EXACTLY = 7  # instantiations of one template on the shorter side up to which every pairing is tried
 _COPY = re.compile(r"Memcpy (\w+)")
 
 
 def _short(op: GpuOp) -> str:
-    return short_name(op.name, 200)
+    return _short_of(op.name)
+
+
+@functools.cache  # the pairing asks for a kernel's short name many times
+def _short_of(name: str) -> str:
+    return short_name(name, 200)
 
 
 def _direction(op: GpuOp) -> str | None:
@@ -87,43 +98,135 @@ def _assign(left: list[KernelUse], right: list[KernelUse]) -> list[tuple[int, in
     return [(j, i) for i, j in pairs] if flip else pairs
 
 
+# Words that say how a kernel runs, not what it computes: ATen's namespaces and generic wrappers, the suffixes of
+# its functors, Inductor's `triton_poi_fused_` (pointwise, reduction, persistent, template). Numbers go too.
+_HOW = frozenset({
+    "void", "at", "native", "anonymous", "namespace", "std", "c10", "detail", "internal", "kernel", "kernels",
+    "functor", "impl", "cuda", "vectorized", "unrolled", "elementwise", "op", "triton", "poi", "red", "per", "tem",
+    "fused",
+})  # fmt: skip
+_BACKWARD = frozenset({"backward", "bwd", "bprop"})
+_WORD_OF = re.compile(r"[A-Z]+[0-9]*(?![a-z])|[A-Z]?[a-z]+(?:[0-9]+[a-z]*)*|[0-9]+(?:[a-z]+[0-9]*)*")
+_SHOWN_HINT = re.compile(r"<…([^<>…]+)…>")  # short_name's `<…MulFunctor…>`
+
+
+@functools.cache  # one trace's kernels are few; a recompiled model's thousands are each seen once per side
+def words(short: str) -> frozenset[str]:
+    """The words of a kernel's short name that say what it computes: its hints where it has some (ATen's generic
+    kernels: `at::native::vectorized_elementwise_kernel<…MulFunctor…>` is {mul}), else the name; split at every
+    non-alphanumeric and camelCase (`GeluBackwardCUDAKernelImpl`: gelu, backward), lower case, without numbers and
+    the words in _HOW (`triton_poi_fused_add_mul_0` is {add, mul})."""
+    hints = _SHOWN_HINT.findall(short)
+    found = _WORD_OF.findall(" ".join(hints) if hints else short)
+    return frozenset(w for w in map(str.lower, found) if not w.isdigit() and w not in _HOW)
+
+
+def similarity(x: frozenset[str], y: frozenset[str]) -> float:
+    """The share of words two names have in common (Dice: 2 |x ∩ y| / (|x| + |y|)); 0 where either has none."""
+    return 2 * len(x & y) / (len(x) + len(y)) if x and y else 0.0
+
+
+def _same_way(u: KernelUse, v: KernelUse) -> bool:
+    """Two uses that may be the same work: a copy only with a copy the same way, a backward kernel (its name says
+    backward, bwd or bprop) only with a backward one."""
+    return _may_pair(u, v) and bool(words(_short(u.op)) & _BACKWARD) == bool(words(_short(v.op)) & _BACKWARD)
+
+
+def _need(size: int) -> int:
+    """The fewest words a name of `size` words must share with another for a similarity above CLOSE_NAME."""
+    return math.floor(CLOSE_NAME * size / (2 - CLOSE_NAME)) + 1
+
+
+def close_pairs(left: list[frozenset[str]], right: list[frozenset[str]]) -> list[tuple[float, int, int]]:
+    """Every (similarity, i, j) above CLOSE_NAME of `left[i]` and `right[j]`: what scoring every pair finds, without
+    scoring them all (prefix filtering). With each name's words ordered rarest first, two names that share at least
+    k words share one within the first len - k + 1 words of each; k is at least _need of either's size. So only
+    the names that share one of those first words are scored, and the commonest words (add, mul), last in that
+    order, are left out of most prefixes."""
+    seen = Counter(w for names in (left, right) for x in names for w in x)
+
+    def prefix(x: frozenset[str]) -> list[str]:
+        return sorted(x, key=lambda w: (seen[w], w))[: len(x) - _need(len(x)) + 1]
+
+    index: dict[str, list[int]] = defaultdict(list)
+    for j, y in enumerate(right):
+        for w in prefix(y):
+            index[w].append(j)
+    found = []
+    sizes = [len(y) for y in right]
+    for i, x in enumerate(left):
+        a = len(x)
+        candidates = {j for w in prefix(x) for j in index.get(w, ())}
+        for j in candidates:  # 2 |x ∩ y| / (a + b) > CLOSE_NAME
+            both = a + sizes[j]
+            shared = len(x & right[j])
+            if 2 * shared > CLOSE_NAME * both:
+                found.append((2 * shared / both, i, j))
+    return found
+
+
+def _pair_closest(
+    close: list[tuple[float, int, int]], left: list[KernelUse], right: list[KernelUse], pairs: list
+) -> tuple[set[int], set[int]]:
+    """Adds to `pairs` the closest pairs of `close` first, the nearer calls and time among equals, each use once;
+    returns the indices of `left` and `right` so paired."""
+    used_l, used_r = set(), set()
+    for _, _, i, j in sorted((-score, _cost(left[i], right[j]), i, j) for score, i, j in close):
+        if i not in used_l and j not in used_r and _same_way(left[i], right[j]):
+            pairs.append((left[i], right[j]))
+            used_l.add(i)
+            used_r.add(j)
+    return used_l, used_r
+
+
 def match_kernels(
     a: dict[tuple[str, str], KernelUse], b: dict[tuple[str, str], KernelUse]
 ) -> list[tuple[KernelUse | None, KernelUse | None]]:
     """Pairs (A's use, B's use) of the same kernel; (x, None) is removed, (None, y) added.
 
     The exact name first; then, within a family, the same short name, the instantiations of one template chosen
-    among by their calls and time (the pairs of least total difference); then the closest name (difflib ratio >=
-    CLOSE_NAME); a family left with one kernel on each side pairs them too (the same job, another build or GPU).
-    A copy pairs only with a copy the same way (never DtoH with DtoD)."""
+    among by their calls and time (the pairs of least total difference); then a close name: more than CLOSE_NAME
+    (half) of the words that say what they compute in common (see `words`), the closest pair first, the nearer
+    calls and time among equals; in a family of one job (ONE_JOB: gemm, attention, softmax), one kernel left on
+    each side pairs too (the same job, another build or GPU). The rest are removed or added. A copy pairs only
+    with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one. Linear in the
+    kernels but for the pairs of close names (close_pairs)."""
     pairs: list[tuple[KernelUse | None, KernelUse | None]] = [(a[k], b[k]) for k in a if k in b]
-    families = {u.op.family for u in (*a.values(), *b.values())}
-    for family in sorted(families):
-        left = [u for k, u in a.items() if k not in b and u.op.family == family]
-        right = [v for k, v in b.items() if k not in a and v.op.family == family]
-        for name in dict.fromkeys(_short(u.op) for u in left):
-            mine = [u for u in left if _short(u.op) == name]
-            theirs = [v for v in right if _short(v.op) == name and _may_pair(mine[0], v)]
+    by_family: dict[str, tuple[list[KernelUse], list[KernelUse]]] = defaultdict(lambda: ([], []))
+    for side, mine, theirs in ((0, a, b), (1, b, a)):
+        for k, u in mine.items():
+            if k not in theirs:
+                by_family[u.op.family][side].append(u)
+    for family in sorted(by_family):
+        left, right = by_family[family]
+        right_named: dict[str, list[KernelUse]] = defaultdict(list)
+        for v in right:
+            right_named[_short(v.op)].append(v)
+        left_named: dict[str, list[KernelUse]] = defaultdict(list)
+        for u in left:
+            left_named[_short(u.op)].append(u)
+        used: set[int] = set()  # id() of the uses paired here
+        for name, mine in left_named.items():
+            theirs = [v for v in right_named.get(name, ()) if _may_pair(mine[0], v)]
             if not theirs:
                 continue
             for i, j in _assign(mine, theirs):
                 pairs.append((mine[i], theirs[j]))
-                left.remove(mine[i])
-                right.remove(theirs[j])
-        scored = sorted(
-            ((difflib.SequenceMatcher(None, _short(u.op), _short(v.op)).ratio(), i, j) for i, u in enumerate(left)
-             for j, v in enumerate(right) if _may_pair(u, v)),
-            reverse=True,
-        )  # fmt: skip
-        used_l, used_r = set(), set()
-        for ratio, i, j in scored:
-            if ratio >= CLOSE_NAME and i not in used_l and j not in used_r:
-                pairs.append((left[i], right[j]))
-                used_l.add(i)
-                used_r.add(j)
-        left = [u for i, u in enumerate(left) if i not in used_l]
-        right = [v for j, v in enumerate(right) if j not in used_r]
-        if len(left) == 1 and len(right) == 1 and family != "other" and _may_pair(left[0], right[0]):
+                used.update((id(mine[i]), id(theirs[j])))
+        left = [u for u in left if id(u) not in used]
+        right = [v for v in right if id(v) not in used]
+        # The closest pairs first: those of the same words (a recompiled model's renumbered kernels), found by
+        # their words alone; then the rest, among the kernels left, as they rank among every pair.
+        by_words: dict[frozenset[str], list[int]] = defaultdict(list)
+        for j, v in enumerate(right):
+            by_words[words(_short(v.op))].append(j)
+        same = [(1.0, i, j) for i, u in enumerate(left) if (x := words(_short(u.op))) for j in by_words.get(x, ())]
+        for _ in range(2):
+            used_l, used_r = _pair_closest(same, left, right, pairs)
+            left = [u for i, u in enumerate(left) if i not in used_l]
+            right = [v for j, v in enumerate(right) if j not in used_r]
+            same = close_pairs([words(_short(u.op)) for u in left], [words(_short(v.op)) for v in right])
+        if len(left) == 1 and len(right) == 1 and family in ONE_JOB and _same_way(left[0], right[0]):
             pairs.append((left[0], right[0]))
         else:
             pairs += [(u, None) for u in left] + [(None, v) for v in right]
@@ -131,6 +234,25 @@ def match_kernels(
 
 
 OF_DELTA = "(of |Δ|: each row's share of the gross change, the sum of every row's |Δ|; Δ's sign says which way)"
+
+
+def pairing_lines(renamed: list[tuple[KernelUse, KernelUse]], markdown: bool = False) -> list[str]:
+    """The pairs of kernels of other names, each in full (up to TEXT_WIDTH in text), with why they pair: the share
+    of their words in common, or their family's lone kernel on each side."""
+    lead = (f"Paired by name (more than {CLOSE_NAME:.0%} of the words that say what they compute in common, or the "
+            f"one kernel left on each side in a family of one job: {', '.join(ONE_JOB)}):")  # fmt: skip
+    out = [lead] if markdown else textwrap.wrap(lead, TEXT_WIDTH)
+    for u, v in renamed:
+        score = similarity(words(_short(u.op)), words(_short(v.op)))
+        why = (
+            f"{score:.0%} of words in common" if score > CLOSE_NAME else f"the one {u.op.family} kernel left each side"
+        )
+        x, y = printable(_short(u.op), newlines=False), printable(_short(v.op), newlines=False)
+        if markdown:
+            out.append(f"- `{x}` → `{y}` ({why})")
+        else:
+            out += [f"  A: {cut_name(x, TEXT_WIDTH - 5)}", f"  B: {cut_name(y, TEXT_WIDTH - 8 - len(why))} ({why})"]
+    return out
 
 
 def _signed(value: float, digits: int = 3) -> str:
@@ -302,26 +424,42 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
         u, v = pair
         return (v.us if v else 0.0) - (u.us if u else 0.0)
 
-    kernel_rows = []
+    kernel_rows, renamed = [], []  # renamed: the pairs of other short names, as their rows show them
     for u, v in sorted(pairs, key=lambda p: -abs(delta_us(p))):
         if u and v and u.calls == v.calls and abs(v.us - u.us) < 0.05 * max(u.us, 0.1) and _short(u.op) == _short(v.op):
             continue  # unchanged
         what = "removed" if v is None else "added" if u is None else "changed"
         d = delta_us((u, v))
-        name = _short((v or u).op) if u is None or v is None or _short(u.op) == _short(v.op) else (
-            f"{_short(u.op)} → {_short(v.op)}")  # fmt: skip
+        if u and v and _short(u.op) != _short(v.op):
+            name = f"{_short(u.op)} → {_short(v.op)}"
+            renamed.append((u, v))
+        else:
+            name = short_name(_short((v or u).op), 90) if u is None or v is None else _short(u.op)
         kernel_rows.append([
             what, (u or v).op.family, num(u.calls) if u else "0", num(v.calls) if v else "0",
             human_time(u.us) if u else "0", human_time(v.us) if v else "0", _signed_time(d),
-            f"{100 * abs(d) / gross:.0f}%", short_name(name, 90) if u is None or v is None else name,
+            f"{100 * abs(d) / gross:.0f}%", name,
         ])  # fmt: skip
     if kernel_rows:
         headers = ["", "family", "A calls", "B calls", "A", "B", "Δ", "of |Δ|", "kernel"]
-        if not markdown:  # the kernel names take what is left of TEXT_WIDTH
-            kernel_rows = fit_last_column(headers, kernel_rows, cut_name)
+        if not markdown:  # the kernel names take what is left of TEXT_WIDTH; a pair's two names half each
+            shown_pairs = {printable(f"{_short(u.op)} → {_short(v.op)}", newlines=False): (u, v) for u, v in renamed}
+
+            def cut(text: str, room: int) -> str:
+                if text not in shown_pairs:
+                    return cut_name(text, room)
+                u, v = shown_pairs[text]
+                half = max((room - 3) // 2, 10)
+                return f"{cut_name(printable(_short(u.op), newlines=False), half)} → " + cut_name(
+                    printable(_short(v.op), newlines=False), room - 3 - half
+                )
+
+            kernel_rows = fit_last_column(headers, kernel_rows, cut)
         out += ["", heading("GPU work added, removed or changed (per step, by impact)"), *gap]
         out.append(table(headers, kernel_rows, {"", "family", "kernel"}, markdown))
         out.append(OF_DELTA)
+        if renamed:
+            out += ["", *pairing_lines(renamed, markdown)]
     elif (a.has_gpu and a.gpu_activity) or (b.has_gpu and b.gpu_activity):
         out += ["", "GPU work: the same kernels, within 5% of their time."]
 

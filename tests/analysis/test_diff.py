@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import random
 
 from helpers import CPU_DTYPE, FIXTURES, command, diff_parts, run, tiny_gpu_trace
 
-from common.analysis.diff import KernelUse, main, match_kernels
+from common.analysis import diff as diff_module
+from common.analysis.diff import KernelUse, close_pairs, main, match_kernels, similarity, words
 from common.reader.trace import GpuOp
 
 ATTN = "8_16_1024_64_bf16_cold_eager"
@@ -60,7 +62,9 @@ def test_sdpa_flash_to_fa4_leads_with_the_attention_kernel_that_changed(capsys):
     assert " → kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwa" in headline
     assert "(93.7 µs → 69.8 µs); GPU busy 93.9 µs → 69.6 µs per step (−26%)" in headline
     changed = [line.split() for line in out.splitlines() if line.startswith("changed  attention")]
-    assert len(changed) == 1 and changed[0][-1].startswith("pytorch_flash::flash_fwd_kernel")
+    assert len(changed) == 1 and changed[0][-3].startswith("pytorch_flash::flash")
+    assert changed[0][-2:-1] == ["→"] and changed[0][-1].startswith("kernel_cutlass_kernel")
+    assert "(the one attention kernel left each side)" in out
 
 
 def test_compiling_the_mlp_fuses_gelu_and_mul_into_one_triton_kernel(capsys):
@@ -208,3 +212,135 @@ def test_a_400_digit_flops_figure_is_a_dash_in_the_different_work_note(tmp_path,
     code, out, err = command(main, capsys, tmp_path / "a.json", tmp_path / "b.json")
     assert code == 0, err
     assert "note: different work (0.312 vs — GFLOP per step: other shapes); compared anyway" in out
+
+
+# Kernels of one family (pointwise) that are other work, named as ATen names them.
+LAYER_NORM = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, "
+              "float const*, float const*, float const*, float*, float*, float*)")  # fmt: skip
+ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "TensorListMetadata<3>, at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, "
+        "std::multiplies<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<3>, "
+        "at::native::(anonymous namespace)::PointwiseOpScalarFunctor<float, 3, 3, 0>, std::multiplies<float>, "
+        "float)")  # fmt: skip
+TANH = ("void at::native::vectorized_elementwise_kernel<4, at::native::tanh_kernel_cuda(at::TensorIteratorBase&)::"
+        "{lambda()#2}::operator()() const::{lambda()#10}::operator()() const::{lambda(float)#1}, "
+        "std::array<char*, 2ul> >(int, at::native::tanh_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::"
+        "operator()() const::"
+        "{lambda()#10}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)")  # fmt: skip
+PHILOX = ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, "
+          "at::native::templates::cuda::normal_and_transform<float, float, at::CUDAGeneratorImpl*, "
+          "at::native::templates::cuda::normal_kernel<at::CUDAGeneratorImpl*>(at::TensorBase const&, double, double, "
+          "at::CUDAGeneratorImpl*)::{lambda()#1}::operator()() const::{lambda()#2}::operator()() const::"
+          "{lambda(float)#1}>(at::TensorIteratorBase&, at::CUDAGeneratorImpl*)::{lambda(curandStatePhilox4_32_10*)#2}>"
+          "(long, at::PhiloxCudaState, at::native::templates::cuda::normal_kernel)")  # fmt: skip
+MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+       "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<"
+       "float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)")  # fmt: skip
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
+        "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")  # fmt: skip
+UNRELATED = [(LAYER_NORM, ADAM), (TANH, PHILOX), (MUL, FILL)]
+
+
+def test_unrelated_kernels_of_one_family_are_gone_and_new_not_paired():
+    """Two versions of one training loop: layer_norm's forward is not the optimizer's multi_tensor_apply, tanh not
+    an RNG kernel, Mul not Fill; alone on each side (the family's lone kernel) or all at once."""
+    for x, y in UNRELATED:
+        assert _uses((x, 4, 40.0))[("kernel", x)].op.family == _uses((y, 4, 40.0))[("kernel", y)].op.family
+        pairs = match_kernels(_uses((x, 4, 40.0)), _uses((y, 4, 50.0)))
+        assert sorted((a is None, b is None) for a, b in pairs) == [(False, True), (True, False)], (x, y)
+    a = _uses(*((x, 4, 40.0 + i) for i, (x, _) in enumerate(UNRELATED)))
+    b = _uses(*((y, 4, 41.0 + i) for i, (_, y) in enumerate(UNRELATED)))
+    assert all(a is None or b is None for a, b in match_kernels(a, b))
+
+
+def test_a_backward_kernel_never_pairs_with_a_forward_one():
+    gelu = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&)>()"
+    )
+    pairs = match_kernels(_uses((gelu, 2, 5.0)), _uses((gelu.replace("Gelu", "GeluBackward"), 2, 9.0)))
+    assert all(a is None or b is None for a, b in pairs)
+
+
+def test_near_names_pair_and_the_table_shows_both_in_full(tmp_path, capsys):
+    """A recompiled model: Inductor renumbers its kernels and fuses one op more; an ATen op in another wrapper."""
+    old = "triton_red_fused__to_copy_add_mean_mul_native_layer_norm_pow_rsqrt_12"
+    new = "triton_red_fused__to_copy_add_mean_mul_native_layer_norm_pow_rsqrt_view_3"
+    mul = MUL.replace("vectorized_elementwise_kernel<4, ", "unrolled_elementwise_kernel<")
+    [(x, y)] = match_kernels(_uses((old, 2, 8.0)), _uses((new, 2, 30.0)))
+    assert x and y and similarity(words(old), words(new)) > diff_module.CLOSE_NAME
+    (tmp_path / "a.json").write_text(json.dumps(_copy_trace([(old, 2, 4.0), (MUL, 3, 2.0)])))
+    (tmp_path / "b.json").write_text(json.dumps(_copy_trace([(new, 2, 15.0), (mul, 3, 9.0)])))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 0 and all(len(line) <= 120 for line in out.splitlines())
+    table = out.split("GPU work added, removed or changed")[1].split("CPU ops")[0]
+    assert "removed" not in table and "added" not in table
+    assert f"  A: {old}\n  B: {new} (95% of words in common)\n" in table
+    assert "  A: at::native::vectorized_elementwise_kernel<…MulFunctor…>\n" in table
+    assert "  B: at::native::unrolled_elementwise_kernel<…MulFunctor…> (100% of words in common)" in table
+    row = next(line for line in table.splitlines() if line.startswith("changed  triton"))
+    assert row.split()[-3:-1] == ["triton_red_fused__to…", "→"] and row.split()[-1].startswith("triton_red_fused")
+
+
+def _triton_names(rng: random.Random, n: int, ops: list[str]) -> list[str]:
+    """`n` distinct Inductor-like names: 1 to 6 ops of a skewed choice (add and mul in most), sorted, numbered."""
+    weights = [1 / (k + 1) for k in range(len(ops))]
+    names = []
+    for i in range(n):
+        fused = sorted(set(rng.choices(ops, weights, k=rng.randint(1, 6))))
+        names.append(f"triton_{rng.choice(['poi', 'red', 'per'])}_fused_{'_'.join(fused)}_{i}")
+    return names
+
+
+OPS = [
+    "add", "mul", "_to_copy", "sum", "mean", "pow", "rsqrt", "native_layer_norm", "view", "permute", "clone", "exp",
+    "sub", "div", "where", "gelu", "gelu_backward", "native_layer_norm_backward", "amax", "log", "tanh", "sigmoid",
+    "relu", "threshold_backward", "cat", "slice", "select", "embedding", "embedding_dense_backward", "neg", "sqrt",
+    "var_mean", "_softmax", "_softmax_backward_data", "masked_fill", "eq", "lt", "full", "arange", "native_dropout",
+    "native_dropout_backward", "maximum", "clamp", "erf", "silu", "scatter_add", "index_select",
+]  # fmt: skip
+
+
+def _recompiled(seed: int, n: int) -> tuple[dict, dict]:
+    """A's `n` distinct Triton kernels and B's: most renumbered, some with an op more or less, some other work."""
+    rng = random.Random(seed)
+    a = _triton_names(rng, n, OPS)
+    b = []
+    for i, name in enumerate(a):
+        kind, ops = name.split("_fused_")[0], name.split("_fused_")[1].rsplit("_", 1)[0]
+        roll = rng.random()
+        if roll < 0.2:
+            ops = f"{ops}_{rng.choice(OPS)}"
+        elif roll < 0.4:
+            ops = "_".join(rng.sample(OPS, rng.randint(1, 5)))
+        b.append(f"{kind}_fused_{ops}_{n + i}")
+    rng.shuffle(b)
+    uses = lambda names: _uses(*((x, rng.randint(1, 9), rng.uniform(1, 100)) for x in names))  # noqa: E731
+    return uses(a), uses(b)
+
+
+def _every_pair(left: list[frozenset[str]], right: list[frozenset[str]]) -> list[tuple[float, int, int]]:
+    """close_pairs by scoring every pair: the reference."""
+    scored = ((similarity(x, y), i, j) for i, x in enumerate(left) for j, y in enumerate(right))
+    return [s for s in scored if s[0] > diff_module.CLOSE_NAME]
+
+
+def test_close_pairs_of_2000_triton_names_a_side_are_what_scoring_every_pair_finds():
+    a, b = _recompiled(1, 2000)
+    left = [words(k[1]) for k in a]
+    right = [words(k[1]) for k in b]
+    found = close_pairs(left, right)
+    sample = sorted(random.Random(2).sample(range(len(left)), 60))
+    reference = _every_pair([left[i] for i in sample], right)
+    assert sorted((s, sample[i], j) for s, i, j in reference) == sorted(f for f in found if f[1] in set(sample))
+    assert len(found) > 2000  # the common ops make many candidates: the filter is exercised
+
+
+def test_the_pairing_of_triton_names_is_the_pairing_by_scoring_every_pair(monkeypatch):
+    a, b = _recompiled(3, 300)
+    fast = match_kernels(a, b)
+    monkeypatch.setattr(diff_module, "close_pairs", _every_pair)
+    slow = match_kernels(a, b)
+    named = lambda pairs: sorted((x.op.name if x else "", y.op.name if y else "") for x, y in pairs)  # noqa: E731
+    assert named(fast) == named(slow)
+    paired = [(x, y) for x, y in fast if x and y]
+    assert 150 < len(paired) < 300 and all(similarity(words(x.op.name), words(y.op.name)) > 0.5 for x, y in paired)
