@@ -340,13 +340,14 @@ def kernel_roof(shaped: ShapedOp, kernel: str, peak: Peak | None) -> float | Non
 
 
 def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
-    """The step's synchronising calls, less the loop's own end-of-step synchronize (its last sync, where no
-    GPU work was launched after it: `last_launch`, the start of the step's last launch call)."""
+    """The step's synchronising calls, less the loop's own end-of-step synchronize: the device-wide syncs after
+    which no GPU work was launched (`last_launch`, the start of the step's last launch call), every one of them,
+    so a bare trace's end (the user's torch.cuda.synchronize(), then the profiler's own at its exit) is not one."""
     if not step.syncs:
         return []
     syncs = list(step.syncs)
     device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    if syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
+    while syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
         syncs.pop()
     return syncs
 

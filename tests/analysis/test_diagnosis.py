@@ -191,6 +191,15 @@ def test_an_item_on_rocm_fires_the_sync_rule_on_hip_memcpy_with_stream():
     assert "aten::_local_scalar_dense" in evidence[1]
 
 
+@pytest.mark.parametrize("name", ["bare_profile", "bare_train_loop"])
+def test_a_bare_trace_s_end_syncs_are_not_a_sync_inside_the_step(name):
+    """A bare `with profile()` ends with the user's torch.cuda.synchronize() and then the profiler's own, both
+    after the last launch: only the last was left out, so the other read as "host-device sync inside the step"."""
+    trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / f"{name}.json.gz")
+    assert [s[0] for s in trace.steps[-1].syncs][-2:] == ["cudaDeviceSynchronize"] * 2
+    assert "host-device sync inside the step" not in [r.name for r in diagnose(trace).rules]
+
+
 # ---- FLOPs from record_shapes ----
 
 
@@ -267,6 +276,26 @@ def test_an_fp8_scaled_mm_on_the_h200_is_rated_against_the_fp8_peak(capsys):
     assert 1400 < fp8.tflops < 1600 and 70 < fp8.pct_peak < 80
     (bf16,) = [e for name, e in eff.items() if "qqtst" not in name]
     assert bf16.peak_tflops == 989.0 and 75 < bf16.pct_peak < 85
+
+
+def test_an_fp32_gemm_on_tf32_tensor_cores_is_rated_against_the_tf32_peak():
+    """The H200 fixture: one fp32 4096³ GEMM with TF32 allowed, one without. The TF32 kernel read "533% of peak"
+    against plain fp32 in issue 32's trace; here about 400 TFLOP/s, 81% of the 494.7 dense TF32 peak."""
+    eff = efficiency(read_trace(ROOT / "tests" / "fixtures" / "foreign" / "tf32_mm.json.gz"))
+    by_peak = {e.peak_tflops: e for e in eff.values()}
+    assert set(by_peak) == {494.7, 67.0}
+    assert [name for (_, name), e in eff.items() if e.peak_tflops == 494.7][0].startswith("sm90_xmma_gemm_f32f32_tf32")
+    assert 60 < by_peak[494.7].pct_peak < 95 and 60 < by_peak[67.0].pct_peak < 95
+
+
+def test_a_grouped_gemm_on_the_h200_gets_the_flops_of_every_group():
+    """torch._grouped_mm: 16,384 bf16 tokens [M, K=2048] through 8 experts' [K, N=4096]: 2·M·K·N a step, about
+    740 TFLOP/s in its CUTLASS kernel, 75% of the bf16 peak."""
+    trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "grouped_mm.json.gz")
+    eff = efficiency(trace)
+    assert sum(e.flops for e in eff.values()) == len(trace.steps) * 2 * 16384 * 2048 * 4096
+    main = max(eff.values(), key=lambda e: e.us)
+    assert main.peak_tflops == 989.0 and 65 < main.pct_peak < 85
 
 
 def test_shapes_that_do_not_fit_give_no_flops():
