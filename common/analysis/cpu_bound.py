@@ -62,7 +62,8 @@ def cpu_verdict(trace: Trace) -> str:
     the step's CPU time, else overhead-bound; either names the busiest op, its share and, where the suite wrote
     the step's FLOPs, its GFLOP/s (a 64 matmul's aten::mm runs at a tenth of a 1024 one's rate here)."""
     cpu = trace.per_step(lambda s: s.region_us)
-    per = "in the one recording (no ProfilerStep#N)" if trace.whole_trace else "per step"
+    per = ("in the one recording (no ProfilerStep#N)" if trace.whole_trace
+           else "per iteration" if trace.cpu_source == "iteration" else "per step")  # fmt: skip
     spent = f"{human_time(cpu)} of CPU {per}" if cpu else f"no CPU time {per}"
     try:  # the ops' spans are read again from the file: the reader keeps only their starts and names
         ops = _cpu_ops(trace) if cpu else []

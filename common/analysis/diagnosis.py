@@ -791,10 +791,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         line = (f"no bound: the median step's window is {human_time(m.span)} (its events carry no duration), so "
                 "nothing says where its time went")  # fmt: skip
         return Diagnosis("—", line, budgets, [], m, {})
+    unit = {"iteration": "iteration", "window": "window"}.get(trace.cpu_source, "step")  # never "step" for either
     where = (
-        f"the {human_time(m.span)} step"
+        f"the {human_time(m.span)} {unit}"
         if m.window == "step"
-        else (f"the step's {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
+        else (f"the {unit}'s {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
     )
     launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
     longest_gaps = _longest(budgets, GAPS_SHOWN)

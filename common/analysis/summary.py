@@ -12,7 +12,8 @@ folder without traces is skipped with a notice (no traces at all is an error). A
 read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
 exit status is 2 only when none could be read. Several traces are read in parallel, a process per
 usable core, with the same output. A trace without profiler steps (a bare `with profile()`) is
-summarised as one step over the whole trace, and a note says so. One event (or run of whitespace)
+split into iterations where its top-level labels repeat (torch's own `Optimizer.step#…` among them),
+else summarised as one window; a note says which. One event (or run of whitespace)
 larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded
 whatever a file holds. The baseline
 of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per

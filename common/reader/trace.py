@@ -72,6 +72,7 @@ CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) i
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
     "region": "the record_function label named by --region",
     "step": "the ProfilerStep#N span",  # a trace the suite did not write
+    "iteration": "an iteration's span (no ProfilerStep#N: from one end of its repeated labels to the next)",
     "window": "the whole profiled window",  # ... without steps
 }
 
@@ -544,6 +545,7 @@ class _Collector:
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -616,8 +618,10 @@ class _Collector:
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
         self.shapes[ext] = op
 
-    def steps(self, path: Path | str) -> tuple[list[Step], bool]:
-        """The ProfilerStep#N steps in time order, or one step over the whole trace if it has none (True)."""
+    def steps(self, path: Path | str, find_iterations: bool = True) -> tuple[list[Step], bool]:
+        """The ProfilerStep#N steps in time order; else the iterations its repeated labels give (`iterations`),
+        where `find_iterations`; else one step over the whole trace (True). A trace the suite wrote is not searched:
+        the harness checks it per call of its own label."""
         steps = sorted(
             (Step(int(m.group(1)), ts, dur) for name, ts, dur, _ in self.annotations if (m := STEP_NAME.match(name))),
             key=lambda s: s.start_us,
@@ -631,7 +635,40 @@ class _Collector:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
             raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
         start = min(s for s, _ in spans)
+        found = self.iterations(start) if find_iterations else None
+        if found:
+            return found, False
         return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def iterations(self, start: float) -> list[Step] | None:
+        """The iterations of a trace without ProfilerStep#N, where its top-level labels repeat: on the thread with
+        the most labels, the sequence of labels not nested in another (torch's own `Optimizer.step#AdamW.step` and
+        `Optimizer.zero_grad#…` count, compiler labels do not) that is one pattern two or more times over. Iteration
+        k runs from the end of the pattern's last label in iteration k-1 (the first: from the trace's start) to its
+        end in iteration k, so what runs between two (a DataLoader's next batch) is in an iteration. None where no
+        pattern repeats: the trace stays one window. The pattern's last label is kept in `self.iteration_mark`."""
+        self.iteration_mark = None
+        by_tid: dict[object, list[tuple[float, float, str]]] = {}
+        for name, ts, dur, tid in self.annotations:
+            if not name.startswith(COMPILER_LABELS):
+                by_tid.setdefault(tid, []).append((ts, -dur, name))
+        if not by_tid:
+            return None
+        labels = sorted(max(by_tid.values(), key=len))
+        top, last_end = [], -math.inf
+        for ts, neg_dur, name in labels:
+            if ts >= last_end:  # not nested in the label before it
+                top.append((ts, ts - neg_dur, name))
+                last_end = ts - neg_dur
+        names = [name for _, _, name in top]
+        period = next((p for p in range(1, len(names) // 2 + 1)
+                       if len(names) % p == 0 and names == names[:p] * (len(names) // p)), None)  # fmt: skip
+        if period is None:
+            return None
+        ends = [end for _, end, _ in top[period - 1 :: period]]
+        self.iteration_mark = names[period - 1]
+        bounds = [start, *ends]
+        return [Step(k + 1, bounds[k], bounds[k + 1] - bounds[k]) for k in range(len(ends))]
 
     def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str], list[float]]:
         """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
@@ -742,18 +779,24 @@ class _Collector:
         """Split the collected events into profiler steps (one step over the whole trace if it has none). The CPU
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
-        steps, whole = self.steps(path)
-        notes = []
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+        self.iteration_mark = None
+        steps, whole = self.steps(path, find_iterations=not meta)  # the suite's own: per call of its label
+        notes = []
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
         if whole:
-            notes.append("no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step")
+            notes.append("no ProfilerStep#N events (no schedule?) and no repeated labels: the whole trace is "
+                         "summarised as one window, its figures per window")  # fmt: skip
+        elif self.iteration_mark is not None:
+            notes.append(f"no ProfilerStep#N events (no schedule?): {len(steps)} iterations found by their "
+                         f"repeated labels, each ending with {self.iteration_mark!r}; the figures are per "
+                         "iteration")  # fmt: skip
         if label:
             cpu = "region" if region else "suite"
             outer, parent = self.spans_of(label), label
         else:
-            cpu = "window" if whole else "step"
+            cpu = "window" if whole else "iteration" if self.iteration_mark is not None else "step"
             parent, outer = self.outline(steps, whole)
             for step in steps:
                 step.region_us = step.dur_us

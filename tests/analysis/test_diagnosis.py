@@ -196,7 +196,8 @@ def test_a_bare_trace_s_end_syncs_are_not_a_sync_inside_the_step(name):
     """A bare `with profile()` ends with the user's torch.cuda.synchronize() and then the profiler's own, both
     after the last launch: only the last was left out, so the other read as "host-device sync inside the step"."""
     trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / f"{name}.json.gz")
-    assert [s[0] for s in trace.steps[-1].syncs][-2:] == ["cudaDeviceSynchronize"] * 2
+    if trace.whole_trace:  # bare_train_loop's iterations end before them: they are in no iteration at all
+        assert [s[0] for s in trace.steps[-1].syncs][-2:] == ["cudaDeviceSynchronize"] * 2
     assert "host-device sync inside the step" not in [r.name for r in diagnose(trace).rules]
 
 

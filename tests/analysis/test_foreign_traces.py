@@ -22,6 +22,12 @@ from common.reader.trace import Trace, parse, read_trace
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 
 
+ONE_WINDOW = (
+    "no ProfilerStep#N events (no schedule?) and no repeated labels: the whole trace is summarised as one window, its "
+    "figures per window"
+)
+
+
 def foreign(name: str) -> Trace:
     return read_trace(FOREIGN / f"{name}.json.gz")
 
@@ -107,7 +113,7 @@ def test_a_bare_profile_on_the_cpu_is_one_step_over_the_whole_trace(tmp_path):
     assert trace.whole_trace and len(trace.steps) == 1 and trace.label is None
     assert trace.steps[0].cpu_ops["aten::mm"] == 1 and trace.steps[0].cpu_ops["aten::add"] == 1
     assert trace.steps[0].region_us == trace.steps[0].dur_us > 0
-    assert trace.notes == ["no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step"]
+    assert trace.notes == [ONE_WINDOW]
     assert trace.cpu_what == "the whole profiled window"
 
 
@@ -133,7 +139,7 @@ def test_a_bare_profile_on_the_h200_counts_its_kernels_and_launches():
 
 def test_the_summary_of_a_bare_profile_says_it_is_one_step(tmp_path, capsys):
     code, out, _ = command(summary_main, capsys, FOREIGN / "bare_profile.json.gz")
-    assert code == 0 and "no ProfilerStep#N events (no schedule?): the whole trace is summarised as one step" in out
+    assert code == 0 and ONE_WINDOW in " ".join(out.split())
 
 
 # 3. CUDA graphs
@@ -430,3 +436,51 @@ def test_a_name_with_a_lone_surrogate_prints_escaped(tmp_path, capsys):
 
 def test_a_figure_of_16_digits_or_more_is_shown_with_its_exponent_and_infinity_as_a_sign():
     assert (num(1e308, 4), num(123456.0, 4), num(float("inf")), num(float("-inf"))) == ("1e+308", "123456", "∞", "−∞")
+
+
+def test_a_bare_training_loop_is_read_as_its_four_iterations():
+    """`with profile()` around four iterations, no schedule: torch's own Optimizer labels repeat four times, so
+    the figures are per iteration, not the four's sum in one "step" (issue 30 item 4)."""
+    trace = foreign("bare_train_loop")
+    assert not trace.whole_trace and [s.number for s in trace.steps] == [1, 2, 3, 4]
+    assert trace.cpu_source == "iteration"
+    assert trace.notes == [
+        "no ProfilerStep#N events (no schedule?): 4 iterations found by their repeated labels, each ending with "
+        "'Optimizer.zero_grad#AdamW.zero_grad'; the figures are per iteration"
+    ]
+    assert len({s.cpu_ops["aten::addmm"] for s in trace.steps}) == 1  # the same forward in each
+    assert len({s.launches for s in trace.steps[1:]}) == 1 and trace.steps[1].launches > 0
+    for before, after in zip(trace.steps, trace.steps[1:], strict=False):
+        assert before.start_us + before.dur_us == after.start_us  # they tile the loop
+
+
+def _labelled(names: list[str]) -> dict:
+    """A bare trace (no ProfilerStep) whose top-level labels are `names`, 100 µs apart, a kernel launched in each."""
+    events = []
+    for i, name in enumerate(names):
+        t = 100.0 * i
+        events += [
+            ev("user_annotation", name, t + 10, 60),
+            ev("cpu_op", "aten::mm", t + 20, 30),
+            ev("cuda_runtime", "cudaLaunchKernel", t + 25, 5, correlation=i),
+            ev("kernel", "void gemm_kernel<float>(int)", t + 40, 20, tid=7, correlation=i),
+        ]
+    return {"traceEvents": events}
+
+
+@pytest.mark.parametrize(
+    ("names", "iterations"),
+    [
+        (["train_step"] * 3, 3),
+        (["forward", "backward", "optimizer"] * 2, 2),
+        (["forward", "backward", "forward"], None),  # no pattern repeats whole: one window
+        (["train_step"], None),
+    ],
+)
+def test_iterations_are_found_where_the_top_level_labels_repeat_a_pattern(names, iterations):
+    trace = parse(_labelled(names))
+    if iterations is None:
+        assert trace.whole_trace and len(trace.steps) == 1 and trace.cpu_source == "window"
+    else:
+        assert not trace.whole_trace and len(trace.steps) == iterations
+        assert [len(s.kernels) for s in trace.steps] == [len(names) // iterations] * iterations

@@ -234,12 +234,13 @@ def test_the_summary_and_the_diff_start_without_torch():
     assert done.returncode == 0, done.stderr
 
 
-def test_help_says_unreadable_files_are_skipped_and_a_trace_without_steps_is_one_step(capsys):
+def test_help_says_unreadable_files_are_skipped_and_how_a_trace_without_steps_is_read(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "stops the run" not in text
-    assert "exit status is 2 only when none could be read" in text and "one step over the whole trace" in text
+    assert "exit status is 2 only when none could be read" in text
+    assert "split into iterations where its top-level labels repeat" in text and "else summarised as one window" in text
 
 
 def test_shortened_names_keep_the_words_that_tell_the_rows_apart(capsys):
