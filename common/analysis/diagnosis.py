@@ -471,6 +471,14 @@ def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
     )
 
 
+def _counted(part: int, whole: int, steps: int, what: str) -> str:
+    """'35 of 38 kernels per step' where both divide by the steps, else '106 of 114 kernels over the 3 steps': a
+    count of kernels is whole, never '35.3 of 38'."""
+    if steps > 1 and (part % steps or whole % steps):
+        return f"{part} of {whole} {what} over the {steps} steps"
+    return f"{part // max(steps, 1)} of {whole // max(steps, 1)} {what} per step"
+
+
 def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     kernels, short = scan.launched, scan.short
     if not kernels or len(short) < SHORT_KERNELS * kernels:
@@ -481,9 +489,8 @@ def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     return Rule(
         "kernels shorter than their launch",
         [
-            f"{num(len(short) / n)} of {num(kernels / n)} kernels per step run for less time than their "
-            f"launch call takes on the CPU (median {human_time(median_kernel)} on the GPU against "
-            f"{human_time(median_launch)} to launch)"
+            f"{_counted(len(short), kernels, n, 'kernels')} run for less time than their launch call takes on the CPU "
+            f"(median {human_time(median_kernel)} on the GPU against {human_time(median_launch)} to launch)"
         ],
         'fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
         "or a larger batch",

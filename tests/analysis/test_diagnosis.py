@@ -527,3 +527,12 @@ def test_gemms_far_from_peak_give_the_share_of_peak_as_the_table_does():
     [rule] = [r for r in diagnose(fixture("01_matmul_add", "64_bf16_cold_eager")).rules if "far from peak" in r.name]
     assert "0% of peak" not in "\n".join(rule.evidence), rule.evidence
     assert re.search(r"TFLOP/s, 0\.0\d+% of peak", rule.evidence[0]), rule.evidence
+
+
+def test_a_count_of_kernels_is_whole_per_step_or_over_the_steps():
+    """Never '35.3 of 38 kernels per step' (issue 30 item 9): where the steps' counts differ, the totals."""
+    from common.analysis.diagnosis import _counted
+
+    assert _counted(70, 76, 2, "kernels") == "35 of 38 kernels per step"
+    assert _counted(106, 114, 3, "kernels") == "106 of 114 kernels over the 3 steps"
+    assert _counted(5, 7, 1, "kernels") == "5 of 7 kernels per step"
