@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-import operator
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak, rate
 from common.reader.naming import kernel_family
 from common.reader.roofline import ShapedOp, op_flops
-from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, no_gc
+from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, median_index, no_gc
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -252,12 +251,12 @@ class Diagnosis:
 
 
 def _median_budget(budgets: list[Budget]) -> Budget | None:
+    """The budget of the median step: the step whose span is the median (the later of the two middle ones for an
+    even count: median_index), its own figures whole. Medians taken figure by figure came from different steps,
+    so they did not add up to the span, and of two steps they were the mean, which describes neither."""
     if not budgets:
         return None
-    names = ("span", "busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
-    windows = {b.window for b in budgets}
-    return Budget(**{n: statistics.median(list(map(operator.attrgetter(n), budgets))) for n in names},
-                  window="gpu" if "gpu" in windows else "step")  # fmt: skip
+    return budgets[median_index([b.span for b in budgets])]
 
 
 def _pct(value: float) -> str:

@@ -3,12 +3,11 @@ and the rates the script's recorded FLOPs and bytes give. No printing: the comma
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from common.analysis.tables import num
 from common.physics import Work, achieved, find_peak
-from common.reader.trace import Trace
+from common.reader.trace import Trace, median_index
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
     "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
@@ -81,12 +80,12 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
 
 
 def median_launch_apis(trace: Trace) -> dict[str, float]:
-    """Launch API -> launches per step, in the step whose launch count is the median (the mean of the two middle
-    steps for an even count), so the APIs add up to the median of `launches` exactly."""
-    ranked = sorted(trace.steps, key=lambda s: s.launches)
-    middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
-    apis = sum((s.launch_apis() for s in middle), Counter())
-    return {api: n / len(middle) for api, n in apis.items()}
+    """Launch API -> launches per step, in the step whose launch count is the median (of an even count the later
+    of the two middle steps, as Trace.per_step takes it), so the APIs add up to the median of `launches` exactly."""
+    if not trace.steps:
+        return {}
+    step = trace.steps[median_index([s.launches for s in trace.steps])]
+    return dict(step.launch_apis())
 
 
 def with_ratios(rows: list[Row], baseline: Row) -> list[Row]:

@@ -57,12 +57,12 @@ def row_of(out: str, name: str) -> list[str]:
 def test_a_gpu_row_has_per_step_medians_launches_and_rates():
     row = summarize(parse(gpu_trace_data("a")))
     assert row.name == "04_x/a" and row.steps == 2 and row.on == "GPU"
-    assert row.kernels == 1.5  # median of 2 and 1 kernels
-    assert row.gpu_us == (47 + 31) / 2 and row.cpu_us == (80 + 40) / 2
-    assert row.launches == 1.5  # step 2: cudaLaunchKernel + cuLaunchKernelEx, step 3: cudaLaunchKernel
-    assert row.calls == {"occ. queries": 0.5, "memcpy": 0.5, "memset": 0.5}
-    assert row.launch_apis == {"cudaLaunchKernel": 1, "cuLaunchKernelEx": 0.5}  # adds up to the 1.5 launches
-    assert row.tflops == pytest.approx(312e6 / 39e-6 / 1e12)
+    # of 2 steps, the later one's own figures (step 3), never their mean (1.5 kernels, which no step had)
+    assert row.kernels == 1 and row.gpu_us == 31 and row.cpu_us == 40
+    assert row.launches == 1  # step 2: cudaLaunchKernel + cuLaunchKernelEx, step 3: cudaLaunchKernel
+    assert row.calls == {"occ. queries": 0, "memcpy": 0, "memset": 1}
+    assert row.launch_apis == {"cudaLaunchKernel": 1}  # the same step's: adds up to its launches
+    assert row.tflops == pytest.approx(312e6 / 31e-6 / 1e12)
     assert row.pct_flops == pytest.approx(100 * row.tflops / 312)  # the A100-SXM4-80GB bf16 peak
     assert row.pct_bytes == pytest.approx(100 * row.gbps / 2039)
 
@@ -95,9 +95,9 @@ def test_text_table_has_one_row_per_trace_and_dashes_for_gpu_figures_on_cpu(trac
     assert code == 0 and err == ""
     assert "baseline 04_x/b_slow (the slowest; --baseline picks another)" in out
     cpu = row_of(out, "01_x/8_bf16_cold_eager")
-    assert cpu[1:5] == ["—", "—", "70.0", "µs"] and cpu[-1] == "1.17"  # a CPU row: its CPU time against the baseline's
+    assert cpu[1:5] == ["—", "—", "70.0", "µs"] and cpu[-1] == "1.75"  # a CPU row: its CPU time against the baseline's
     fast = row_of(out, "04_x/a_fast")
-    assert fast[1:8] == ["1.5", "39.0", "µs", "60.0", "µs", "1.5", "0.5"] and fast[-1] == "0.500"
+    assert fast[1:8] == ["1", "31.0", "µs", "40.0", "µs", "1", "0"] and fast[-1] == "0.500"  # step 3's own
     assert "Top 5 GPU work of 04_x/a_fast" in out and "ampere_sgemm_64x64_nn<…>" in out
     assert "No GPU lane (CPU runs), so no kernels to list: 01_x/8_bf16_cold_eager" in out
 
@@ -112,7 +112,7 @@ def test_baseline_ratios_against_a_tag_or_a_path(traces, capsys):
 
 def test_a_cpu_baseline_gives_no_gpu_ratio(traces, capsys):
     _, out, _ = summary(capsys, traces, "--baseline", "01_x/8_bf16_cold_eager", "--wide")
-    assert row_of(out, "04_x/a_fast")[-2:] == ["—", "0.857"]
+    assert row_of(out, "04_x/a_fast")[-2:] == ["—", "0.571"]  # 40 µs of CPU against 70
 
 
 def test_an_ambiguous_or_unknown_baseline_is_one_error_line(traces, capsys):
@@ -125,7 +125,7 @@ def test_markdown_output_is_pipe_tables(traces, capsys):
     code, out, _ = summary(capsys, traces / "04_x", "--markdown", "--top", "1")
     assert code == 0 and "### Per-step summary of 2 trace(s)" in out
     assert "| trace | kernels | GPU busy | CPU | launches | memcpy | peak MB | TFLOP/s | %peak | ×base |" in out
-    assert "| 04_x/b_slow | 1.5 | 78.0 µs | 60.0 µs | 1.5 | 0.5 | — |" in out
+    assert "| 04_x/b_slow | 1 | 62.0 µs | 40.0 µs | 1 | 0 | — |" in out
     assert (
         "| --- | ---: |" in out
         and "| 70.0 | 1 | 89.7 | gemm | — | — | — | — | — | — | ampere_sgemm_64x64_nn<…> |" in out
