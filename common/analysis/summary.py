@@ -616,6 +616,16 @@ def cpu_line(traces: list[Digest]) -> str:
     return f"CPU = {'; '.join(parts)}."
 
 
+def launch_names(rows: list[Row]) -> str:
+    """The launch calls the legend names: the two the traces use most (ROCm's hipLaunchKernel on a ROCm trace),
+    cudaLaunchKernel and cuLaunchKernelEx where no trace launched any."""
+    used: Counter = Counter()
+    for row in rows:
+        used.update(row.launch_apis)
+    names = [name for name, n in used.most_common(2) if n > 0]
+    return ", ".join(printable(n, newlines=False) for n in names) if names else "cudaLaunchKernel, cuLaunchKernelEx"
+
+
 def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argparse.Namespace) -> str:
     """The whole report: the summary table and its legend, per-step tables, then each trace's top kernels."""
     heading = (lambda s: f"### {s}") if args.markdown else (lambda s: "\n".join(textwrap.wrap(s, TEXT_WIDTH)))  # noqa: E731
@@ -624,7 +634,7 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
     legend = (
         "Per step = median over the profiled steps. GPU busy = the time at least one stream runs a kernel, "
         "memcpy or memset (their union over streams, not wall); CPU = the span the line above names. "
-        "launches = kernel launches (cudaLaunchKernel, cuLaunchKernelEx, ...). "
+        f"launches = kernel launches ({launch_names(rows)}, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace); %peak only on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "

@@ -337,3 +337,18 @@ def test_the_plot_legend_says_gpu_busy_is_the_union_over_streams(traces, capsys,
 def test_a_cpu_only_plot_has_no_gpu_legend_entry(traces, capsys, monkeypatch):
     cpu = traces / "01_x" / "8_bf16_cold_eager.json"
     assert plot_labels(monkeypatch, capsys, cpu, "--plot", traces / "p.png") == ["CPU (annotated region)"]
+
+
+def test_a_rocm_trace_s_legend_names_the_hip_launch_calls(tmp_path, capsys):
+    """ROCm traces were described with CUDA's API names (issue 30 item 5): the legend names the calls the traces
+    made, cudaLaunchKernel's only where they made it."""
+    data = tiny_gpu_trace()
+    for e in data["traceEvents"]:
+        if e.get("name") in ("cudaLaunchKernel", "cuLaunchKernelEx"):
+            e["name"] = "hipLaunchKernel" if e["name"] == "cudaLaunchKernel" else "hipExtModuleLaunchKernel"
+    path = tmp_path / "rocm.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = command(main, capsys, path)
+    text = " ".join(out.split())
+    assert code == 0 and "launches = kernel launches (hipLaunchKernel, ...)" in text  # the median step's calls
+    assert "cudaLaunchKernel" not in text
