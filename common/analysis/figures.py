@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.analysis.tables import num
-from common.physics import Work, achieved, find_peak
-from common.reader.trace import Trace, median_index
+from common.physics import Work, achieved, find_peak, rate
+from common.reader.roofline import op_flops
+from common.reader.trace import Trace, median_index, median_of
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
     "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
@@ -76,7 +77,31 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
         got = achieved(Work(flops, nbytes), us * 1e-6, peak, str(trace.meta.get("dtype", "bf16")))
         row.on, row.tflops, row.gbps = on, got.tflops, got.gbps
         row.pct_flops, row.pct_bytes = got.pct_flops, got.pct_bytes
+    elif us and on == "GPU" and not trace.meta and (shaped := shaped_flops(trace)):
+        per_s = rate(shaped, us * 1e-6)  # no %peak: its ops may run in several precisions (each kernel's own
+        row.on, row.tflops = on, per_s / 1e12 if per_s is not None else None  # is in the top-kernels table)
     return row
+
+
+def shaped_flops(trace: Trace) -> float | None:
+    """The FLOPs per step (the median step's) of a trace's GEMM and attention ops whose shapes record_shapes wrote
+    and whose kernels ran in the step (common.reader.roofline); None where it has none: what a trace the suite did
+    not write gives the TFLOP/s column."""
+    shapes = trace.shapes
+    if not shapes:
+        return None
+    known: dict[int, float] = {}
+    per_step = []
+    for step in trace.steps:
+        ids = {op.external for op in step.gpu if op.category == "kernel" and op.external in shapes}
+        total = 0.0
+        for ext in ids:
+            shaped = shapes[ext]
+            if id(shaped) not in known:
+                known[id(shaped)] = op_flops(shaped) or 0.0
+            total += known[id(shaped)]
+        per_step.append(total)
+    return median_of(per_step) if any(per_step) else None
 
 
 def median_launch_apis(trace: Trace) -> dict[str, float]:

@@ -415,3 +415,17 @@ def test_real_gemms_on_two_streams_at_once_give_busy_below_their_sum_by_their_ov
         assert len(step.streams) == 2 and step.stream_overlap_us > 100  # H200: about 315 µs of each step
         assert step.gpu_busy_us == pytest.approx(step.gpu_sum_us - step.stream_overlap_us, abs=1e-3)
         assert step.gpu_busy_us < step.dur_us < step.gpu_sum_us  # the sum would exceed the step itself
+
+
+def test_a_foreign_trace_with_record_shapes_fills_the_tflops_column_from_its_shaped_ops():
+    """Issue 30 item 7: a trace the suite did not write has no `suite` FLOPs; its shaped GEMMs give them. The H200
+    FP8 fixture runs an FP8 and a bf16 GEMM at 8192³ a step: 2 · 2·8192³ FLOPs over its 2.12 ms of GPU busy."""
+    from common.analysis.figures import shaped_flops, summarize
+    from common.reader.trace import read_trace
+
+    trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "fp8_scaled_mm.json.gz")
+    assert shaped_flops(trace) == 2 * 2 * 8192**3
+    row = summarize(trace)
+    assert row.on == "GPU" and row.tflops == pytest.approx(2 * 2 * 8192**3 / (row.gpu_us * 1e-6) / 1e12)
+    assert 900 < row.tflops < 1200 and row.pct_flops is None
+    assert shaped_flops(read_trace(ROOT / "tests" / "fixtures" / "foreign" / "train_step.json.gz")) is None
