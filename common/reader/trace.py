@@ -210,7 +210,7 @@ def gpu_op(event: Event, args: Args | None) -> GpuOp:
         _number(args.occupancy),
         _number(event.ts),
         _id(event.tid),
-        _id(args.external),
+        _id(args.external if args.external is not None else args.external_2021),
     )
 
 
@@ -229,7 +229,7 @@ def typed_gpu_op(event: Event, args: GpuArgs, dims: dict[tuple, tuple]) -> GpuOp
         args.occupancy,
         _number(event.ts),
         _id(event.tid),
-        args.external,
+        args.external if args.external is not None else args.external_2021,
     )
 
 

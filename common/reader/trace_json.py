@@ -76,6 +76,7 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "shared_memory": "shared memory",
     "occupancy": "est. achieved occupancy %",
     "external": "External id",  # ties a cpu_op to the kernels it launched (record_shapes' ops to their kernels)
+    "external_2021": "external id",  # the same on a GPU event of 2021's Kineto (torch 1.8-1.9), in lower case
 }
 # The args of GPU work and of a launch, each entry typed as the reader keeps it (an id an int or text, dims whole
 # numbers, counts whole, a figure a float). Where every entry has its type (a trace as torch writes it) msgspec's
@@ -89,6 +90,7 @@ GPU_ARGS = [
     ("shared_memory", int | None),
     ("occupancy", float | None),
     ("external", int | str | None),
+    ("external_2021", int | str | None),
 ]
 LAUNCH_ARGS = [("correlation", int | str | None)]
 # Entries of a GEMM's or attention op's args kept undecoded (msgspec.Raw: a reference into the block, decoded by

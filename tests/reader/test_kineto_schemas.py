@@ -148,3 +148,18 @@ def test_a_2023_trace_with_driver_launches_sync_events_and_distributed_info_read
     trace = read_trace(_write(tmp_path, "torch_2_1", _activity_type_era(driver=True)))
     assert all(len(s.kernels) == 1 and s.launches == 1 and s.gpu_busy_us == 40 for s in trace.steps)
     assert trace.rank == 0 and trace.distributed["world_size"] == 1
+
+
+def test_a_2021_trace_s_kernels_carry_their_op_s_id_in_lower_case_and_get_its_rate(tmp_path):
+    """2021's Kineto wrote a GPU event's op id as "external id" (the op's own is "External id"): read only the
+    latter, the shaped aten::mm of those traces got no FLOPs and no rate (issue 32)."""
+    from common.analysis.diagnosis import efficiency
+
+    data = _operator_era()
+    for event in data["traceEvents"]:
+        if event.get("name") == "aten::mm":
+            event["args"].update({"Input Dims": [[256, 512], [512, 128]], "Input type": ["float", "float"]})
+    trace = read_trace(_write(tmp_path, "tb_plugin_era", data))
+    assert [op.external for op in trace.steps[0].kernels] == [2]
+    (gemm,) = efficiency(trace, peak_tflops=15.7).values()
+    assert gemm.flops == 3 * 2 * 256 * 512 * 128 and gemm.us == 3 * 40 and gemm.pct_peak is not None

@@ -186,7 +186,7 @@ def test_args_msgspec_types_whole_give_what_the_loose_reading_gives_on_any_value
     typed_well = [1, 7, 2**70 + 1, None, "5", [], [1, 2, 3], [2**64]]  # each entry's type, for some key
     keys = list(trace_json.ARGS_FIELDS.values())
     events = []
-    for i in range(600):
+    for i in range(1200):
         good = i % 2 and [v for v in typed_well if not isinstance(v, list)] or values
         args = {key: rng.choice(good) for key in keys if rng.random() < 0.8}
         if i % 4 == 1:  # dims that type too
