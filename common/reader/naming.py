@@ -20,9 +20,9 @@ COMMUNICATION = (
     r"|\b(ep|deep_ep)::(inter|intra)node|\b(inter|intra)node::(dispatch|combine)"
 )
 GEMM = (
-    r"gemm|gemv|nvjet|cutlass|xmma|cublas|s16816|s1688|splitk|matmul|^(custom_)?cijk_|hipblaslt"
+    r"(?<!fb)gemm|gemv|nvjet|cutlass|xmma|cublas|s16816|s1688|splitk|matmul|^(custom_)?cijk_|hipblaslt"
     r"|(^|[^a-z0-9])bmm_|fused_moe_kernel"  # not a bare "e4m3": FP8 casts and quantizers carry Float8_e4m3fn too
-)
+)  # not "fbgemm": FBGEMM's embedding kernels name fbgemm_gpu::FixedDivisor in their arguments (its GEMMs: cutlass)
 FAMILIES: list[tuple[str, re.Pattern[str]]] = [
     ("communication", re.compile(COMMUNICATION, re.I)),
     ("attention", re.compile(r"flash|fmha|sdpa|attention|attn_fwd", re.I)),

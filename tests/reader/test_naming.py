@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.reader import naming
-from common.reader.naming import _HINT, _hints, short_name
+from common.reader.naming import _HINT, _hints, kernel_family, short_name
 
 NAMES = [
     "void at::native::elementwise_kernel<128, 4, Foo>(int, at::native::gpu_kernel_impl_nocast<"
@@ -41,3 +41,13 @@ def test_a_cut_name_keeps_the_kernel_not_its_namespaces():
     assert short_name(pool, 40) == "at::native::max_pool_backward_nchw<…>"
     assert short_name(pool, 30) == "max_pool_backward_nchw<…>"
     assert short_name(pool, 12) == "max_pool_ba…"
+
+
+def test_fbgemm_s_embedding_kernels_are_not_gemms_and_its_cutlass_gemms_are():
+    """FBGEMM's embedding kernels name `fbgemm_gpu::FixedDivisor` in their arguments: "gemm" in "fbgemm" made
+    them GEMMs (issue 32)."""
+    embedding = ("void fbgemm_gpu::batch_index_select_dim0_codegen_forward_kernel<float, float, long, 4L>("
+                 "at::PackedTensorAccessor64<float, 1ul>, fbgemm_gpu::FixedDivisor, int)")  # fmt: skip
+    assert kernel_family(embedding) != "gemm"
+    rowwise = "void cutlass::device_kernel<fbgemm_gpu::f8f8bf16_rowwise_kernel<cutlass::gemm::GemmUniversal<>>>(Params)"
+    assert kernel_family(rowwise) == "gemm"
