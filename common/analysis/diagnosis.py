@@ -268,15 +268,22 @@ def _pct(value: float) -> str:
 
 @dataclass
 class Efficiency:
-    """A kernel name's FLOPs per step and the rate its time gives, against the device's peak."""
+    """A kernel name's FLOPs and time over the steps, and the rate they give against the device's peak. The op's
+    main kernel (its longest) holds the op's FLOPs and the time of all its kernels: the op's rate. A helper kernel
+    of an op (`flash_bwd_convert_dq_kernel`, cuDNN's `dot(dO, O)`, `prepare_grouped_gemm_data`) holds no FLOPs
+    and no rate: `helper`, printed as such (it printed the whole op's rate, the FLOPs split by time)."""
 
     flops: float
     us: float
     peak_tflops: float | None
+    helper: bool = False
 
     @property
     def tflops(self) -> float | None:
-        """FLOPs per µs / 1e6; None where the time or the FLOPs are not a figure (0 µs, negative, 1e400)."""
+        """FLOPs per µs / 1e6; None for a helper, and where the time or the FLOPs are not a figure (0 µs, negative,
+        1e400)."""
+        if self.helper:
+            return None
         per_us = rate(self.flops, self.us)
         return per_us / 1e6 if per_us is not None else None
 
@@ -313,13 +320,17 @@ def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[st
             flops = known[id(shaped)] if id(shaped) in known else known.setdefault(id(shaped), op_flops(shaped))
             if not flops:
                 continue
-            total = sum(k.us for k in kernels)
+            main = max(kernels, key=lambda k: k.us) if len(kernels) > 1 else kernels[0]
             for k in kernels:
                 e = out.get((k.category, k.name))
                 if e is None:
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, kernel_roof(shaped, k.name, peak))
-                e.flops += flops * k.us / total if total > 0 else 0.0
-                e.us += k.us
+                if k is main:
+                    e.flops += flops
+                    e.us += sum(other.us for other in kernels) if len(kernels) > 1 else k.us
+                    e.helper = False
+                elif e.flops == 0:  # a helper wherever it ran (a kernel that was some op's main keeps its rate)
+                    e.helper = True
     return out
 
 

@@ -477,7 +477,12 @@ def kernel_cells(
     cells = []
     for k in stats:
         rate = rates.get((k.op.category, k.op.name))
-        shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH] if rates else []
+        if not rates:
+            shaped = []
+        elif rate and rate.helper:  # a helper kernel of an op: the op's rate is on its main kernel's row
+            shaped = ["helper", DASH]
+        else:
+            shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH]
         cells.append([
             f"{k.us_per_step:.1f}",
             f"{k.calls_per_step:g}",

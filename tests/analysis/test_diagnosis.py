@@ -536,3 +536,20 @@ def test_a_count_of_kernels_is_whole_per_step_or_over_the_steps():
     assert _counted(70, 76, 2, "kernels") == "35 of 38 kernels per step"
     assert _counted(106, 114, 3, "kernels") == "106 of 114 kernels over the 3 steps"
     assert _counted(5, 7, 1, "kernels") == "5 of 7 kernels per step"
+
+
+def test_an_op_s_helper_kernel_is_marked_helper_and_its_main_kernel_holds_the_op_s_rate(capsys):
+    """torch._grouped_mm launches prepare_grouped_gemm_data (1.7 µs) before its CUTLASS GEMM: the op's FLOPs split
+    by time gave the helper the GEMM's 737 TFLOP/s too (issue 32). The helper holds none; the GEMM holds the op's
+    FLOPs over both kernels' time."""
+    path = ROOT / "tests" / "fixtures" / "foreign" / "grouped_mm.json.gz"
+    trace = read_trace(path)
+    eff = {name: e for (_, name), e in efficiency(trace).items()}
+    (helper,) = [e for name, e in eff.items() if "prepare_grouped_gemm_data" in name]
+    (main,) = [e for name, e in eff.items() if "prepare_grouped_gemm_data" not in name]
+    assert helper.helper and helper.flops == 0 and helper.tflops is None
+    kernels = [op for s in trace.steps for op in s.kernels]
+    assert main.flops == 3 * 2 * 16384 * 2048 * 4096 and main.us == pytest.approx(sum(op.us for op in kernels))
+    code, out, _ = command(summary.main, capsys, path)
+    (row,) = [line for line in out.splitlines() if "prepare_grouped" in line]
+    assert code == 0 and " helper " in row
