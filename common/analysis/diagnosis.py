@@ -295,7 +295,7 @@ class Efficiency:
 
 def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str, str], Efficiency]:
     """(category, name) -> the FLOPs and time of that kernel's launches whose op has shapes (record_shapes; an op's
-    FLOPs shared among its kernels in proportion to their time), and the peak it is measured against: the
+    FLOPs on its main kernel, over all its kernels' time; its helpers none), and the peak it is measured against: the
     datasheet's for the trace's GPU, 16-bit or fp32 by the op's inputs; `peak_tflops` wins."""
     shapes = trace.shapes
     if not shapes:
