@@ -99,8 +99,8 @@ def print_unprofiled(b: UnprofiledTime, trace: Trace) -> None:
     lines.append(f"  {human_time(b.wall_s * 1e6)} wall per step sustained (median over {b.wall_calls} calls)")
     timed = step_seconds(trace)
     if timed:
-        ref = b.gpu_s if b.gpu_s is not None else b.wall_s
-        lines.append(f"  the profiler's {timed[1]}: {human_time(timed[0] * 1e6)} ({timed[0] / ref:.2f}x)")
+        ref, what = (b.gpu_s, "the CUDA-event time") if b.gpu_s is not None else (b.wall_s, "the unprofiled wall time")
+        lines.append(f"  the profiler's {timed[1]}: {human_time(timed[0] * 1e6)}, {timed[0] / ref:.2f}x {what} above")
     print("\n".join(lines))
 
 

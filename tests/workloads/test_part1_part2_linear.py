@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from helpers import CPU_DTYPE, load_script, run, trace_names, usage_error, written
 
@@ -78,6 +80,8 @@ def test_bench_prints_the_unprofiled_time_next_to_the_profiler_figure(tmp_path, 
     assert run("01_matmul_add", tmp_path, "--size", "8", "--bench") == 0
     out = capsys.readouterr().out
     assert "bench (no profiler):" in out and "s wall per step sustained" in out and "the profiler's CPU" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("  the profiler's ")]
+    assert re.search(r"s, \d+\.\d\dx the unprofiled wall time above$", line), line  # what the ratio is of
 
 
 @pytest.mark.parametrize(
