@@ -398,10 +398,12 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     if not calls:
         return None
     n = len(trace.steps)
-    listed = ", ".join(f"{name} {num(count / n)}" for name, count in calls.most_common())
-    evidence = [f"per step: {listed}, blocking the CPU {human_time(us / n)} in the sync calls"]
+    whole = all(c % n == 0 for c in (*calls.values(), *inside.values()))  # else totals: never "5.33 per step"
+    per, k = ("per step", n) if whole else (f"over the {n} steps", 1)
+    listed = ", ".join(f"{name} {count // k}" for name, count in calls.most_common())
+    evidence = [f"{per}: {listed}, blocking the CPU {human_time(us / k)} in the sync calls"]
     if inside:
-        ops = ", ".join(f"{name} {num(count / n)}" for name, count in inside.most_common(3))
+        ops = ", ".join(f"{name} {count // k}" for name, count in inside.most_common(3))
         reads = " (a tensor's value read on the CPU)" if any(name in SCALAR_READS for name in inside) else ""
         evidence.append(f"made inside: {ops}{reads}")
     return Rule(

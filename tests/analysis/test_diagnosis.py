@@ -553,3 +553,13 @@ def test_an_op_s_helper_kernel_is_marked_helper_and_its_main_kernel_holds_the_op
     code, out, _ = command(summary.main, capsys, path)
     (row,) = [line for line in out.splitlines() if "prepare_grouped" in line]
     assert code == 0 and " helper " in row
+
+
+def test_a_sync_in_one_step_of_two_is_counted_over_the_steps_not_as_half_a_call():
+    """The H200's 06 fp16 trace read "made inside: aten::_foreach_addcdiv_ 5.33" per step (issue 30 item 9)."""
+    from helpers import tiny_gpu_trace
+
+    data = tiny_gpu_trace()
+    data["traceEvents"].append(ev("cuda_runtime", "cudaStreamSynchronize", 60, 2, correlation=50))
+    (rule,) = [r for r in diagnose(parse(data)).rules if r.name == "host-device sync inside the step"]
+    assert rule.evidence[0].startswith("over the 2 steps: cudaStreamSynchronize 1, blocking the CPU 2.00 µs")
