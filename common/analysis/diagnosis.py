@@ -16,6 +16,7 @@ import functools
 import math
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -23,7 +24,7 @@ from common.analysis.cpu_bound import cpu_verdict
 from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak, rate
 from common.reader.naming import kernel_family
-from common.reader.roofline import ShapedOp, op_flops
+from common.reader.roofline import ShapedOp
 from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, median_index, no_gc
 from common.units import human_time
 
@@ -312,22 +313,21 @@ def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str
 
 def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str, str], Efficiency]:
     """efficiency's figures from `groups`: per step, External id -> the kernels with that id, in order."""
-    known: dict[int, float | None] = {}  # id(ShapedOp) -> its FLOPs: one per shape
     out: dict[tuple[str, str], Efficiency] = {}
     for by_op in groups:
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
-            flops = known[id(shaped)] if id(shaped) in known else known.setdefault(id(shaped), op_flops(shaped))
+            flops = shaped.flops
             if not flops:
                 continue
-            main = max(kernels, key=lambda k: k.us) if len(kernels) > 1 else kernels[0]
+            main = max(kernels, key=lambda k: k.us)
             for k in kernels:
                 e = out.get((k.category, k.name))
                 if e is None:
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, kernel_roof(shaped, k.name, peak))
                 if k is main:
                     e.flops += flops
-                    e.us += sum(other.us for other in kernels) if len(kernels) > 1 else k.us
+                    e.us += sum(other.us for other in kernels)
                     e.helper = False
                 elif e.flops == 0:  # a helper wherever it ran (a kernel that was some op's main keeps its rate)
                     e.helper = True
@@ -398,8 +398,7 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     if not calls:
         return None
     n = len(trace.steps)
-    whole = all(c % n == 0 for c in (*calls.values(), *inside.values()))  # else totals: never "5.33 per step"
-    per, k = ("per step", n) if whole else (f"over the {n} steps", 1)
+    per, k = _per((*calls.values(), *inside.values()), n)
     listed = ", ".join(f"{name} {count // k}" for name, count in calls.most_common())
     evidence = [f"{per}: {listed}, blocking the CPU {human_time(us / k)} in the sync calls"]
     if inside:
@@ -483,12 +482,18 @@ def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
     )
 
 
+def _per(counts: Iterable[int], steps: int) -> tuple[str, int]:
+    """How counts over `steps` steps are said: ("per step", steps) where every one divides by the steps, else
+    (f"over the {steps} steps", 1), the totals: a count of calls or kernels is whole, never '5.33 per step'."""
+    if steps > 1 and any(c % steps for c in counts):
+        return f"over the {steps} steps", 1
+    return "per step", max(steps, 1)
+
+
 def _counted(part: int, whole: int, steps: int, what: str) -> str:
-    """'35 of 38 kernels per step' where both divide by the steps, else '106 of 114 kernels over the 3 steps': a
-    count of kernels is whole, never '35.3 of 38'."""
-    if steps > 1 and (part % steps or whole % steps):
-        return f"{part} of {whole} {what} over the {steps} steps"
-    return f"{part // max(steps, 1)} of {whole // max(steps, 1)} {what} per step"
+    """'35 of 38 kernels per step', or '106 of 114 kernels over the 3 steps' (_per)."""
+    per, k = _per((part, whole), steps)
+    return f"{part // k} of {whole // k} {what} {per}"
 
 
 def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:

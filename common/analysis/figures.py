@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from common.analysis.tables import num
 from common.physics import Work, achieved, find_peak, rate
-from common.reader.roofline import op_flops
 from common.reader.trace import Trace, median_index, median_of
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
@@ -90,17 +89,10 @@ def shaped_flops(trace: Trace) -> float | None:
     shapes = trace.shapes
     if not shapes:
         return None
-    known: dict[int, float] = {}
     per_step = []
     for step in trace.steps:
         ids = {op.external for op in step.gpu if op.category == "kernel" and op.external in shapes}
-        total = 0.0
-        for ext in ids:
-            shaped = shapes[ext]
-            if id(shaped) not in known:
-                known[id(shaped)] = op_flops(shaped) or 0.0
-            total += known[id(shaped)]
-        per_step.append(total)
+        per_step.append(sum(shapes[ext].flops or 0.0 for ext in ids))
     return median_of(per_step) if any(per_step) else None
 
 

@@ -9,6 +9,7 @@ works on any trace with record_shapes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -56,10 +57,10 @@ class ShapedOp:
         first = next((t for t in types if isinstance(t, str) and t and t != "Scalar"), "")
         return "fp8" if "Float8" in first else "fp32" if first in ("float", "double") else "16bit"
 
-    @property
-    def fp32(self) -> bool:
-        """Its tensors are fp32 (so the fp32 or TF32 peak applies), not 16-bit."""
-        return self.precision == "fp32"
+    @functools.cached_property
+    def flops(self) -> float | None:
+        """op_flops of this op, once: the reader keeps one ShapedOp per distinct shape, met every step."""
+        return op_flops(self)
 
 
 def _shape(value: object) -> tuple[int, ...] | None:

@@ -794,7 +794,6 @@ class _Collector:
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
-        self.iteration_mark = None
         steps, whole = self.steps(path, find_iterations=not meta)  # the suite's own: per call of its label
         notes = []
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
