@@ -398,13 +398,14 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     if not calls:
         return None
     n = len(trace.steps)
-    per, k = _per((*calls.values(), *inside.values()), n)
+    per, k = _per(calls.values(), n)
     listed = ", ".join(f"{name} {count // k}" for name, count in calls.most_common())
     evidence = [f"{per}: {listed}, blocking the CPU {human_time(us / k)} in the sync calls"]
-    if inside:
+    if inside:  # counted apart: which op a sync falls in is the run's timing, one step's can differ from another's
+        per_op, k = _per(inside.values(), n)
         ops = ", ".join(f"{name} {count // k}" for name, count in inside.most_common(3))
         reads = " (a tensor's value read on the CPU)" if any(name in SCALAR_READS for name in inside) else ""
-        evidence.append(f"made inside: {ops}{reads}")
+        evidence.append(f"made inside{'' if per_op == per else f' ({per_op})'}: {ops}{reads}")
     return Rule(
         "host-device sync inside the step",
         evidence,

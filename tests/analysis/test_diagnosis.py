@@ -13,8 +13,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis import diff, summary
 from common.analysis.diagnosis import budget, diagnose, efficiency, verdict_lines
-from common.reader.roofline import ShapedOp, op_flops
 from common.reader.trace import GpuOp, parse, read_trace
+from common.reader.roofline import ShapedOp, op_flops
 
 
 def fixture(script: str, tag: str):
@@ -563,3 +563,18 @@ def test_a_sync_in_one_step_of_two_is_counted_over_the_steps_not_as_half_a_call(
     data["traceEvents"].append(ev("cuda_runtime", "cudaStreamSynchronize", 60, 2, correlation=50))
     (rule,) = [r for r in diagnose(parse(data)).rules if r.name == "host-device sync inside the step"]
     assert rule.evidence[0].startswith("over the 2 steps: cudaStreamSynchronize 1, blocking the CPU 2.00 µs")
+
+
+def test_syncs_made_inside_different_ops_in_each_step_are_still_counted_per_step():
+    """One sync a step is 'per step: ... 1' even where the op it falls in differs between steps (the run's timing:
+    CI's load moved a sync from one op to the next); only the ops' line is counted over the steps."""
+    from helpers import tiny_gpu_trace
+
+    data = tiny_gpu_trace()
+    data["traceEvents"] += [
+        ev("cuda_runtime", "cudaStreamSynchronize", 55, 1, correlation=50),  # inside aten::add
+        ev("cuda_runtime", "cudaStreamSynchronize", 116, 1, correlation=51),  # inside aten::mm
+    ]
+    (rule,) = [r for r in diagnose(parse(data)).rules if r.name == "host-device sync inside the step"]
+    assert rule.evidence[0].startswith("per step: cudaStreamSynchronize 1, blocking the CPU 1.00 µs")
+    assert rule.evidence[1] == "made inside (over the 2 steps): aten::add 1, aten::mm 1"
