@@ -9,7 +9,7 @@ and a gzip (about 1.5 MB) of 1.5 GB of whitespace after the same opening (`bomb.
 kB of small values the reader keeps nothing of (memory amplification): 20M `[]` as elements of traceEvents
 (`arrays.json.gz`), a top-level entry before the events holding 15M `{}` (`header.json.gz`), one after them
 (`tail.json.gz`), and that header entry followed by the 20M `[]` (`both.json.gz`). Each is read by
-`common.reader.trace.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
+`common.reader.build.read_trace` in a fresh subprocess (benchmarks/subproc.py: wall time and peak RSS from os.wait4), in
 this checkout and, with --before, in the `common/` of commit REV (exported with git archive), each with msgspec
 and without it (`sys.modules["msgspec"] = None`, the fallback path). Prints one row per file, reader and path:
 peak RSS, wall time, and the one line the reader refused the file with.
@@ -44,7 +44,7 @@ READ = """
 import sys
 if sys.argv[2] == "stdlib":
     sys.modules["msgspec"] = None
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 try:
     read_trace(sys.argv[1])
     print("read")

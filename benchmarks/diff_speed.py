@@ -78,7 +78,7 @@ import json, sys, time
 from common.analysis import diff
 from common.analysis.diff import match_kernels
 from common.reader import naming
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 a, b = read_trace(sys.argv[1]).kernel_uses(), read_trace(sys.argv[2]).kernel_uses()
 times = []
 for _ in range(int(sys.argv[3])):

@@ -14,7 +14,7 @@ process of its tree, `uv` and the Python it starts included):
   hta-ns   with --exact: the same with HTA_DISABLE_NS_ROUNDING=1 (HTA otherwise ceils ts and floors ts + dur to
            whole µs, which shortens every kernel by about 1 µs).
   summary  `uv run python -m common.summary TRACE` in SUITE_ROOT: what a user runs.
-  reader   `uv run python` this file's suite worker in SUITE_ROOT: common.reader.trace.read_trace(TRACE), then
+  reader   `uv run python` this file's suite worker in SUITE_ROOT: common.reader.build.read_trace(TRACE), then
            the sum of the durations of each Step's kernels.
 Agreement: per-step kernel time (sum of kernel durations in a step) is compared step by step on the steps both
 found; the table gives each side's median over steps and the largest per-step difference (within 1% passes).
@@ -99,10 +99,10 @@ def hta_worker(trace: Path) -> None:
 
 
 def suite_worker(trace: Path) -> None:
-    """(In SUITE_ROOT's environment) read `trace` with common.reader.trace; print the same JSON as hta_worker."""
+    """(In SUITE_ROOT's environment) read `trace` with common.reader.build; print the same JSON as hta_worker."""
     sys.path.insert(0, os.getcwd())
     from common.analysis.diagnosis import budget
-    from common.reader.trace import read_trace
+    from common.reader.build import read_trace
 
     start = time.perf_counter()
     steps = read_trace(trace).steps

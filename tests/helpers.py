@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from common.harness.runtime import resolve_dtype
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "h200"

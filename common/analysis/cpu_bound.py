@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from common.reader.trace import Trace
+from common.reader.model import Trace
 from common.units import human_time
 
 COMPUTE_SHARE = 0.8  # one op's self time at least this share of the step's CPU time: compute-bound
@@ -67,7 +67,7 @@ def cpu_verdict(trace: Trace) -> str:
     spent = f"{human_time(cpu)} of CPU {per}" if cpu else f"no CPU time {per}"
     try:  # the ops' spans are read again from the file: the reader keeps only their starts and names
         ops = _cpu_ops(trace) if cpu else []
-    except ValueError:  # a trace parsed from memory (common.reader.trace.parse), or a file gone since: the plain line
+    except ValueError:  # a trace parsed from memory (common.reader.build.parse), or a file gone since: the plain line
         ops = []
     per_step = [self_us(ops, s.start_us, s.start_us + s.dur_us) for s in trace.steps]
     names = {n for own in per_step for n in own}

@@ -6,7 +6,7 @@ Holistic Trace Analysis splits it: the GPU waits for the host (the next GPU op w
 idle), or a kernel waits on another (launched in time; a gap under KERNEL_WAIT_US is launch latency, a longer one
 a dependency: an event, another stream, a sync). The verdict names the bound from those figures, with the
 thresholds below, and the lever; the rules (Nsight Systems' expert rules, TraceLens' per-op roofline) fire only
-where their evidence is in the trace. Everything comes from the one pass of common.reader.trace; nothing here prints.
+where their evidence is in the trace. Everything comes from the one pass of common.reader.build; nothing here prints.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import NamedTuple
 from common.analysis.cpu_bound import cpu_verdict
 from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak, rate
+from common.reader.build import no_gc
+from common.reader.model import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, median_index
 from common.reader.naming import kernel_family
 from common.reader.roofline import ShapedOp
-from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, median_index, no_gc
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.

@@ -37,8 +37,9 @@ from common.analysis.figures import Row, launch_line, summarize
 from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.files import not_a_file
+from common.reader.build import read_trace
+from common.reader.model import GpuOp, KernelUse, Trace
 from common.reader.naming import cut_name, short_name
-from common.reader.trace import GpuOp, KernelUse, Trace, read_trace
 from common.units import human_time
 
 CLOSE_NAME = 0.5  # two kernels of one family are one kernel past this share of words in common (Dice)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from common.analysis.tables import num
 from common.physics import Work, achieved, find_peak, rate
-from common.reader.trace import Trace, median_index, median_of
+from common.reader.model import Trace, median_index, median_of
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
     "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy

@@ -69,9 +69,10 @@ from common.analysis.tables import (
 )
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, notice, positive_float, positive_int, shown
 from common.files import not_a_file, shown_path, write_whole
+from common.reader.build import no_gc, read_trace
+from common.reader.model import CPU_SOURCES, GpuOp, Step, Trace
 from common.reader.naming import cut_name, short_name
 from common.reader.occupancy import SmLimits
-from common.reader.trace import CPU_SOURCES, GpuOp, Step, Trace, no_gc, read_trace
 from common.units import human_bytes, human_time
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
@@ -148,7 +149,7 @@ class Digest:
     step_time: float | None  # the per-step time the default baseline is chosen by (GPU busy, else CPU)
     notes: list[str]
     streams: str | None  # streams_line(), for a trace of several streams
-    cpu_source: str  # what its CPU column measures (common.reader.trace.CPU_SOURCES)
+    cpu_source: str  # what its CPU column measures (common.reader.model.CPU_SOURCES)
     label: str | None  # the record_function label it measures, if one
     skipped: int  # events with a bad ts/dur
     distributed: dict  # the trace's distributedInfo

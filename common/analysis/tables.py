@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from common.cli import shown
+from common.reader.model import GpuOp, Trace
 from common.reader.occupancy import SmLimits
-from common.reader.trace import GpuOp, Trace
 from common.units import human_time
 
 DASH = "—"

@@ -1,7 +1,7 @@
 """Guess first, then look: a script's prediction of one profiled step, checked against its trace.
 
 A training step's trace has phases: the record_function labels `forward`, `backward` and `optimizer` directly
-inside the step's label. The reader (common.reader.trace) gives each phase its own GPU work and CPU ops; `in_phase`
+inside the step's label. The reader (common.reader.build) gives each phase its own GPU work and CPU ops; `in_phase`
 turns any guess line into one about a single phase.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from common.analysis.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cells, text_table
 from common.cli import SuiteError
+from common.reader.model import Step, Trace
 from common.reader.naming import FAMILIES, short_name
-from common.reader.trace import Step, Trace
 
 ANY = "any"  # kernels(ANY, n, ...) counts every kernel of the step
 GRAPH_LAUNCH = "cudaGraphLaunch"  # one launch that replays a whole CUDA graph of kernels

@@ -53,7 +53,7 @@ from common.harness.report import exit_code, print_files, print_report, print_un
 from common.harness.runtime import Run
 from common.interrupts import atomic
 from common.physics import Work
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 from common.units import human_time
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup

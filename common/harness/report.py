@@ -17,7 +17,7 @@ from common.harness.memory import memory_line
 from common.harness.runtime import Run
 from common.harness.share import share_lines
 from common.physics import Work, achieved, find_peak
-from common.reader.trace import Trace
+from common.reader.model import Trace
 from common.units import human_time
 
 

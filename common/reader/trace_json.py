@@ -64,8 +64,8 @@ except ImportError:  # the standard library reads the trace instead (see the mod
 
 BLOCK_BYTES = 1 << 20  # how much is read at a time
 MAX_EVENT_BYTES = 64 << 20  # the largest event (or run of whitespace, header, tail) the reader takes
-# The top-level entries the reader keeps (trace.py reads them), each decoded only where its JSON takes at most
-# MAX_KEPT_BYTES; every other entry before or after the events is skipped unread.
+# The top-level entries the reader keeps (common.reader.build reads them), each decoded only where its JSON takes
+# at most MAX_KEPT_BYTES; every other entry before or after the events is skipped unread.
 HEADER_KEYS = ("suite", "deviceProperties", "computeProperties", "distributedInfo")
 MAX_KEPT_BYTES = 1 << 20
 ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -> key; None where absent

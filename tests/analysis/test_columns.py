@@ -9,7 +9,7 @@ import pytest
 from helpers import FIXTURES, load_script, run, usage_error
 
 from common.harness.guess import check_guess, format_verdicts
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 WIDTH = 120
 H200_TRACE = FIXTURES / "04_a_naive_attention" / "8_16_1024_64_bf16_cold_eager.json.gz"

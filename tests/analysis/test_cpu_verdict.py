@@ -8,7 +8,7 @@ from helpers import ev
 
 from common.analysis.cpu_bound import self_us
 from common.analysis.diagnosis import diagnose
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 
 def cpu_trace(tmp_path, mm: tuple[float, float], matmul: tuple[float, float]) -> object:

@@ -13,7 +13,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis import diff, summary
 from common.analysis.diagnosis import budget, diagnose, efficiency, verdict_lines
-from common.reader.trace import GpuOp, parse, read_trace
+from common.reader.build import parse, read_trace
+from common.reader.model import GpuOp
 from common.reader.roofline import ShapedOp, op_flops
 
 
@@ -268,7 +269,7 @@ def test_an_fp8_scaled_mm_on_the_h200_is_rated_against_the_fp8_peak(capsys):
     """The H200 fixture: an FP8 _scaled_mm at 8192³ beside a bf16 mm of the same shape. The FP8 kernel was "—";
     now 2·8192³ FLOPs in its 737 µs, about 1,490 TFLOP/s, 75% of the 1,979 dense FP8 peak."""
     from common.analysis.diagnosis import efficiency
-    from common.reader.trace import read_trace
+    from common.reader.build import read_trace
 
     trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "fp8_scaled_mm.json.gz")
     eff = {name: e for (_, name), e in efficiency(trace).items()}
@@ -516,7 +517,7 @@ def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
 
 def test_a_budget_knows_its_longest_gap():
     from common.analysis.diagnosis import budget
-    from common.reader.trace import GpuOp
+    from common.reader.model import GpuOp
 
     ops = [GpuOp("kernel", "k", 2.0, start=s, launch=("cudaLaunchKernel", s - 1, 1.0, 0, 1)) for s in (3.0, 6.0, 12.0)]
     b = budget(ops, 0.0, 20.0)

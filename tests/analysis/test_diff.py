@@ -9,7 +9,7 @@ from helpers import CPU_DTYPE, FIXTURES, command, diff_parts, run, tiny_gpu_trac
 
 from common.analysis import diff as diff_module
 from common.analysis.diff import KernelUse, close_pairs, main, match_kernels, similarity, words
-from common.reader.trace import GpuOp
+from common.reader.model import GpuOp
 
 ATTN = "8_16_1024_64_bf16_cold_eager"
 

@@ -17,8 +17,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
+from common.reader.build import parse, read_trace
 from common.reader.naming import kernel_family
-from common.reader.trace import parse, read_trace
 from common.units import human_time
 
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
@@ -421,7 +421,7 @@ def test_a_foreign_trace_with_record_shapes_fills_the_tflops_column_from_its_sha
     """Issue 30 item 7: a trace the suite did not write has no `suite` FLOPs; its shaped GEMMs give them. The H200
     FP8 fixture runs an FP8 and a bf16 GEMM at 8192³ a step: 2 · 2·8192³ FLOPs over its 2.12 ms of GPU busy."""
     from common.analysis.figures import shaped_flops, summarize
-    from common.reader.trace import read_trace
+    from common.reader.build import read_trace
 
     trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "fp8_scaled_mm.json.gz")
     assert shaped_flops(trace) == 2 * 2 * 8192**3

@@ -17,7 +17,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
 from common.analysis.tables import num, phase_table
-from common.reader.trace import Trace, parse, read_trace
+from common.reader.build import parse, read_trace
+from common.reader.model import Trace
 
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 

@@ -16,8 +16,9 @@ from helpers import FIXTURES, load_script
 from common.analysis.summary import main as summary_main
 from common.analysis.tables import step_table
 from common.harness.guess import check_guess, format_verdicts
+from common.reader.build import read_trace
+from common.reader.model import Trace
 from common.reader.naming import kernel_family
-from common.reader.trace import Trace, read_trace
 
 ALL = sorted(FIXTURES.rglob("*.json.gz"))
 

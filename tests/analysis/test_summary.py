@@ -16,8 +16,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis.figures import summarize
 from common.analysis.summary import _ratio, fitted_names, main, top_kernels
+from common.reader.build import parse
 from common.reader.naming import short_name
-from common.reader.trace import parse
 
 
 def gpu_trace_data(tag: str, scale: float = 1.0) -> dict:

@@ -18,7 +18,7 @@ from helpers import PYTHON, ROOT, command, ev, tiny_gpu_trace
 
 import common.analysis.summary as summary_module
 from common.analysis.summary import main, read_digest
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 
 def _gpu_trace(tag: str, steps: int, kernels: int = 1) -> dict:

@@ -8,7 +8,7 @@ import pytest
 from helpers import FIXTURES, ROOT
 
 from common.analysis.diagnosis import diagnose
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 FOREIGN = ROOT / "tests" / "fixtures" / "foreign"
 ALL = sorted([*FIXTURES.rglob("*.json.gz"), *FOREIGN.glob("*.json.gz")])

@@ -15,7 +15,7 @@ from common.harness.guess import check_guess, expect_kernels, expect_op, format_
 from common.harness.loop import read_label, recorded_steps
 from common.harness.recording import own_handler_lines
 from common.harness.report import step_seconds
-from common.reader.trace import parse
+from common.reader.build import parse
 
 
 def test_with_stack_steps_are_counted_past_the_python_frames():

@@ -14,10 +14,11 @@ import pytest
 import torch
 from helpers import CPU_DTYPE, ROOT, command, ev, run, start_script, tiny_gpu_trace, usage_error, written
 
-import common.reader.trace
+import common.reader.build
 from common.analysis.summary import main as summary_main
 from common.harness.export import STALE_TEMP_S
-from common.reader.trace import Step, parse, read_trace
+from common.reader.build import parse, read_trace
+from common.reader.model import Step
 
 
 def start(*flags: str, traces: Path) -> subprocess.Popen:
@@ -239,7 +240,7 @@ def test_reading_a_trace_looks_at_its_steps_a_number_of_times_linear_in_their_co
                 CountingStep.looks += 1
             return super().__getattribute__(name)
 
-    monkeypatch.setattr(common.reader.trace, "Step", CountingStep)
+    monkeypatch.setattr(common.reader.build, "Step", CountingStep)
 
     def looks(data: dict) -> int:
         CountingStep.looks = 0

@@ -17,8 +17,9 @@ from common.harness.guess import check_guess, expect_kernels, expect_launches, e
 from common.harness.loop import Schedule, options_tag_part
 from common.harness.runtime import Run
 from common.physics import Work, achieved, find_peak
+from common.reader.build import parse
+from common.reader.model import GpuOp, Step, Trace
 from common.reader.naming import kernel_family, short_name
-from common.reader.trace import GpuOp, Step, Trace, parse
 
 
 def make_run(tmp_path: Path, **kw) -> Run:
@@ -127,7 +128,7 @@ def gpu_trace(kernel_names: list[str], memcpys: int, ops: dict[str, int]) -> Tra
             GpuOp("gpu_memcpy", "Memcpy DtoD", 2.0)
         ] * memcpys
         steps.append(step)
-    return Trace(Path("t.json"), "attn_fwd", steps, True, "NVIDIA H200", {})
+    return Trace(path=Path("t.json"), label="attn_fwd", steps=steps, has_gpu=True, device_name="NVIDIA H200", meta={})
 
 
 def test_guess_vs_trace_marks_matches_and_shouts_about_a_miss():

@@ -18,7 +18,7 @@ from helpers import load_script, needs_kernels, requires_cuda, trace_names, usag
 
 from common.cli import SuiteError
 from common.harness import hub
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 from common.workloads import attention
 from common.workloads.attention import FLASH_ATTN2, FLASH_ATTN3, reference_attention
 from common.workloads.mlp import pypi_liger_geglu

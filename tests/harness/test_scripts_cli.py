@@ -11,7 +11,7 @@ from helpers import CPU_DTYPE, FIXTURES, SCRIPTS, load_script, requires_cuda, ru
 
 from common.harness.guess import check_guess
 from common.harness.runtime import make_parser
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "32", "--head_dim", "8"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import PYTHON, ROOT, start_script
 
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 # 05's tiny decoder block, as the issue ran it: a 21 MB trace whose save takes long enough to land signals in
 TINY_05 = ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--active", "60"]

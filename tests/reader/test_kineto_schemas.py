@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from common.analysis.summary import main
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 from tests.helpers import command
 
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import FIXTURES
 
 from common.analysis.tables import launch_cells
+from common.reader.build import read_trace
 from common.reader.occupancy import active_blocks, sm_limits, theoretical_occupancy
-from common.reader.trace import read_trace
 
 H200 = {"name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
         "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32, "regsPerMultiprocessor": 65536,

@@ -120,7 +120,7 @@ def test_an_event_field_of_another_type_is_not_built(tmp_path, field):
 
 TRACE_CHILD = """
 import json, sys
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 trace = read_trace(sys.argv[1])
 with open("/proc/self/status") as status:
     peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024

@@ -7,7 +7,7 @@ import sys
 
 from helpers import FIXTURES, ROOT
 
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 
 
 def test_a_repeated_h200_step_reads_back_with_the_same_kernels_per_step(tmp_path):

@@ -14,7 +14,7 @@ import torch
 from helpers import ev, requires_cuda, tiny_cpu_trace, tiny_gpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.reader.trace import parse, read_trace
+from common.reader.build import parse, read_trace
 
 
 def test_steps_are_the_profiler_step_events_in_time_order():
@@ -209,7 +209,7 @@ def test_gpu_busy_in_one_pass_is_the_union_of_the_intervals_to_the_bit():
     """busy_us walks ops in start order once; it must give what common.reader.intervals' union gives, bit for bit, with
     touching, nested and zero-length ops, untimed ops, several streams, a clock near 1e12 µs, and out of order."""
     from common.reader.intervals import union_us
-    from common.reader.trace import GpuOp, busy_us, intervals
+    from common.reader.model import GpuOp, busy_us, intervals
 
     rng = random.Random(7)
     for _ in range(3000):

@@ -13,7 +13,8 @@ from helpers import FIXTURES, ROOT, command, ev, tiny_gpu_trace
 
 from common.analysis.summary import main as summary_main
 from common.reader import trace_json
-from common.reader.trace import Trace, read_trace
+from common.reader.build import read_trace
+from common.reader.model import Trace
 
 TINY_BLOCK = 64  # bytes: a block ends inside nearly every event, the events array and the entries after it
 
@@ -178,7 +179,7 @@ def test_args_msgspec_types_whole_give_what_the_loose_reading_gives_on_any_value
     gpu_op's checks) keeps, whatever each entry holds: odd values send an event down the loose path."""
     import random
 
-    from common.reader.trace import _Collector
+    from common.reader.build import _Collector
 
     rng = random.Random(5)
     values = [1, 7, 0, -3, 2**70 + 1, 2.0, 2.5, -0.0, True, None, "5", [], [1, 2, 3], [1.0, 2, 3], [True], [2**64],

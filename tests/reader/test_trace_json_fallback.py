@@ -11,7 +11,7 @@ from helpers import FIXTURES, ROOT
 READ = """
 import json, sys
 sys.modules["msgspec"] = None  # as on a Python without the package
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 for path in sys.argv[1:]:
     t = read_trace(path)
     print(json.dumps([[len(s.kernels), s.launches, s.gpu_busy_us, sorted(s.cpu_ops.items())] for s in t.steps]))

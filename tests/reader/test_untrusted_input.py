@@ -170,7 +170,7 @@ def test_on_an_ascii_terminal_an_error_naming_a_non_ascii_path_is_one_line(tmp_p
     assert b"\\udcc2\\udcb5\\udcc3\\udc97.json" in done.stderr  # the path's bytes, as Python keeps them
 
 
-READ = "import sys\nfrom common.reader.trace import read_trace\n{}"  # a fresh Python that reads a trace
+READ = "import sys\nfrom common.reader.build import read_trace\n{}"  # a fresh Python that reads a trace
 
 
 # Item 9: a path that exists but is not a trace file is said to be what it is

@@ -12,7 +12,7 @@ import torch
 from helpers import CPU_DTYPE, load_script, requires_cuda, run, usage_error, written
 
 from common.harness.checks import check_close
-from common.reader.trace import read_trace
+from common.reader.build import read_trace
 from common.workloads.attention import (
     SDPA_BACKENDS,
     AttentionShape,

@@ -17,7 +17,7 @@ from helpers import PYTHON, ROOT, command, diff_parts, docs_text, ev, load_scrip
 
 from common.analysis import diff, summary
 from common.harness.private_api import ddp_bucket_caps
-from common.reader.trace import parse, read_trace
+from common.reader.build import parse, read_trace
 from common.workloads.block import block_reference
 from common.workloads.ddp import bucket_count
 

@@ -22,7 +22,7 @@ from common.harness.guess import (
     expect_op,
     in_phase,
 )
-from common.reader.trace import parse, read_trace
+from common.reader.build import parse, read_trace
 from common.workloads.block import AMP, BlockShape, block_reference, block_work, saved_for_backward
 
 TINY = ["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64"]

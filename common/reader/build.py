@@ -1,4 +1,4 @@
-"""Read exported Chrome traces: the profiler steps, what happened inside each, and what each kernel is.
+"""Read exported Chrome traces into common.reader.model's Trace: find the profiler steps and what happened in each.
 
 Pure Python over the JSON torch.profiler writes (`.json` or `.json.gz`), no torch. GPU work
 (`kernel`, `gpu_memcpy`, `gpu_memset`) belongs to the step whose CPU side launched it, on any thread and
@@ -27,88 +27,33 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.cli import shown
-from common.reader.intervals import merged as merged_intervals
-from common.reader.intervals import overlap_us, union_us
-from common.reader.naming import kernel_family
-from common.reader.occupancy import SmLimits, sm_limits, theoretical_occupancy
+from common.reader.model import (
+    CAPTURE_BEGIN,
+    CAPTURE_END,
+    COMPILER_LABELS,
+    GPU_WORK,
+    GRAPH_LAUNCHES,
+    KERNEL_LAUNCHES,
+    LAUNCH_CATEGORIES,
+    SYNC_CALLS,
+    GpuOp,
+    Phase,
+    Step,
+    Trace,
+)
+from common.reader.occupancy import sm_limits
 from common.reader.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read: msgspec's import would slow `--help`
     from common.reader.trace_json import Args, Event, GpuArgs
 
-GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
 STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,18})$")  # a longer number is not a step the profiler wrote
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
-# The kernel launch APIs PyTorch traces show (name prefixes): CUDA runtime and driver, cooperative, HIP.
-KERNEL_LAUNCHES = (
-    "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-    "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
-)  # fmt: skip
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
-# The launch APIs told apart (Step.launch_apis): a call counts under the longest of these its name starts with, so
-# cudaLaunchKernelExC is a cudaLaunchKernel and cuLaunchKernelEx is not a cuLaunchKernel.
-LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reverse=True))
-# Between these, on one thread, launches record into a CUDA (HIP) graph and run nothing: they are counted apart.
-CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")  # _v10000, _ptsz, ToGraph: the same call
-CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture")
-COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
-# Runtime and driver calls that block the CPU until the GPU has caught up (a plain cudaMemcpy is synchronous).
-SYNC_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "hipMemcpyWithStream",  # ROCm's copy for .item() and .cpu(): it returns once the copy is done
-})  # fmt: skip
-CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
-    "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
-    "region": "the record_function label named by --region",
-    "step": "the ProfilerStep#N span",  # a trace the suite did not write
-    "iteration": "an iteration's span (no ProfilerStep#N: from one end of its repeated labels to the next)",
-    "window": "the whole profiled window",  # ... without steps
-}
-
-
-@dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
-class GpuOp:
-    """One kernel, memcpy or memset on the GPU lane, with the launch figures Perfetto's panel shows.
-
-    The figures are None where the trace does not have them (memcpy/memset, other profilers).
-    """
-
-    category: str  # "kernel", "gpu_memcpy" or "gpu_memset"
-    name: str
-    us: float
-    grid: tuple[int, ...] | None = None
-    block: tuple[int, ...] | None = None
-    registers: int | None = None  # registers per thread
-    shared_bytes: int | None = None  # shared memory per block
-    occupancy_pct: float | None = None  # the profiler's "est. achieved occupancy %"
-    start: float | None = None  # µs, the trace's clock: when it began on the GPU
-    stream: int | str | None = None  # the GPU stream it ran on (the event's tid in Kineto's traces)
-    external: int | str | None = None  # the External id of the cpu_op that launched it (record_shapes' link)
-    launch: tuple | None = None  # its runtime/driver launch: (name, ts, dur, correlation, tid); None where unknown
-
-    @property
-    def family(self) -> str:
-        """The kernel family, or 'memcpy'/'memset'."""
-        return kernel_family(self.name) if self.category == "kernel" else self.category.removeprefix("gpu_")
-
-    def theoretical_occupancy(self, sm: SmLimits | None) -> float | None:
-        """% of the SM's warps this launch keeps resident on a GPU of limits `sm` (common.reader.occupancy); None
-        for memcpy/memset, a launch without its figures, or a device without known limits."""
-        if self.block is None or self.registers is None or self.shared_bytes is None:
-            return None
-        return theoretical_occupancy(math.prod(self.block), self.registers, self.shared_bytes, sm)
-
-
 FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
 
@@ -143,55 +88,6 @@ def _count(value: object) -> int | None:
     if type(value) is int:
         return value
     return int(value) if type(value) is float and math.isfinite(value) else None
-
-
-def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
-    """The (start, end) of each op that has a start time, in µs from the first start (common.reader.intervals says
-    why)."""
-    first = min((op.start for op in ops if op.start is not None), default=0.0)
-    return [(op.start - first, op.start - first + op.us) for op in ops if op.start is not None]
-
-
-def busy_us(ops: list[GpuOp]) -> float:
-    """GPU busy time of `ops` (µs): the union of their intervals over every stream, the time at least one stream
-    is busy (common.reader.intervals); an op without a start time adds its duration. Ops in start order (a step's are)
-    take one pass, group by group, with the same intervals and sums as union_us: the same figure, to the bit."""
-    total = untimed = group_start = group_end = 0.0
-    first, last = None, -math.inf
-    for op in ops:
-        start = op.start
-        if start is None:
-            untimed += op.us
-            continue
-        if start < last:  # not in start order: sort them
-            return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
-        last = start
-        if first is None:
-            first, group_end = start, -math.inf
-        begin = start - first
-        end = begin + op.us
-        if begin <= group_end:
-            if end > group_end:
-                group_end = end
-        else:
-            if group_end > -math.inf:
-                total += group_end - group_start
-            group_start, group_end = begin, end
-    if first is not None:
-        total += group_end - group_start
-    return total + untimed
-
-
-def stream_overlap_us(ops: list[GpuOp]) -> float:
-    """How long two or more streams are busy at once (µs) in `ops`; 0 on one stream."""
-    streams: dict[object, list[GpuOp]] = {}
-    for op in ops:
-        if op.start is not None:
-            streams.setdefault(op.stream, []).append(op)
-    if len(streams) < 2:
-        return 0.0
-    first = min(op.start for op in ops if op.start is not None)
-    return overlap_us([(op.start - first, op.start - first + op.us) for op in group] for group in streams.values())
 
 
 def gpu_op(event: Event, args: Args | None) -> GpuOp:
@@ -231,272 +127,6 @@ def typed_gpu_op(event: Event, args: GpuArgs, dims: dict[tuple, tuple]) -> GpuOp
         _id(event.tid),
         args.external if args.external is not None else args.external_2021,
     )
-
-
-@dataclass
-class Phase:
-    """One record_function label directly inside a step's label (forward, backward, optimizer) in one step:
-    the CPU span of the label, and the GPU work launched inside that span from any CPU thread."""
-
-    name: str
-    cpu_us: float = 0.0  # the span(s) of the label in this step
-    kernels: int = 0
-    kernel_launches: int = 0
-    graph_launches: int = 0
-    gpu: list[GpuOp] = field(default_factory=list)  # the GPU work it launched, in GPU time order
-    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls inside its span, on any thread
-
-    @property
-    def launches(self) -> int:
-        """Kernel launches plus CUDA graph launches."""
-        return self.kernel_launches + self.graph_launches
-
-    @property
-    def gpu_busy_us(self) -> float:
-        """GPU busy time of what the phase launched: the union of its kernel, memcpy and memset intervals."""
-        return busy_us(self.gpu)
-
-
-@functools.lru_cache(maxsize=4096)
-def _starting_with(names: tuple[str, ...], prefix: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The `names` that start with `prefix` (Step.calls)."""
-    return tuple(name for name in names if name.startswith(prefix))
-
-
-@dataclass
-class Step:
-    """One recorded profiler step (`ProfilerStep#N`)."""
-
-    number: int
-    start_us: float
-    dur_us: float
-    region_us: float | None = None  # CPU time: the span of the timed label in the step, else the step's own span
-    cpu_ops: Counter = field(default_factory=Counter)  # aten op name -> calls (nested ones too)
-    gpu: list[GpuOp] = field(default_factory=list)  # in GPU time order
-    runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
-    phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
-    captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
-    syncs: list[tuple] = field(default_factory=list)  # its SYNC_CALLS: (name, ts, dur, correlation, tid), in time order
-
-    def _of(self, category: str) -> list[GpuOp]:
-        return [op for op in self.gpu if op.category == category]
-
-    @property
-    def kernels(self) -> list[GpuOp]:
-        return self._of("kernel")
-
-    @property
-    def memcpy(self) -> list[GpuOp]:
-        return self._of("gpu_memcpy")
-
-    @property
-    def memset(self) -> list[GpuOp]:
-        return self._of("gpu_memset")
-
-    @property
-    def gpu_busy_us(self) -> float:
-        """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
-        intervals over every stream, not wall time). On one stream it is the sum of their durations. Kept once
-        found (the summary's tables and figures each ask for it), while `gpu` is the same list of the same length."""
-        ops, kept = self.gpu, self.__dict__.get("_busy")
-        if kept is not None and kept[0] is ops and kept[1] == len(ops):
-            return kept[2]
-        busy = busy_us(ops)
-        self._busy = (ops, len(ops), busy)
-        return busy
-
-    @property
-    def gpu_sum_us(self) -> float:
-        """The sum of kernel, memcpy and memset durations over every stream (more than busy where streams overlap)."""
-        return sum(op.us for op in self.gpu)
-
-    @property
-    def streams(self) -> set:
-        """The GPU streams this step's work ran on."""
-        return {op.stream for op in self.gpu}
-
-    @property
-    def stream_overlap_us(self) -> float:
-        """How long two or more streams were busy at once in this step (0 on one stream)."""
-        return stream_overlap_us(self.gpu)
-
-    @property
-    def exposed_communication_us(self) -> float:
-        """Communication kernel time (NCCL) during which no compute kernel ran on any stream: what the
-        overlap with the backward did not hide. Compute intervals are merged first, so each moment counts once."""
-        merged = merged_intervals(
-            (op.start, op.start + op.us) for op in self.gpu if op.family != "communication" and op.start is not None
-        )
-        exposed = 0.0
-        for op in self.gpu:
-            if op.family != "communication":
-                continue
-            if op.start is None:
-                exposed += op.us
-                continue
-            begin, end = op.start, op.start + op.us
-            hidden = sum(max(0.0, min(end, b) - max(begin, a)) for a, b in merged)
-            exposed += op.us - hidden
-        return exposed
-
-    def calls(self, prefix: str | tuple[str, ...]) -> int:
-        """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
-        names match is worked out once per set of names: the steps of a trace mostly make the same calls."""
-        runtime = self.runtime
-        return sum(map(runtime.__getitem__, _starting_with(tuple(runtime), prefix)))
-
-    @property
-    def launches(self) -> int:
-        """Kernel launches through the runtime or the driver, CUDA or HIP (cudaLaunchKernel, cuLaunchKernelEx,
-        hipLaunchKernel, ...); CUDA graph launches are counted apart, in graph_launches."""
-        return self.calls(KERNEL_LAUNCHES)
-
-    @property
-    def graph_launches(self) -> int:
-        """CUDA (or HIP) graph launches: each replays a whole graph of kernels."""
-        return self.calls(GRAPH_LAUNCHES)
-
-    def launch_apis(self) -> Counter:
-        """Kernel launches per launch API (LAUNCH_APIS: cudaLaunchKernel, cuLaunchKernelEx, hipLaunchKernel, ...);
-        they add up to `launches`."""
-        apis: Counter = Counter()
-        for name, n in self.runtime.items():
-            api = next((api for api in LAUNCH_APIS if name.startswith(api)), None)
-            if api is not None:
-                apis[api] += n
-        return apis
-
-    @property
-    def captured_launches(self) -> int:
-        """Kernel launch calls made while a stream was being captured: recorded into a graph, nothing ran."""
-        return sum(self.captured.values())
-
-    def phase(self, name: str) -> Phase:
-        """The figures of phase `name` in this step (all zero if this step has no such label)."""
-        return self.phases.get(name) or Phase(name)
-
-
-@dataclass
-class KernelUse:
-    """One kernel name's use in a trace, per profiled step (mean over the steps)."""
-
-    op: GpuOp  # its first launch: name, family, launch figures
-    calls: float
-    us: float
-
-
-@dataclass
-class Trace:
-    """A loaded trace: its file, its steps, the label and whether it has a GPU lane."""
-
-    path: Path
-    label: str | None  # the record_function label the CPU column times (the suite's, or --region); else None
-    steps: list[Step]
-    has_gpu: bool
-    device_name: str | None
-    meta: dict  # the suite's `suite` metadata (script, tag, label, dtype, flops, bytes); {} if absent
-    skipped: int = 0  # events dropped for a missing, non-numeric, negative, non-finite or absurd ts/dur
-    notes: list[str] = field(default_factory=list)  # how the steps were found, what was left out or guessed
-    whole_trace: bool = False  # no ProfilerStep#N events: the one step is the whole trace
-    distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
-    sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
-    phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order
-    cpu_source: str = "step"  # what the CPU column measures (Step.region_us): a key of CPU_SOURCES
-    phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
-    gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
-    shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
-    cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
-    labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
-    cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
-
-    @property
-    def cpu_what(self) -> str:
-        """What this trace's CPU column is the span of, in words: "record_function 'fwd' (the suite's label)",
-        "the ProfilerStep#N span", ..."""
-        if self.cpu_source == "suite":
-            return f"record_function {self.label!r} (the suite's label)"
-        if self.cpu_source == "region":
-            return f"record_function {self.label!r} (--region)"
-        return CPU_SOURCES[self.cpu_source]
-
-    @property
-    def rank(self) -> int | None:
-        """The rank of a distributed run's trace (distributedInfo), else None."""
-        rank = self.distributed.get("rank")
-        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-
-    @property
-    def name(self) -> str:
-        """`script/tag` from the metadata, else `<folder>/<file name without .json[.gz]>`; its control characters
-        escaped (`shown`): the name is printed."""
-        if self.meta.get("script") and self.meta.get("tag"):
-            return shown(f"{self.meta['script']}/{self.meta['tag']}")
-        stem = self.path.name.removesuffix(".gz").removesuffix(".json")
-        return shown(f"{self.path.parent.name}/{stem}" if self.path.parent.name else stem)
-
-    def per_step(self, value: Callable[[Step], float | None]) -> float | None:
-        """The median of `value(step)` over the profiled steps, skipping None; None if every step gives None. Of an
-        even count, the value of the later of the two middle steps (median_of): one step's own figure."""
-        values = [v for v in map(value, self.steps) if v is not None]
-        return median_of(values) if values else None
-
-    def median_counts(self, counts: Callable[[Step], Counter]) -> dict[str, float]:
-        """name -> the median of `counts(step)[name]` over the steps, for every name any step has (a step
-        without it counts 0): e.g. `median_counts(lambda s: s.cpu_ops)`."""
-        names = {n for s in self.steps for n in counts(s)}
-        return {n: median_of([counts(s).get(n, 0) for s in self.steps]) for n in names}
-
-    @functools.cached_property
-    def typical_calls(self) -> dict[str, float]:
-        """The median count per runtime/driver call name over the steps (0 where most steps make none)."""
-        return self.median_counts(lambda s: s.runtime)
-
-    def kernel_uses(self) -> dict[tuple[str, str], KernelUse]:
-        """(category, name) -> how often and how long per step each kernel, memcpy and memset ran. Found once (the
-        diagnosis and the kernel table both read it), while the trace has as many steps; do not change it."""
-        kept = self.__dict__.get("_uses")
-        if kept is not None and kept[0] is self.steps and kept[1] == len(self.steps):
-            return kept[2]
-        uses: dict[tuple[str, str], KernelUse] = {}
-        for step in self.steps:
-            for op in step.gpu:
-                use = uses.get((op.category, op.name))
-                if use is None:  # its first launch
-                    use = uses[op.category, op.name] = KernelUse(op, 0.0, 0.0)
-                use.calls += 1
-                use.us += op.us
-        for use in uses.values():
-            use.calls /= len(self.steps)
-            use.us /= len(self.steps)
-        self._uses = (self.steps, len(self.steps), uses)
-        return uses
-
-    def extra_calls(self, step: Step) -> dict[str, int]:
-        """The runtime/driver calls `step` makes beyond a typical step: what a cold first step pays for,
-        such as cudaMalloc, occupancy or attribute queries."""
-        typical = self.typical_calls
-        return {n: int(c - typical[n]) for n, c in step.runtime.items() if c > typical[n]}
-
-    def step_time_us(self) -> tuple[float | None, str]:
-        """The time per step rates are computed from, and where it was spent: ("GPU") the median GPU busy
-        time where the trace has a GPU lane, else ("CPU") the median CPU time (Trace.cpu_source)."""
-        if self.has_gpu:
-            return (self.per_step(lambda s: s.gpu_busy_us) if self.gpu_activity else None), "GPU"
-        return self.per_step(lambda s: s.region_us), "CPU"
-
-
-def median_index(values: list) -> int:
-    """The index of the median of `values` (in step order): of an even count, the later of the two middle ones,
-    since a first step more often pays for start-up. One step's own figure: the mean of two described neither
-    step (of 2 steps), and gave counts no step had (1.5 kernels)."""
-    ranked = sorted(range(len(values)), key=lambda i: (values[i], i))
-    middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
-    return max(middle)
-
-
-def median_of(values: list):
-    """`values[median_index(values)]`: the median, one step's own value."""
-    return values[median_index(values)]
 
 
 ID_TYPES = (int, str)
@@ -908,9 +538,12 @@ class _Collector:
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
         for step in steps:
             step.syncs.sort(key=lambda launch: launch[1])
-        return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
-                     sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, tuple(cpu_starts),
-                     self.annotations, cpu_durs)  # fmt: skip
+        return Trace(
+            path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
+            skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
+            phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
+            cpu_starts=tuple(cpu_starts), labels=self.annotations, cpu_durs=cpu_durs,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager
