@@ -34,22 +34,12 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import cli
 from common.harness.guess import Expect, expect_kernels, expect_op
+from common.harness.ranks import one_verdict, rank_line, read_together
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.torchrun import TORCHRUN, exit_rank, not_launched, rendezvous, torchrun_launch
 from common.workloads.block import AMP, AMP_DTYPE_HELP, BlockShape, block_work, check_shape, make_batch
-from common.workloads.ddp import (
-    TORCHRUN,
-    add_ddp_flags,
-    ddp_memory,
-    exit_rank,
-    expected_buckets,
-    not_launched,
-    one_verdict,
-    rank_line,
-    read_together,
-    start_process_group,
-    torchrun_launch,
-)
+from common.workloads.ddp import add_ddp_flags, ddp_memory, expected_buckets
 
 SCRIPT = "06_ddp_training_step.py"
 
@@ -162,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
     work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize, amp)
-    start_process_group(launch, backend, args.startup_timeout)  # with a timeout that names the ranks it waited for
+    with rendezvous(launch, args.startup_timeout) as store:  # every rank here, or one line naming the missing
+        dist.init_process_group(backend, store=store, rank=launch.rank, world_size=launch.world_size)
     try:
         with one_verdict(launch):  # every rank checks; a shape one rank cannot hold stops them all, before any tensor
             fit_machine(run, *ddp_memory(shape, precision, run.dtype, launch, run.on_gpu), work.flops)
         torch.manual_seed(0)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
         block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
-        model = DistributedDataParallel(block, bucket_cap_mb=args.bucket_cap_mb)
+        model = DistributedDataParallel(block, device_ids=[launch.local_rank] if run.on_gpu else None,
+                                        bucket_cap_mb=args.bucket_cap_mb)  # fmt: skip
         eps = 1e-4 if param_dtype == torch.float16 else 1e-8  # 1e-8 is 0 in fp16: AdamW's 0/0 gives NaN weights
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=eps)
         torch.manual_seed(1 + launch.rank)  # each rank its own batch

@@ -115,11 +115,11 @@ def one(script: str, args: list[str]) -> None:
         note.update({k: noted.get(k) for k in ("estimate_s", "calibrate_s")})
         print(MARK + json.dumps(note), file=sys.stderr, flush=True)
 
-    import common.workloads.ddp  # noqa: PLC0415
+    import common.harness.torchrun  # noqa: PLC0415
 
     leave = (
-        common.workloads.ddp.exit_rank
-    )  # 06 ends its ranks with os._exit (common.workloads.ddp.exit_rank): note before that
+        common.harness.torchrun.exit_rank
+    )  # 06 ends its ranks with os._exit (common.harness.torchrun.exit_rank): note before that
 
     def noting_exit(main):
         def noted_main():
@@ -132,7 +132,7 @@ def one(script: str, args: list[str]) -> None:
 
         leave(noted_main)
 
-    common.harness.recording.estimate, common.workloads.ddp.exit_rank = noting, noting_exit
+    common.harness.recording.estimate, common.harness.torchrun.exit_rank = noting, noting_exit
     sys.argv = [script, *args]
     try:
         runpy.run_path(str(ROOT / script), run_name="__main__")

@@ -210,7 +210,7 @@ def end_process(code: int | None) -> NoReturn:
     interpreter teardown: torch.profiler's native thread, started as the trace is written, sits in a timed wait
     that holds a normal exit for about 5 s after the last line. By here main has committed its files (renamed
     into place) and run its cleanups (on_exit), so nothing is left to tear down; 06's ranks end the same way
-    (common.workloads.ddp.exit_rank)."""
+    (common.harness.torchrun.exit_rank)."""
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # the repository root: `common`, as pytest has it
 from helpers import LOOP_EDITS, run_edited  # noqa: E402
 
-from common.workloads.ddp import exit_rank  # noqa: E402
+from common.harness.torchrun import exit_rank  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

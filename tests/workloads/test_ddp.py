@@ -145,7 +145,8 @@ AGREED_REFUSAL = """
 import os, signal
 import torch.distributed as dist
 from common.cli import SuiteError
-from common.workloads.ddp import Launch, one_verdict
+from common.harness.ranks import one_verdict
+from common.harness.torchrun import Launch
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 try:
     with one_verdict(Launch(rank=0, local_rank=0, world_size=1, local_world_size=1)):
@@ -321,7 +322,7 @@ def test_a_rank_ends_when_its_launcher_is_killed(long_run):
 
 EXIT_RANK = """
 import atexit, sys
-from common.workloads.ddp import exit_rank
+from common.harness.torchrun import exit_rank
 atexit.register(lambda: print("the interpreter's teardown ran"))
 print("the rank's report")  # still in the buffer of a piped stdout
 def main():
@@ -369,7 +370,8 @@ def test_rank_0_prints_the_report_and_another_rank_only_what_differs(two_ranks):
 
 
 def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figures_do(capsys):
-    from common.workloads.ddp import Launch, _Voice
+    from common.harness.ranks import _Voice
+    from common.harness.torchrun import Launch
 
     voice = _Voice(Launch(rank=1, local_rank=1, world_size=2, local_world_size=2))
     table = [
@@ -388,7 +390,8 @@ def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figure
 def test_another_rank_says_its_verdict_only_when_its_call_differs_from_rank_0_s(capsys):
     """Which op was busiest is the run's timing (two ranks of one step differ in it under load, as CI showed);
     the call before it is the verdict, and a rank whose call differs prints it whole, wrapped lines included."""
-    from common.workloads.ddp import Launch, _Voice
+    from common.harness.ranks import _Voice
+    from common.harness.torchrun import Launch
 
     voice = _Voice(Launch(rank=1, local_rank=1, world_size=2, local_world_size=2))
     rank0 = [
