@@ -29,12 +29,12 @@ def step_seconds(trace: Trace) -> tuple[float, str, str] | None:
     us, where = trace.step_time_us()
     if us is None:
         return None
-    what = "GPU busy (kernel sum)" if where == "GPU" else f"CPU (the {trace.label!r} label)"
+    what = "GPU busy (the union over streams)" if where == "GPU" else f"CPU (the {trace.label!r} label)"
     value = (lambda s: s.gpu_busy_us) if where == "GPU" else (lambda s: s.region_us)
     times = [t for t in map(value, trace.steps) if t is not None]
     calls = calls_per_step(trace)
     if calls > 1:
-        return us / calls * 1e-6, what, f"per call: {human_time(us)} over the {calls} calls in the one recording"
+        return us / calls * 1e-6, what, f"per call: the one recording's {human_time(us)} over its {calls} calls"
     if len(times) == 2:
         return times[1] * 1e-6, what, f"the later of 2 profiled steps (the first: {human_time(times[0])})"
     return us * 1e-6, what, "the one profiled step" if len(times) == 1 else f"median of {len(times)} profiled steps"

@@ -46,7 +46,7 @@ def check_edit(edit: str, result: dict) -> None:
         assert "_noschedule" in name and not more
         assert report["loop"].startswith("profiled: no schedule, all 5 steps in one recording (no ProfilerStep#N), ")
         assert report["guess"].startswith(f"guess vs trace (per call of {label!r}: 5 calls in the one recorded step")
-        assert how.startswith("per call: ") and how.endswith(" over the 5 calls in the one recording")
+        assert how.startswith("per call: ") and how.endswith(" over its 5 calls")
         assert "of CPU in the one recording (no ProfilerStep#N)" in out
         return
     recorded = f"schedule({SCHEDULE_OF.get(edit, 'wait=1, warmup=1, active=3, repeat=1')}), {trace['steps']} steps"

@@ -54,7 +54,7 @@ def test_a_trace_without_steps_gives_the_step_time_per_call():
     assert step_seconds(parse(unscheduled_trace())) == (
         pytest.approx(50e-6),
         "CPU (the 'fwd' label)",
-        "per call: 150 µs over the 3 calls in the one recording",
+        "per call: the one recording's 150 µs over its 3 calls",
     )
 
 
