@@ -36,248 +36,33 @@ attention kernel, from its op's input shapes.
 from __future__ import annotations
 
 import argparse
-import functools
 import io
-import multiprocessing
 import os
 import re
-import signal
-import stat
-import sys
 import textwrap
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from common import interrupts
-from common.analysis.diagnosis import diagnose, verdict_lines
-from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
+from common.analysis.digest import LEFT, Digest, digest
+from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
+from common.analysis.folders import find_traces, read_all
+from common.analysis.names import fitted_names
 from common.analysis.tables import (
     BUDGET_LEGEND,
     DASH,
-    LAUNCH_HEADERS,
     LAUNCH_LEGEND,
     TEXT_WIDTH,
-    fit_last_column,
-    launch_cells,
     num,
-    phase_table,
     printable,
     room_for,
-    step_table,
     table,
 )
-from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, notice, positive_float, positive_int, shown
-from common.files import not_a_file, shown_path, write_whole
-from common.reader.build import no_gc, read_trace
-from common.reader.model import CPU_SOURCES, GpuOp, Step, Trace
-from common.reader.naming import cut_name, short_name
-from common.reader.occupancy import SmLimits
+from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, positive_float, positive_int, shown
+from common.files import shown_path, write_whole
+from common.reader.build import read_trace
+from common.reader.model import CPU_SOURCES
 from common.units import human_bytes, human_time
-
-LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
-
-
-def _is_trace_name(name: str) -> bool:
-    return not name.startswith(".") and name.lower().endswith((".json", ".json.gz"))
-
-
-def traces_in(folder: Path) -> list[Path] | None:
-    """The trace files under `folder`, its subfolders searched (links to folders are not followed), sorted; None
-    when `folder` itself cannot be read. A subfolder that cannot be read or searched (no permission) is skipped
-    with a notice, and the rest is still searched."""
-    found: list[Path] = []
-    pending = [folder]
-    while pending:
-        here = pending.pop()
-        try:
-            with os.scandir(here) as listing:
-                entries = list(listing)
-        except OSError as exc:
-            if here == folder:
-                notice(f"{here}: this folder cannot be read ({exc.strerror or exc}), skipped")
-                return None
-            notice(f"{here}: a folder that cannot be read ({exc.strerror or exc}), skipped")
-            continue
-        inside: list[Path] = []
-        folders: list[Path] = []
-        try:
-            for entry in entries:
-                mode = entry.stat(follow_symlinks=False).st_mode  # EACCES: listed, but no permission to search
-                if stat.S_ISDIR(mode):
-                    folders.append(Path(entry.path))
-                elif _is_trace_name(entry.name) and (stat.S_ISREG(mode) or os.path.isfile(entry.path)):
-                    inside.append(Path(entry.path))
-        except OSError as exc:
-            notice(f"{here}: a folder that cannot be searched ({exc.strerror or exc}), skipped")
-            continue
-        found += inside
-        pending += folders
-    return sorted(found)
-
-
-def find_traces(paths: list[str]) -> list[Path]:
-    """The trace files named by `paths`, folders searched (sorted) for *.json and *.json.gz; no duplicates.
-    A folder without traces, or one that cannot be read, is skipped with a notice; no traces at all is an error."""
-    found: list[Path] = []
-    for text in paths:
-        path = Path(text)
-        if os.path.isdir(path):  # os.path's: False, not an error, where the path cannot be looked at
-            inside = traces_in(path)
-            if inside == []:
-                notice(f"{path}: no *.json or *.json.gz traces in this folder, skipped")
-            found += inside or []
-        elif os.path.isfile(path):
-            found.append(path)
-        else:  # e.g. the folder of a script not run yet, a pipe or a device: the other paths still count
-            notice(f"{path}: {not_a_file(path)}, skipped")
-    if not found:
-        raise SuiteError(f"no traces in {', '.join(paths)}")
-    return list(dict.fromkeys(p.resolve() for p in found))
-
-
-@dataclass
-class Digest:
-    """What the summary prints of one trace, made where the trace was read (a worker process, for a folder): its
-    row, the figures the other traces are compared by, and its own tables, never its events."""
-
-    path: Path
-    name: str
-    row: Row
-    has_gpu: bool
-    gpu_activity: bool  # False: launches but no GPU event in the whole trace
-    step_time: float | None  # the per-step time the default baseline is chosen by (GPU busy, else CPU)
-    notes: list[str]
-    streams: str | None  # streams_line(), for a trace of several streams
-    cpu_source: str  # what its CPU column measures (common.reader.model.CPU_SOURCES)
-    label: str | None  # the record_function label it measures, if one
-    skipped: int  # events with a bad ts/dur
-    distributed: dict  # the trace's distributedInfo
-    rank: int | None
-    ranked: tuple[float | None, ...]  # rank_figures(), for the rank table
-    steps: int  # how many profiled steps
-    phases: str | None  # the phase table, if the trace has phases
-    per_step: str | None  # the per-step table, if shown
-    kernels: str | None  # the top-kernels table, if the trace has a GPU lane and GPU activity
-    verdict: list[
-        str
-    ]  # what bounds its steps (common.analysis.diagnosis): the verdict, the budget, the rules that fired
-    budgeted: bool  # its per-step table shows the time budget
-
-
-def digest(trace: Trace, args: argparse.Namespace) -> Digest:
-    """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
-    kernels = None
-    diagnosis = diagnose(trace, args.peak_tflops)
-    if trace.has_gpu and trace.gpu_activity:
-        stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates)
-        if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
-            cells = fit_last_column(headers, cells, cut_name)
-        kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
-    shown = args.per_step or len(trace.steps) > 3
-    return Digest(
-        trace.path,
-        trace.name,
-        summarize(trace, args.peak_tflops, args.peak_gbps),
-        trace.has_gpu,
-        trace.gpu_activity,
-        trace.step_time_us()[0],
-        trace.notes,
-        streams_line(trace),
-        trace.cpu_source,
-        trace.label,
-        trace.skipped,
-        trace.distributed,
-        trace.rank,
-        rank_figures(trace) if trace.rank is not None else (),
-        len(trace.steps),
-        phase_table(trace, args.markdown) if trace.phases else None,
-        step_table(trace, every=args.per_step, markdown=args.markdown, budgets=diagnosis.budgets) if shown else None,
-        kernels,
-        verdict_lines(diagnosis, args.explain),
-        shown and bool(diagnosis.budgets),
-    )
-
-
-def read_digest(path: Path, args: argparse.Namespace) -> Digest | str:
-    """The Digest of the trace at `path`, or why it cannot be read (the message names the file). The cyclic
-    garbage collector stays paused until the trace is freed: its millions of objects make no cycles, and a pass
-    over them on the way (once the reader or the diagnosis resumed it) would find nothing to free."""
-    try:
-        with no_gc():
-            return digest(read_trace(path, args.region), args)
-    except ValueError as exc:
-        return str(exc)
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity, as taskset or a container's cpuset sets it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _ignore_interrupts() -> None:
-    """A worker leaves Ctrl-C to the main process, which ends the workers itself: no traceback from them. The
-    signals were blocked while the worker was forked (one sent then waits); here Ctrl-C is ignored and SIGTERM and
-    SIGHUP end a worker silently, then they are unblocked; a worker ends with the main process. A worker forked
-    with them unblocked ran the main process's handler until here: pool.terminate()'s SIGTERM in that window raised
-    in the worker, and multiprocessing printed its traceback."""
-    interrupts.in_worker()
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupts.SIGNALS))
-
-
-def _read_in_parallel(paths: list[Path], args: argparse.Namespace, workers: int) -> list[Digest | str]:
-    """read_digest of each path, a process per core, in the order of `paths`. Ctrl-C (or any failure) ends
-    every worker before it goes on: no process is left behind. While the workers start, SIGINT is blocked, so a
-    Ctrl-C then reaches neither a worker that does not ignore it yet nor a pool half made: it waits, and lands once
-    the pool can be ended; SIGTERM and SIGHUP the same."""
-    start = "fork" if sys.platform == "linux" else None  # fork: the workers need not import the reader again
-    masks = hasattr(signal, "pthread_sigmask")
-    pool = None
-    try:
-        if masks:
-            signal.pthread_sigmask(signal.SIG_BLOCK, set(interrupts.SIGNALS))
-        try:
-            pool = multiprocessing.get_context(start).Pool(workers, initializer=_ignore_interrupts)
-        finally:
-            if masks:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, set(interrupts.SIGNALS))
-        results = list(pool.imap(functools.partial(read_digest, args=args), paths))
-        pool.close()
-    except BaseException:
-        if pool is not None:
-            pool.terminate()
-        raise
-    finally:
-        if pool is not None:
-            pool.join()
-    return results
-
-
-def read_all(paths: list[Path], args: argparse.Namespace) -> list[Digest]:
-    """The Digest of each trace of `paths`, in order: read in this process for one file, else a process per usable
-    core (the output is the same). One that cannot be read gets one `notice:` line on stderr naming it and why, and
-    the others are still read; SuiteError when none could be (the one line of a single file's why)."""
-    workers = min(len(paths), usable_cores())
-    if workers > 1:
-        from common.reader.trace_json import say_fallback
-
-        say_fallback()  # once here, not once per worker
-        results = _read_in_parallel(paths, args, workers)
-    else:
-        results = [read_digest(path, args) for path in paths]
-    traces = []
-    for result in results:
-        if isinstance(result, Digest):
-            traces.append(result)
-        elif len(paths) == 1:
-            raise SuiteError(result)
-        else:
-            notice(f"{result}; skipped")
-    if not traces:
-        raise SuiteError(f"none of the {len(paths)} traces could be read (each one's why is above)")
-    return traces
 
 
 def slowest(traces: list[Digest]) -> Digest:
@@ -317,84 +102,6 @@ def _ratio(value: float | None) -> str:
     if 0 < value < 0.001:
         return "< 0.001"
     return f"{value:,.0f}" if value >= 1000 else f"{value:#.3g}".rstrip(".")
-
-
-def short_trace_names(names: list[str]) -> dict[str, str]:
-    """`script/tag` -> the same with the script cut to the fewest leading words that still tell the scripts
-    apart (`04_c_sdpa_attention/...` -> `04_c/...`, `03_kernels_mlp/...` -> `03_kernels/...`)."""
-    scripts = sorted({n.split("/")[0] for n in names if "/" in n})
-    short = {}
-    for script in scripts:
-        words = script.split("_")
-        for k in range(1, len(words) + 1):
-            prefix = "_".join(words[:k])
-            if sum(other == prefix or other.startswith(prefix + "_") for other in scripts) == 1:
-                short[script] = prefix
-                break
-    return {
-        n: short.get(n.split("/")[0], n.split("/")[0]) + n[len(n.split("/")[0]) :] if "/" in n else n for n in names
-    }
-
-
-def without_shared_words(tags: list[str], room: int) -> list[str]:
-    """The tags with words (between `_`) that every one of them has left out, each run of them one `…`, the last
-    such word first, as few as make every tag fit `room`: what is left tells the tags apart
-    (`1_128_768_12_3072_cudagraphs_amp_bf16_cold_compiled` among the H200's 05 tags ->
-    `1_128_768_12_…_cudagraphs_…_compiled`)."""
-    words = [tag.split("_") for tag in tags]
-    shared = set.intersection(*map(set, words)) if len(tags) > 1 else set()
-    order = [w for w in reversed(dict.fromkeys(words[0])) if w in shared]  # the last shared word goes first
-    out = tags
-    for k in range(1, len(order) + 1):
-        gone = set(order[:k])
-        out = []
-        for tag_words in words:
-            kept: list[str] = []
-            for word in tag_words:
-                if word not in gone:
-                    kept.append(word)
-                elif not kept or kept[-1] != "…":
-                    kept.append("…")
-            out.append("_".join(kept))
-        if all(len(tag) <= room for tag in out):
-            break
-    return out
-
-
-def _cut_middle(text: str, room: int) -> str:
-    if len(text) <= room:
-        return text
-    keep = room - 1
-    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
-
-
-def fitted_names(names: list[str], room: int) -> dict[str, str]:
-    """Each of `names` (distinct) made to fit `room` characters, keeping what tells it from the others: the script
-    cut to its fewest telling words; where a script's names are still too long, the tag words all of them share
-    left out (`…`); only then a cut in the middle. No two come out alike (a clash is numbered)."""
-    if all(len(name) <= room for name in names):
-        return {name: name for name in names}
-    short = short_trace_names(names)
-    scripts: dict[str, list[str]] = {}
-    for name in names:
-        scripts.setdefault(name.split("/")[0] if "/" in name else "", []).append(name)
-    fitted = {}
-    for script, members in scripts.items():
-        if not script or all(len(short[n]) <= room for n in members):
-            fitted.update({n: short[n] for n in members})
-            continue
-        head = short[members[0]].split("/")[0]
-        tags = without_shared_words([n.split("/", 1)[1] for n in members], room - len(head) - 1)
-        fitted.update({n: f"{head}/{tag}" for n, tag in zip(members, tags, strict=True)})
-    fitted = {n: _cut_middle(text, room) for n, text in fitted.items()}
-    clashes = Counter(fitted.values())
-    numbered: Counter = Counter()
-    for name in names:
-        if clashes[fitted[name]] > 1:
-            numbered[fitted[name]] += 1
-            mark = f" #{numbered[fitted[name]]}"
-            fitted[name] = _cut_middle(fitted[name], room - len(mark)) + mark
-    return fitted
 
 
 def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
@@ -449,73 +156,6 @@ def table_cells(rows: list[Row], wide: bool = False, markdown: bool = False) -> 
     return headers, [[names[c[0]], *c[1:]] for c in cells]
 
 
-@dataclass
-class KernelStat:
-    """One kernel name's share of a trace's GPU work, and its launch figures (from its first launch)."""
-
-    op: GpuOp
-    us_per_step: float  # total over the profiled steps / number of steps
-    calls_per_step: float
-    share: float  # % of the trace's GPU work summed over streams (more than GPU busy where streams overlap)
-
-
-def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
-    """The `n` kernels (and memcpy/memset) with the most total time over the profiled steps."""
-    uses = sorted(trace.kernel_uses().values(), key=lambda u: -u.us)
-    busy = sum(u.us for u in uses) or 1.0
-    return [KernelStat(u.op, u.us, u.calls, 100.0 * u.us / busy) for u in uses[:n]]
-
-
-def kernel_cells(
-    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None, rates: dict | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
-    record_shapes give (`rates`: common.analysis.diagnosis.efficiency; the columns only where some kernel has one),
-    then the launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
-    rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
-    headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
-               "kernel"]  # fmt: skip
-    cells = []
-    for k in stats:
-        rate = rates.get((k.op.category, k.op.name))
-        if not rates:
-            shaped = []
-        elif rate and rate.helper:  # a helper kernel of an op: the op's rate is on its main kernel's row
-            shaped = ["helper", DASH]
-        else:
-            shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH]
-        cells.append([
-            f"{k.us_per_step:.1f}",
-            f"{k.calls_per_step:g}",
-            f"{k.share:.1f}",
-            *shaped,
-            k.op.family,
-            *launch_cells(k.op, sm),
-            short_name(k.op.name, name_width),
-        ])  # fmt: skip
-    return headers, cells
-
-
-def streams_line(trace: Trace) -> str | None:
-    """For a trace whose GPU work ran on several streams: per step (medians), GPU busy (the union), the sum over
-    the streams and each stream's sum, and how long two or more were busy at once; None on one stream."""
-    if not any(len(s.streams) > 1 for s in trace.steps):
-        return None
-    streams = sorted(
-        {op.stream for s in trace.steps for op in s.gpu}, key=lambda x: (not isinstance(x, int), str(x).zfill(20))
-    )
-    each = ", ".join(
-        f"stream {x}: {human_time(trace.per_step(lambda s, x=x: sum(op.us for op in s.gpu if op.stream == x)))}"
-        for x in streams
-    )
-    busy, total = trace.per_step(lambda s: s.gpu_busy_us), trace.per_step(lambda s: s.gpu_sum_us)
-    overlap = trace.per_step(lambda s: s.stream_overlap_us)
-    return (
-        f"GPU work on {len(streams)} streams: per step, GPU busy {human_time(busy)} (the union), summed over the "
-        f"streams {human_time(total)} (sums per stream: {each}); two or more busy at once {human_time(overlap)}"
-    )
-
-
 def trace_notes(traces: list[Digest], rows: list[Row]) -> list[str]:
     """One line per thing to know about a trace: how its steps were found, what was left out or guessed, its
     graph launches, its streams, its rank."""
@@ -532,14 +172,6 @@ def trace_notes(traces: list[Digest], rows: list[Row]) -> list[str]:
             world = info.get("world_size", "?")
             lines.append(f"note: {row.name}: rank {info.get('rank', '?')} of {world} ({info.get('backend', '?')})")
     return lines
-
-
-def _communication_us(step: Step) -> float:
-    return sum(op.us for op in step.kernels if op.family == "communication")
-
-
-def _compute_us(step: Step) -> float:
-    return sum(op.us for op in step.gpu if op.family != "communication")
 
 
 RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
@@ -565,20 +197,6 @@ def runs_of(traces: list[Digest]) -> list[tuple[str, list[Digest]]]:
             split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
         runs += [(f"{folder.name}/{stem} ({world} ranks)", group) for stem, group in split.items()]
     return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
-
-
-def rank_figures(trace: Trace) -> tuple[float | None, ...]:
-    """A rank's figures per step (medians): GPU busy (the union over streams), the sums of compute and of
-    communication kernel time, exposed communication, CPU time and its peak GPU memory in bytes (None where the
-    trace cannot give one)."""
-    gpu = trace.has_gpu and trace.gpu_activity  # launches without GPU events give no GPU figure, never a zero
-    busy = trace.per_step(lambda s: s.gpu_busy_us) if gpu else None
-    comm = trace.per_step(_communication_us) if gpu else None
-    compute = trace.per_step(_compute_us) if gpu else None
-    exposed = trace.per_step(lambda s: s.exposed_communication_us) if gpu else None
-    memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
-    peak = memory.get("peak_bytes") if isinstance(memory.get("peak_bytes"), (int, float)) else None
-    return busy, compute, comm, exposed, trace.per_step(lambda s: s.region_us), peak
 
 
 def rank_table(traces: list[Digest], markdown: bool = False) -> list[str]:

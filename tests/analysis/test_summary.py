@@ -14,8 +14,10 @@ import torch
 from helpers import ROOT, command, ev, tiny_cpu_trace, tiny_gpu_trace, usage_error
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from common.analysis.digest import top_kernels
 from common.analysis.figures import summarize
-from common.analysis.summary import _ratio, fitted_names, main, top_kernels
+from common.analysis.names import fitted_names
+from common.analysis.summary import _ratio, main
 from common.reader.build import parse
 from common.reader.naming import short_name
 

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from helpers import PYTHON, ROOT, command, ev, tiny_gpu_trace
 
+import common.analysis.folders as folders
 import common.analysis.summary as summary_module
-from common.analysis.summary import main, read_digest
+from common.analysis.digest import read_digest
+from common.analysis.summary import main
 from common.reader.build import read_trace
 
 
@@ -47,12 +49,12 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_a_folder_read_in_parallel_prints_what_one_process_prints(folder, capsys, monkeypatch):
-    monkeypatch.setattr(summary_module, "usable_cores", lambda: 1)
+    monkeypatch.setattr(folders, "usable_cores", lambda: 1)
     serial = command(main, capsys, folder, "--per-step")
-    monkeypatch.setattr(summary_module, "usable_cores", lambda: 3)
+    monkeypatch.setattr(folders, "usable_cores", lambda: 3)
     calls = []
-    real = summary_module._read_in_parallel
-    monkeypatch.setattr(summary_module, "_read_in_parallel", lambda *a: calls.append(a[2]) or real(*a))
+    real = folders._read_in_parallel
+    monkeypatch.setattr(folders, "_read_in_parallel", lambda *a: calls.append(a[2]) or real(*a))
     parallel = command(main, capsys, folder, "--per-step")
     assert calls == [3] and serial[0] == 0 and parallel == serial
     rows = [line.split()[0] for line in serial[1].split("\n\n")[1].splitlines()[2:]]
@@ -64,7 +66,7 @@ def test_one_trace_is_read_in_this_process_without_a_pool(folder, capsys, monkey
     def no_pool(*_):
         raise AssertionError("a pool for one file")
 
-    monkeypatch.setattr(summary_module, "_read_in_parallel", no_pool)
+    monkeypatch.setattr(folders, "_read_in_parallel", no_pool)
     code, out, _ = command(main, capsys, folder / "a" / "t1.json")
     assert code == 0 and "04_x/t1_bf16_cold_eager" in out
 
@@ -83,7 +85,7 @@ def test_a_worker_starts_with_the_signals_blocked_until_it_has_its_own_handlers(
     """From fork until its initializer a worker runs the main process's handlers: SIGTERM from pool.terminate()
     there raised in the worker, and multiprocessing printed its traceback (seen under load). So every signal
     stays blocked from the fork until the worker has set its own."""
-    real = summary_module.interrupts.in_worker
+    real = folders.interrupts.in_worker
     record = tmp_path / "masks"
     record.mkdir()
 
@@ -92,10 +94,10 @@ def test_a_worker_starts_with_the_signals_blocked_until_it_has_its_own_handlers(
         (record / str(os.getpid())).write_text(" ".join(str(int(s)) for s in sorted(blocked)))
         real()
 
-    monkeypatch.setattr(summary_module.interrupts, "in_worker", in_worker)
+    monkeypatch.setattr(folders.interrupts, "in_worker", in_worker)
     args = summary_module.parse_args([str(folder)])
     paths = sorted(folder.rglob("*.json"))
-    summary_module._read_in_parallel(paths, args, 2)
+    folders._read_in_parallel(paths, args, 2)
     masks = [set(map(int, f.read_text().split())) for f in record.iterdir()]
     wanted = {int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     assert len(masks) == 2 and all(wanted <= mask for mask in masks), masks

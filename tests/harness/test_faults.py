@@ -306,12 +306,12 @@ def test_two_traces_with_the_same_name_are_told_apart_by_path(tmp_path, capsys):
 
 
 def test_ctrl_c_in_the_summary_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
-    import common.analysis.summary
+    import common.analysis.digest
 
     def interrupted(path, region=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(common.analysis.summary, "read_trace", interrupted)
+    monkeypatch.setattr(common.analysis.digest, "read_trace", interrupted)
     path = tmp_path / "t.json"
     path.write_text(json.dumps(tiny_gpu_trace()))
     code, out, err = summary(capsys, path)
