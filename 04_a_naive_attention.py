@@ -25,10 +25,8 @@ from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_o
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.workloads.attention import (
-    SCORE_PASSES,
     AttentionShape,
-    attention_memory,
-    attention_work,
+    attention_budget,
     causal_mask,
     make_qkv,
     reference_attention,
@@ -100,12 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
-    # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
-    # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    work = attention_work(shape, run.dtype.itemsize, SCORE_PASSES["out_of_place"], run.reference_dtype.itemsize)
-    # before any tensor exists. Scores, scaled scores, the masked copy and softmax are [batch, heads, seq, seq]:
-    # 3 counted, 2 alive at once
-    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes=3 * run.dtype.itemsize), work.flops)
+    # before any tensor exists; the GEMMs compute all seq x seq scores, twice what causal attention needs:
+    # counting the needed work (as 04_c and 04_d do) makes TFLOP/s compare across the variants as their speed does
+    work, need = attention_budget("naive", shape, run)
+    fit_machine(run, *need, work.flops)
 
     q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step

@@ -24,10 +24,8 @@ from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_o
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.workloads.attention import (
-    SCORE_PASSES,
     AttentionShape,
-    attention_memory,
-    attention_work,
+    attention_budget,
     causal_mask,
     make_qkv,
     reference_attention,
@@ -83,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
     # The GEMMs compute all seq x seq scores, twice what causal attention needs; counting the needed
     # work (as 04_c and 04_d do) makes TFLOP/s compare across the variants the way their speed does.
-    work = attention_work(shape, run.dtype.itemsize, SCORE_PASSES["in_place"], run.reference_dtype.itemsize)
-    # before any tensor exists; scores, scaled scores and softmax: [batch, heads, seq, seq], 2 alive at once
-    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes=2 * run.dtype.itemsize), work.flops)
+    work, need = attention_budget("in_place", shape, run)  # before any tensor exists
+    fit_machine(run, *need, work.flops)
 
     q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     mask = causal_mask(args.seq, run.device)  # [seq, seq], built once, outside the profiled step

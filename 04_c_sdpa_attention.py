@@ -24,11 +24,9 @@ from common.harness.guess import Expect, expect_kernels, expect_launches, expect
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.workloads.attention import (
-    SCORE_PASSES,
     SDPA_BACKENDS,
     AttentionShape,
-    attention_memory,
-    attention_work,
+    attention_budget,
     make_qkv,
     reference_attention,
     require_sdpa_backend,
@@ -106,11 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
-    # math holds the scores, 3 fp32 copies whatever the input dtype (a fused backend none); before any tensor exists
-    score_bytes = 3 * 4 if args.backend == "math" else 0
-    passes = SCORE_PASSES["out_of_place"] * 4 / run.dtype.itemsize if args.backend == "math" else 0  # fp32 scores
-    work = attention_work(shape, run.dtype.itemsize, passes, run.reference_dtype.itemsize, args.backend == "flash")
-    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes), work.flops)
+    work, need = attention_budget(args.backend, shape, run)  # math holds 3 fp32 copies of the scores, fused none
+    fit_machine(run, *need, work.flops)
 
     q, k, v = make_qkv(shape, run)  # [batch, heads, seq, head_dim]
     attention = torch.compile(sdpa_attention) if args.compile else sdpa_attention

@@ -36,8 +36,7 @@ from common.harness.runtime import add_shape_flags, fit_machine, make_parser, se
 from common.workloads.attention import (
     FLASH_VERSION,
     AttentionShape,
-    attention_memory,
-    attention_work,
+    attention_budget,
     default_flash_repo,
     flash_attn_func_of,
     installed_flash_attn,
@@ -99,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     run = setup(args, __file__)
     require_flash(run, args.head_dim)  # a CUDA GPU, bf16 or fp16, a head_dim FlashAttention supports
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim
-    work = attention_work(shape, run.dtype.itemsize)
-    fit_machine(run, *attention_memory(shape, run.dtype, score_bytes=0), work.flops)  # fused: no [seq, seq] scores
+    work, need = attention_budget("kernel", shape, run)  # fused: no [seq, seq] scores
+    fit_machine(run, *need, work.flops)
 
     # The kernel, from the Hub as the post loads it (or from a local kernel directory, or an installed package).
     repo = args.repo or default_flash_repo(torch.cuda.get_device_capability(run.device))

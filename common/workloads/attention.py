@@ -7,6 +7,7 @@ import importlib
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -90,6 +91,38 @@ def attention_memory(shape: AttentionShape, dtype: torch.dtype, score_bytes: int
     """Bytes a variant of `shape` in `dtype` allocates at its peak, and for what (common.harness.early.attention_bytes,
     which the scripts' refusal before torch reads too)."""
     return attention_bytes(shape, dtype.itemsize, score_bytes)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How one attention variant treats the [batch, heads, seq, seq] scores: the CPU estimate's passes over them
+    (SCORE_PASSES' rule) and the copies of them its peak holds, in the run's dtype or, for SDPA's math backend,
+    in fp32 whatever the input; none for a fused kernel, whose FLOPs may run at SDPA flash's own CPU rate."""
+
+    passes: int
+    copies: int
+    fp32_scores: bool = False
+    flash_rate: bool = False
+
+
+VARIANTS = {  # 04_a, 04_b, then 04_c's backends, then 04_d's Hub kernels
+    "naive": Variant(SCORE_PASSES["out_of_place"], 3),  # scores, their masked copy, the softmax
+    "in_place": Variant(SCORE_PASSES["in_place"], 2),  # scores (masked in place), the softmax
+    "math": Variant(SCORE_PASSES["out_of_place"], 3, fp32_scores=True),
+    "flash": Variant(0, 0, flash_rate=True),
+    "efficient": Variant(0, 0),
+    "cudnn": Variant(0, 0),
+    "kernel": Variant(0, 0),
+}
+
+
+def attention_budget(variant: str, shape: AttentionShape, run: Run) -> tuple[Work, tuple[int, str]]:
+    """The work of `shape` as VARIANTS[variant] runs it (attention_work) and the bytes its peak holds, and for
+    what (attention_memory): what the script's estimate and fit_machine read, before any tensor exists."""
+    v, size = VARIANTS[variant], run.dtype.itemsize
+    score_size = 4 if v.fp32_scores else size
+    work = attention_work(shape, size, v.passes * score_size / size, run.reference_dtype.itemsize, v.flash_rate)
+    return work, attention_memory(shape, run.dtype, v.copies * score_size)
 
 
 def require_sdpa_backend(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, run: Run) -> None:

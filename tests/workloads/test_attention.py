@@ -206,3 +206,45 @@ def test_gpu_flash_refuses_fp32_and_huge_heads_in_one_line(tmp_path, capsys, fla
     err = usage_error(lambda: run(SDPA, tmp_path, *SMALL, *GPU_SHAPE, "--backend", "flash", *flags), capsys)
     assert err.startswith("error: --backend flash cannot run here") and reason in err
     assert written(tmp_path) == []
+
+
+@pytest.mark.parametrize(("variant", "copies", "passes"), [("naive", 3, 9), ("in_place", 2, 8), ("math", 3, 9)])
+def test_a_variants_budget_holds_its_score_copies_and_passes_in_its_scores_dtype(variant, copies, passes):
+    """04_a's three copies of the scores and nine passes over them, 04_b's two and eight, SDPA math's in fp32:
+    the table the scripts' one-line estimate reads (attention.VARIANTS)."""
+    from common.harness.early import attention_bytes
+    from common.workloads.attention import attention_budget
+
+    shape = AttentionShape(batch=2, heads=4, seq=64, head_dim=16)
+    run = SimpleNamespace(dtype=torch.bfloat16, reference_dtype=torch.float32)
+    work, (need, _) = attention_budget(variant, shape, run)
+    score_size = 4 if variant == "math" else 2
+    assert need == attention_bytes(shape, 2, copies * score_size)[0]
+    assert work.moved == passes * 2 * 4 * 64 * 64 * score_size and work.fused is None
+
+
+def test_a_fused_variant_holds_no_scores_and_only_flash_runs_at_its_own_rate():
+    from common.harness.early import attention_bytes
+    from common.workloads.attention import attention_budget
+
+    shape = AttentionShape(batch=1, heads=2, seq=32, head_dim=8)
+    run = SimpleNamespace(dtype=torch.float32, reference_dtype=torch.float32)
+    for variant in ("flash", "efficient", "cudnn", "kernel"):
+        work, (need, _) = attention_budget(variant, shape, run)
+        assert need == attention_bytes(shape, 4, 0)[0] and work.moved == 0
+        assert (work.fused is not None) == (variant == "flash")
+
+
+@pytest.mark.parametrize(
+    ("script", "variant"), [("04_a_naive_attention", "naive"), ("04_b_inplace_ops_attention", "in_place")]
+)
+def test_the_refusal_before_torch_counts_the_scores_the_variant_holds(script, variant):
+    """The refusal before torch (common.harness.early, which cannot import the table) is given the same copies."""
+    import re
+
+    from helpers import ROOT
+
+    from common.workloads.attention import VARIANTS
+
+    [items] = re.findall(r"refuse_attention_memory\(__name__, score_items=(\d+)\)", (ROOT / f"{script}.py").read_text())
+    assert int(items) == VARIANTS[variant].copies
