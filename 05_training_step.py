@@ -56,6 +56,7 @@ from common.workloads.block import (
     memory_lines,
     require_cuda_graphs,
     saved_for_backward,
+    training_precision,
 )
 
 
@@ -211,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
     )
     args = parser.parse_args(argv)
-    precision, amp = args.dtype or AMP, args.dtype is None
-    args.dtype, args.compile = args.dtype or "bf16", args.compile or args.cudagraphs  # bf16: what the GEMMs run in
-    run = setup(args, __file__)
+    precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
+    amp = precision == AMP
+    run = setup(args, __file__, dtype=compute, compiled=args.compile or args.cudagraphs)
     require_cuda_graphs(args.cudagraphs, run)
     check_shape(args.dim, args.heads)
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
@@ -225,13 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     x, target = make_batch(args.batch, args.seq, args.dim, run.device, param_dtype)  # [batch, seq, dim] each
     eps = 1e-4 if param_dtype == torch.float16 else 1e-8  # 1e-8 is 0 in fp16: AdamW's 0/0 would make NaN weights
     optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, eps=eps, fused=args.fused_optimizer or None)
-    model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if args.compile else block
-    variant = "cudagraphs" if args.cudagraphs else "compile" if args.compile else "eager"
+    model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if run.compiled else block
+    variant = "cudagraphs" if args.cudagraphs else "compile" if run.compiled else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))
 
     with phase("the reference: the block's forward in higher precision"):
         expected = block_reference(block, x, run.dtype)  # from the weights before the first step
-    if args.compile:
+    if run.compiled:
         announce_compile(backward=True)
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
     with phase("the first step, the one checked against the reference"):

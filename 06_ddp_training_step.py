@@ -38,7 +38,15 @@ from common.harness.ranks import one_verdict, rank_line, read_together
 from common.harness.recording import finish, recording
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.harness.torchrun import TORCHRUN, exit_rank, not_launched, rendezvous, torchrun_launch
-from common.workloads.block import AMP, AMP_DTYPE_HELP, BlockShape, block_work, check_shape, make_batch
+from common.workloads.block import (
+    AMP,
+    AMP_DTYPE_HELP,
+    BlockShape,
+    block_work,
+    check_shape,
+    make_batch,
+    training_precision,
+)
 from common.workloads.ddp import add_ddp_flags, ddp_memory, expected_buckets
 
 SCRIPT = "06_ddp_training_step.py"
@@ -140,11 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if launch is None:
         raise not_launched(SCRIPT)
-    if args.device == "auto" and torch.cuda.is_available():
-        args.device = f"cuda:{launch.local_rank}"  # one GPU per rank
-    amp = args.dtype is None
-    precision, args.dtype = AMP if amp else args.dtype, args.dtype or "bf16"
-    run = setup(args, __file__)
+    gpu = f"cuda:{launch.local_rank}" if args.device == "auto" and torch.cuda.is_available() else None  # one a rank
+    precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
+    amp = precision == AMP
+    run = setup(args, __file__, dtype=compute, device=gpu)
     run = dataclasses.replace(run, launcher=f"{TORCHRUN} {launch.local_world_size}")  # for the commands it prints
     check_shape(args.dim, args.heads)
     backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes

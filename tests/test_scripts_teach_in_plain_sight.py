@@ -130,3 +130,18 @@ def test_the_loop_copied_out_of_a_script_runs_on_plain_torch(tmp_path):
     names = [e.get("name") for e in json.loads(trace.read_text())["traceEvents"]]
     assert names.count("matmul_add") == 2 and "ProfilerStep#2" in names and "aten::mm" in names
     torch.testing.assert_close(namespace["y"], torch.add(torch.matmul(x, w), b))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_main_never_changes_the_flags_it_parsed(name):
+    """05 and 06 set args.dtype, args.compile and args.device after parsing, so a flag read later was not the
+    reader's (issue 33); a script's own rule (training_precision, a GPU per rank) goes to setup() instead."""
+    written = [
+        f"{name}.py:{node.lineno} args.{target.attr}"
+        for node in ast.walk(main_node(name))
+        if isinstance(node, (ast.Assign, ast.AugAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for target in (target.elts if isinstance(target, ast.Tuple) else [target])
+        if isinstance(target, ast.Attribute) and getattr(target.value, "id", None) == "args"
+    ]
+    assert not written, written

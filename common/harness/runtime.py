@@ -293,26 +293,33 @@ def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
         raise SuiteError(refusal)
 
 
-def setup(args: argparse.Namespace, script_file: str) -> Run:
+def setup(
+    args: argparse.Namespace,
+    script_file: str,
+    dtype: str | None = None,
+    device: str | None = None,
+    compiled: bool | None = None,
+) -> Run:
     """Seed, resolve the shared flags, check the output folder, route Ctrl-C/SIGTERM/SIGHUP to a clean exit
-    (common.interrupts), and print the setup line."""
+    (common.interrupts), and print the setup line. `dtype`, `device` and `compiled`, where given, are what the
+    script's own rule made of the flags (05's precision, 06's GPU per rank): `args` is never changed."""
     interrupts.install()
     torch.manual_seed(SEED)
-    device = resolve_device(args.device)
+    device = resolve_device(device or args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     script = Path(script_file).stem
     if args.traces_dir is not None and not args.traces_dir.strip():
         raise SuiteError("--traces-dir is empty; give a folder, or leave the flag out for traces/")
     base = Path(os.path.expanduser(args.traces_dir)) if args.traces_dir is not None else REPO_ROOT / "traces"
-    dtype_name, dtype_notice = resolve_dtype(args.dtype, device)
+    dtype_name, dtype_notice = resolve_dtype(dtype or args.dtype, device)
     run = Run(
         script=script,
         device=device,
         dtype=DTYPES[dtype_name],
         dtype_name=dtype_name,
         warm=args.warmup,
-        compiled=args.compile,
+        compiled=args.compile if compiled is None else compiled,
         planned_steps=args.wait + args.warmup_steps + args.active,
         traces_dir=check_writable(check_nameable(base / script)),
         strict=args.strict,

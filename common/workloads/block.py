@@ -39,6 +39,13 @@ class BlockShape(NamedTuple):
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 
 
+def training_precision(dtype: str | None) -> tuple[str, str]:
+    """05's and 06's one precision rule, from --dtype: (the precision, the dtype the step's GEMMs run in). Left out,
+    AMP: fp32 parameters and AdamW state, the forward under bf16 autocast, its GEMMs in bf16; given, that dtype for
+    parameters, activations and AdamW state alike."""
+    return (AMP, "bf16") if dtype is None else (dtype, dtype)
+
+
 # --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs
 # under bf16 autocast (AMP), as real training keeps them; given, it names one dtype for everything
 AMP_DTYPE_HELP = "one dtype for parameters, activations and AdamW state (default: fp32 parameters, bf16 autocast)"
