@@ -47,48 +47,43 @@ FUSED_OP = {
 
 
 def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expect]:
-    """What one profiled step should show, written down before looking."""
+    """What one profiled step should show, written down before looking: each line with the cases it is guessed
+    in. Eager, "math" runs attention op by op and "fused" (flash, efficient, cudnn) is one library call; compiled,
+    a fused backend on a GPU stays that call ("compiled fused"), and math or any backend on the CPU is decomposed
+    into GEMMs and Triton kernels ("compiled decomposed")."""
     fused = backend != "math"
-    if compiled:
-        sdpa = expect_op("aten::scaled_dot_product_attention", 0, "Inductor calls SDPA's choice directly")
-        if fused and on_gpu:
-            return [
-                sdpa,
-                expect_op(FUSED_OP[backend], 1, "the fused op stays one library call"),
-                expect_kernels("attention", 1, "the same fused kernel as eager"),
-                expect_memcpy(0, "nothing copied"),
-            ]
-        return [
-            sdpa,
-            expect_op("aten::bmm", 2, "decomposed (CPU flash too): two extern bmm GEMMs"),
-            expect_kernels("gemm", 2, "q @ k.T and attn @ v"),
-            expect_kernels("triton", 1, "the rest fused by Inductor", at_least=True),
-        ]
-    sdpa = expect_op("aten::scaled_dot_product_attention", 1, "replaces the naive code")
-    if not fused:
-        return [
-            sdpa,
-            expect_op("aten::_scaled_dot_product_attention_math", 1, "the reference: attention op by op"),
-            expect_op("aten::tril", 1, "is_causal: the mask rebuilt every call"),
-            expect_op("aten::_safe_softmax", 1, "a NaN-safe softmax, not aten::softmax"),
-            expect_op("aten::matmul", 2, "q @ k.T and attn @ v"),
-            *([expect_op("aten::_to_copy", 4, "q, k, v to fp32, the output back", at_least=True)] if upcast else []),
-            expect_kernels("gemm", 2, "fp32 GEMMs" + (": sgemm on the post's A100" if upcast else "")),
-            expect_kernels("any", 10, "20 in all on the post's A100", at_least=True),
-        ]
-    lines = [
-        sdpa,
-        expect_op(FUSED_OP[backend] + ("" if on_gpu else "_for_cpu"), 1, "straight to the fused backend"),
-        expect_op("aten::_scaled_dot_product_attention_math", 0, "no op-by-op decomposition"),
-        expect_kernels("attention", 1, "scores never leave the chip"),
-        expect_memcpy(0, "nothing copied"),
-    ]
-    if backend == "cudnn":
-        return lines + [
-            expect_op("aten::transpose", 0, "cuDNN reads [B, H, S, D] as is"),
-            expect_launches("cuLaunchKernelEx", 1, "via the driver API", at_least=True),
-        ]
-    return lines + [expect_op("aten::transpose", 1, "to the kernel's [B, S, H, D]", at_least=True)]
+    eager = "fused" if fused else "math"
+    case = ("compiled fused" if fused and on_gpu else "compiled decomposed") if compiled else eager
+    fused_op = FUSED_OP.get(backend, "")
+    compiled_cases, eager_cases = {"compiled fused", "compiled decomposed"}, {"math", "fused"}
+    op, kernels = expect_op, expect_kernels
+    rows = [
+        (compiled_cases, op("aten::scaled_dot_product_attention", 0, "Inductor calls SDPA's choice directly")),
+        ({"compiled fused"}, op(fused_op, 1, "the fused op stays one library call")),
+        ({"compiled fused"}, kernels("attention", 1, "the same fused kernel as eager")),
+        ({"compiled fused"}, expect_memcpy(0, "nothing copied")),
+        ({"compiled decomposed"}, op("aten::bmm", 2, "decomposed (CPU flash too): two extern bmm GEMMs")),
+        ({"compiled decomposed"}, kernels("gemm", 2, "q @ k.T and attn @ v")),
+        ({"compiled decomposed"}, kernels("triton", 1, "the rest fused by Inductor", at_least=True)),
+        (eager_cases, op("aten::scaled_dot_product_attention", 1, "replaces the naive code")),
+        ({"math"}, op("aten::_scaled_dot_product_attention_math", 1, "the reference: attention op by op")),
+        ({"math"}, op("aten::tril", 1, "is_causal: the mask rebuilt every call")),
+        ({"math"}, op("aten::_safe_softmax", 1, "a NaN-safe softmax, not aten::softmax")),
+        ({"math"}, op("aten::matmul", 2, "q @ k.T and attn @ v")),
+        ({"math"} if upcast else set(), op("aten::_to_copy", 4, "q, k, v to fp32, the output back", at_least=True)),
+        ({"math"}, kernels("gemm", 2, "fp32 GEMMs" + (": sgemm on the post's A100" if upcast else ""))),
+        ({"math"}, kernels("any", 10, "20 in all on the post's A100", at_least=True)),
+        ({"fused"}, op(fused_op + ("" if on_gpu else "_for_cpu"), 1, "straight to the fused backend")),
+        ({"fused"}, op("aten::_scaled_dot_product_attention_math", 0, "no op-by-op decomposition")),
+        ({"fused"}, kernels("attention", 1, "scores never leave the chip")),
+        ({"fused"}, expect_memcpy(0, "nothing copied")),
+        ({"fused"} if backend == "cudnn" else set(), op("aten::transpose", 0, "cuDNN reads [B, H, S, D] as is")),
+        ({"fused"} if backend == "cudnn" else set(), expect_launches("cuLaunchKernelEx", 1, "via the driver API",
+                                                                     at_least=True)),
+        ({"fused"} if backend != "cudnn" else set(), op("aten::transpose", 1, "to the kernel's [B, S, H, D]",
+                                                        at_least=True)),
+    ]  # fmt: skip
+    return [line for cases, line in rows if case in cases]
 
 
 @cli
