@@ -20,7 +20,7 @@ Agreement: per-step kernel time (sum of kernel durations in a step) is compared 
 found; the table gives each side's median over steps and the largest per-step difference (within 1% passes).
 Breakdown (a second table): HTA's temporal breakdown (idle, compute, non-compute as % of its window, the first GPU
 op's start to the last one's end) and its idle-time breakdown (host wait, kernel wait, other: its per-stream idle
-intervals summed, as % of the same window), against common.analysis.diagnosis.budget over the same window (the GPU work
+intervals summed, as % of the same window), against common.analysis.budget.budget over the same window (the GPU work
 of every profiled step, edges=False); "Δ pp" is the largest difference in percentage points (within 1 passes). The
 suite's per-step figures (what the summary prints) count the step's whole span, so they differ by design.
 """
@@ -101,7 +101,7 @@ def hta_worker(trace: Path) -> None:
 def suite_worker(trace: Path) -> None:
     """(In SUITE_ROOT's environment) read `trace` with common.reader.build; print the same JSON as hta_worker."""
     sys.path.insert(0, os.getcwd())
-    from common.analysis.diagnosis import budget
+    from common.analysis.budget import budget
     from common.reader.build import read_trace
 
     start = time.perf_counter()

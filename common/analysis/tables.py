@@ -185,7 +185,7 @@ def _budget_shown(header: str, budgets: list) -> bool:
 
 
 def _budget_cells(b, shown: list[str]) -> list[str]:
-    """A step's budget (common.analysis.diagnosis.Budget) as the cells of the `shown` BUDGET_HEADERS."""
+    """A step's budget (common.analysis.budget.Budget) as the cells of the `shown` BUDGET_HEADERS."""
     waits = b.kernel_wait + b.other_wait
     cells = [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
              _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip

@@ -12,7 +12,8 @@ from helpers import FIXTURES, ROOT, command, ev, run
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis import diff, summary
-from common.analysis.diagnosis import budget, diagnose, efficiency, verdict_lines
+from common.analysis.budget import budget
+from common.analysis.diagnosis import diagnose, efficiency, verdict_lines
 from common.reader.build import parse, read_trace
 from common.reader.model import GpuOp
 from common.reader.roofline import ShapedOp, op_flops
@@ -501,7 +502,8 @@ def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
     import heapq
     import random
 
-    from common.analysis.diagnosis import Budget, Gap, _longest
+    from common.analysis.budget import Budget, Gap
+    from common.analysis.diagnosis import _longest
 
     rng = random.Random(3)
     for _ in range(2000):
@@ -516,7 +518,7 @@ def test_the_longest_gaps_are_heapq_nlargest_s_in_its_order_ties_included():
 
 
 def test_a_budget_knows_its_longest_gap():
-    from common.analysis.diagnosis import budget
+    from common.analysis.budget import budget
     from common.reader.model import GpuOp
 
     ops = [GpuOp("kernel", "k", 2.0, start=s, launch=("cudaLaunchKernel", s - 1, 1.0, 0, 1)) for s in (3.0, 6.0, 12.0)]
