@@ -15,6 +15,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from common.analysis.budget import (
     Budget,
@@ -601,6 +602,108 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
         return _diagnose(trace, peak_tflops)
 
 
+def bound_of(m: Budget) -> str:
+    """What bounds the median step, from its budget alone, with the thresholds above: exposed communication, then
+    an idle GPU (waiting for the host: "CPU", or on its own waits: "waits"), then copies, else the GPU itself, or
+    "balanced" where the GPU also waits for the host a large share of the step."""
+    if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
+        return "communication"
+    if m.idle >= IDLE_BOUND * m.span:
+        return "CPU" if m.host_wait >= m.kernel_wait + m.other_wait else "waits"
+    if m.busy and m.non_compute >= NON_COMPUTE_BOUND * m.busy:
+        return "copies"
+    return "balanced" if m.host_wait >= BALANCED_IDLE * m.span else "GPU"
+
+
+class _Facts(NamedTuple):
+    """What the verdict's wording reads, found once in _diagnose."""
+
+    trace: Trace
+    budgets: list[Budget]
+    m: Budget  # the median step's budget
+    where: str  # "the 3.04 ms step", or the GPU window it was measured on
+    longest: Gap | None
+    scan: _Scan
+    eff: dict
+
+
+def _says_communication(f: _Facts) -> str:
+    m = f.m
+    hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
+    return (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
+            f"compute hides ({hidden} of it hidden) → overlap it with the backward (DDP's default), tune "
+            "bucket_cap_mb, or communicate less often")  # fmt: skip
+
+
+def _says_idle(f: _Facts) -> str:
+    """The verdict of a GPU idle half the step or more: waiting for the host (and why), or on its own waits."""
+    trace, m, longest = f.trace, f.m, f.longest
+    host = m.host_wait >= m.kernel_wait + m.other_wait
+    launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
+    by_phase = idle_by_phase(trace, f.budgets)
+    phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
+    n = len(trace.steps)
+    gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
+    ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
+    if ranked:
+        shown = ranked if not host else ranked[:1]  # the host wait's causes follow: the phase is its where
+        gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in shown)
+    optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
+    if optimizer < OPTIMIZER_IDLE * m.idle * n:
+        phase = None
+    if host:
+        return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
+                f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
+                f"launch{'' if launches == 1 else 'es'}{gap}"
+                f"{_host_story(trace, f.budgets, phase, f.scan.compiled)}")  # fmt: skip
+    return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
+            f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
+            f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
+
+
+def _says_copies(f: _Facts) -> str:
+    m = f.m
+    return (f"bound by copies: memcpy/memset {percent(100 * m.non_compute / m.busy)} of GPU busy "
+            f"({human_time(m.non_compute)} of {human_time(m.busy)}) → pinned memory, fewer host-device copies, "
+            "in-place ops instead of copies")  # fmt: skip
+
+
+def _says_gpu(f: _Facts) -> str:
+    """The verdict of a busy GPU: its busiest family, the GEMMs' share of peak, and the lever for what it runs."""
+    trace, m, eff = f.trace, f.m, f.eff
+    shares = Counter(f.scan.shares)
+    total = sum(shares.values()) or 1.0
+    family, us = max(shares.items(), key=lambda kv: kv[1])
+    line = (f"bound by the GPU: busy {percent(m.pct(m.busy))} of {f.where}; {family} "
+            f"{percent(100 * us / total)} of it")  # fmt: skip
+    gemm = [e for e in eff.values() if e.tflops is not None]
+    if gemm and all(e.peak_tflops for e in eff.values()):
+        flops = sum(e.flops for e in gemm)
+        peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
+        share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
+        if share is not None:
+            line += f"; GEMM and attention kernels at {100 * share:.0f}% of peak"
+    fusable = sum(shares[fam] for fam in ("pointwise", "reduce", "softmax")) / total
+    if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
+        return line + " → a fused attention backend (SDPA flash/efficient/cudnn)"
+    if fusable >= FUSABLE_SHARE:
+        return line + f" → torch.compile to fuse the pointwise/reduce kernels ({percent(100 * fusable)} of GPU busy)"
+    return line + " → less work per step (lower precision, fewer FLOPs); launches no longer matter"
+
+
+def _says_balanced(f: _Facts) -> str:
+    """Neither side dominates: the GPU's lever, and the host's beside it."""
+    gpu_part = _says_gpu(f).removeprefix("bound by the GPU: ")
+    return (
+        f"balanced between the GPU and the host: {gpu_part}; and the GPU waits for the host "
+        f"{percent(f.m.pct(f.m.host_wait))} of it{_host_story(f.trace, f.budgets, None, f.scan.compiled)}"
+    )
+
+
+_SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says_idle, "copies": _says_copies,
+         "GPU": _says_gpu, "balanced": _says_balanced}  # fmt: skip
+
+
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
@@ -629,74 +732,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         if m.window == "step"
         else (f"the {unit}'s {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
     )
-    launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
     longest_gaps = _longest(budgets, GAPS_SHOWN)
-    longest = longest_gaps[0] if longest_gaps else None
     scan = _scan(trace)
     eff = _rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    if m.comm_exposed >= EXPOSED_COMM_BOUND * m.span:
-        bound = "communication"
-        hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
-        line = (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {where} is "
-                f"communication no compute hides ({hidden} of it hidden) "
-                "→ overlap it with the backward (DDP's default), tune bucket_cap_mb, or communicate less "
-                "often")  # fmt: skip
-    elif m.idle >= IDLE_BOUND * m.span:
-        host = m.host_wait >= m.kernel_wait + m.other_wait
-        bound = "CPU" if host else "waits"
-        by_phase = idle_by_phase(trace, budgets)
-        phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
-        n = len(trace.steps)
-        gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
-        ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
-        if ranked:
-            shown = ranked if not host else ranked[:1]  # the host wait's causes follow: the phase is its where
-            gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in shown)
-        optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
-        if optimizer < OPTIMIZER_IDLE * m.idle * n:
-            phase = None
-        if host:
-            line = (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {where} "
-                    f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
-                    f"launch{'' if launches == 1 else 'es'}{gap}"
-                    f"{_host_story(trace, budgets, phase, scan.compiled)}")  # fmt: skip
-        else:
-            line = (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {where}, "
-                    f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
-                    f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
-    elif m.busy and m.non_compute >= NON_COMPUTE_BOUND * m.busy:
-        bound = "copies"
-        line = (f"bound by copies: memcpy/memset {percent(100 * m.non_compute / m.busy)} of GPU busy "
-                f"({human_time(m.non_compute)} of {human_time(m.busy)}) → pinned memory, fewer host-device copies, "
-                "in-place ops instead of copies")  # fmt: skip
-    else:
-        bound = "GPU"
-        shares = Counter(scan.shares)
-        total = sum(shares.values()) or 1.0
-        family, us = max(shares.items(), key=lambda kv: kv[1])
-        line = (f"bound by the GPU: busy {percent(m.pct(m.busy))} of {where}; {family} "
-                f"{percent(100 * us / total)} of it")  # fmt: skip
-        gemm = [e for e in eff.values() if e.tflops is not None]
-        if gemm and all(e.peak_tflops for e in eff.values()):
-            flops = sum(e.flops for e in gemm)
-            peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
-            share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
-            if share is not None:
-                line += f"; GEMM and attention kernels at {100 * share:.0f}% of peak"
-        fusable = sum(shares[f] for f in ("pointwise", "reduce", "softmax")) / total
-        if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
-            line += " → a fused attention backend (SDPA flash/efficient/cudnn)"
-        elif fusable >= FUSABLE_SHARE:
-            line += f" → torch.compile to fuse the pointwise/reduce kernels ({percent(100 * fusable)} of GPU busy)"
-        else:
-            line += " → less work per step (lower precision, fewer FLOPs); launches no longer matter"
-        if m.host_wait >= BALANCED_IDLE * m.span:  # neither side dominates: both levers
-            bound = "balanced"
-            gpu_part = line.removeprefix("bound by the GPU: ")
-            line = (
-                f"balanced between the GPU and the host: {gpu_part}; and the GPU waits for the host "
-                f"{percent(m.pct(m.host_wait))} of it{_host_story(trace, budgets, None, scan.compiled)}"
-            )
+    bound = bound_of(m)
+    facts = _Facts(trace, budgets, m, where, longest_gaps[0] if longest_gaps else None, scan, eff)
+    line = _SAYS[bound](facts)
     rules = [
         r
         for r in (

@@ -581,3 +581,22 @@ def test_syncs_made_inside_different_ops_in_each_step_are_still_counted_per_step
     (rule,) = [r for r in diagnose(parse(data)).rules if r.name == "host-device sync inside the step"]
     assert rule.evidence[0].startswith("per step: cudaStreamSynchronize 1, blocking the CPU 1.00 µs")
     assert rule.evidence[1] == "made inside (over the 2 steps): aten::add 1, aten::mm 1"
+
+
+@pytest.mark.parametrize(
+    ("figures", "bound"),
+    [
+        ({"comm": 30.0, "comm_exposed": 25.0, "busy": 60.0, "host_wait": 40.0}, "communication"),
+        ({"busy": 40.0, "host_wait": 50.0, "kernel_wait": 10.0}, "CPU"),
+        ({"busy": 40.0, "host_wait": 10.0, "kernel_wait": 30.0, "other_wait": 20.0}, "waits"),
+        ({"busy": 80.0, "non_compute": 30.0, "compute": 50.0, "host_wait": 20.0}, "copies"),
+        ({"busy": 90.0, "compute": 90.0, "host_wait": 10.0}, "GPU"),
+        ({"busy": 65.0, "compute": 65.0, "host_wait": 35.0}, "balanced"),
+    ],
+)
+def test_the_bound_is_decided_from_the_median_budget_alone(figures, bound):
+    """The decision (bound_of) apart from its wording: each bound from a 100 µs step's figures."""
+    from common.analysis.budget import Budget
+    from common.analysis.diagnosis import bound_of
+
+    assert bound_of(Budget(span=100.0, **figures)) == bound
