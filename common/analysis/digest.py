@@ -125,7 +125,7 @@ def kernel_cells(
     stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None, rates: dict | None = None
 ) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
-    record_shapes give (`rates`: common.analysis.diagnosis.efficiency; the columns only where some kernel has one),
+    record_shapes give (`rates`: common.analysis.efficiency.efficiency; the columns only where some kernel has one),
     then the launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
     rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
     headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,

@@ -13,7 +13,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis import diff, summary
 from common.analysis.budget import budget
-from common.analysis.diagnosis import diagnose, efficiency, verdict_lines
+from common.analysis.diagnosis import diagnose, verdict_lines
+from common.analysis.efficiency import efficiency
 from common.reader.build import parse, read_trace
 from common.reader.model import GpuOp
 from common.reader.roofline import ShapedOp, op_flops
@@ -260,7 +261,7 @@ def test_grouped_gemm_flops_count_each_row_against_one_group(dims, flops):
 def test_a_gemm_is_rated_against_the_peak_of_the_precision_it_ran_in(types, kernel, roof):
     """FP8 against the FP8 dense peak; an fp32 op whose kernel ran TF32 (its name says so) against the TF32 peak,
     where the plain fp32 one read "357 TFLOP/s, 533% of peak"; an fp32 SIMT kernel against fp32."""
-    from common.analysis.diagnosis import kernel_roof
+    from common.analysis.efficiency import kernel_roof
     from common.physics import find_peak
 
     assert kernel_roof(ShapedOp("aten::mm", [[64, 64], [64, 64]], types, []), kernel, find_peak("NVIDIA H200")) == roof
@@ -269,7 +270,7 @@ def test_a_gemm_is_rated_against_the_peak_of_the_precision_it_ran_in(types, kern
 def test_an_fp8_scaled_mm_on_the_h200_is_rated_against_the_fp8_peak(capsys):
     """The H200 fixture: an FP8 _scaled_mm at 8192³ beside a bf16 mm of the same shape. The FP8 kernel was "—";
     now 2·8192³ FLOPs in its 737 µs, about 1,490 TFLOP/s, 75% of the 1,979 dense FP8 peak."""
-    from common.analysis.diagnosis import efficiency
+    from common.analysis.efficiency import efficiency
     from common.reader.build import read_trace
 
     trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "fp8_scaled_mm.json.gz")

@@ -153,7 +153,7 @@ def test_a_2023_trace_with_driver_launches_sync_events_and_distributed_info_read
 def test_a_2021_trace_s_kernels_carry_their_op_s_id_in_lower_case_and_get_its_rate(tmp_path):
     """2021's Kineto wrote a GPU event's op id as "external id" (the op's own is "External id"): read only the
     latter, the shaped aten::mm of those traces got no FLOPs and no rate (issue 32)."""
-    from common.analysis.diagnosis import efficiency
+    from common.analysis.efficiency import efficiency
 
     data = _operator_era()
     for event in data["traceEvents"]:
