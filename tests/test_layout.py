@@ -91,3 +91,43 @@ def test_no_constructor_takes_more_than_eight_positional_arguments(path):
         and len(node.args) > MAX_POSITIONAL and (path.name, node.func.id) not in HOT_PATHS
     ]  # fmt: skip
     assert not long, long
+
+
+def module_imports(path: Path) -> set[str]:
+    """The suite's modules `path` imports, at any depth (a function's lazy import too), but not those under `if
+    TYPE_CHECKING:` (for types only, never run); `from common.x import name` counts as common.x."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    known = {module_name(p) for p in MODULES}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found |= {n for n in names if n in known}
+    return found - {module_name(path)}
+
+
+def test_the_suites_imports_make_no_cycle():
+    """Within a wing arrows may point either way; around a loop they must not (torchrun and ranks nearly did)."""
+    graph = {module_name(p): module_imports(p) for p in MODULES}
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("an import cycle: " + " → ".join([*path[path.index(module) :], module]))
+        if module in done:
+            return
+        for target in sorted(graph.get(module, ())):
+            visit(target, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

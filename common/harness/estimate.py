@@ -33,13 +33,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from common.harness.bench import MIN_CALLS, UNTIMED_CALLS, timing_calls
-from common.harness.runtime import Run
 from common.physics import FusedAttention, Work
 from common.units import human_time
+
+if TYPE_CHECKING:  # the run's type only: common.harness.runtime imports this module to say its phases
+    from common.harness.runtime import Run
 
 MEASURE_ABOVE_FLOPS = 2e9  # a run with less work than this in all (2 GFLOP, 2 GB) cannot take long: not measured
 MEASURE_ABOVE_BYTES = 2e9

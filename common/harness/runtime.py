@@ -16,6 +16,7 @@ from common import interrupts
 from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
 from common.harness.checks import reference_dtype
 from common.harness.early import memory_refusal
+from common.harness.estimate import phase
 from common.harness.machine import (
     EMULATED_COST,
     NATIVE_16BIT,
@@ -337,8 +338,6 @@ def setup(
     if dtype_notice:
         print(dtype_notice)
     if run.compiled and "torch._dynamo" not in sys.modules:  # the script's torch.compile(...) imports it: seconds
-        from common.harness.estimate import phase  # noqa: PLC0415 (common.harness.estimate imports this module)
-
         with phase("importing torch.compile's compiler (torch._dynamo, torch._inductor)"):
             torch.compile(lambda: None)  # wrapping resolves the Inductor backend, importing it; nothing compiles
     return run
