@@ -202,7 +202,8 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False) -> Said:
     lines = estimate_lines(run, work, estimated)
     for line in lines:
         print(line, flush=True)
-    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=work.has_reference and not checked_first)
+    left = work.has_reference and not checked_first
+    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
 
 
 @contextlib.contextmanager
