@@ -377,16 +377,15 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     if guess.flops_per_s is None:
         typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
         return [f"estimate: about {total}, nearly all of it torch.compile's first call (typically {typical})"]
-    compiling = f" ({human_time(guess.compile_s * 1e6)} of it compiling)" if guess.compile_s else ""
     kernel = " (flash)" if work.fused else ""  # SDPA's CPU flash kernel's rate, not a matmul's
     ops = f", {work.ops} ops" if work.ops else ""
     reference = " and a reference" if work.has_reference else ""
     per_op = f", {human_time(guess.op_s * 1e6)} an op," if guess.op_s else ""
     rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
-    lines = [
-        f"estimate: about {total}{compiling}: {guess.calls} calls of "
-        f"{work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"
-    ]
+    lines = [f"estimate: about {total}: {guess.calls} calls of {work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"]
+    if guess.compile_s:
+        typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
+        lines.append(f"  and {human_time(guess.compile_s * 1e6)} of torch.compile's first call (typically {typical})")
     long = guess.seconds - guess.compile_s > LONG_S
     if long and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
