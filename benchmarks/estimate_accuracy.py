@@ -134,7 +134,16 @@ def one(script: str, args: list[str]) -> None:
 
         leave(noted_main)
 
+    import common.cli  # noqa: PLC0415
+
+    ended = common.cli.end_process  # 01-05 end with os._exit (common.cli.end_process): note before that too
+
+    def noting_end(code: int | None) -> None:
+        say(code)
+        ended(code)
+
     common.harness.recording.estimate, common.workloads.ddp.exit_rank = noting, noting_exit
+    common.cli.end_process = noting_end
     sys.argv = [script, *args]
     try:
         runpy.run_path(str(ROOT / script), run_name="__main__")

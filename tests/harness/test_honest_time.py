@@ -611,3 +611,14 @@ def test_a_progress_line_of_a_phase_after_the_estimate_counts_from_it_and_says_w
         line = ticker.line()
     left = "left: the reference: the block's forward, then the profiled steps"
     assert line == f"... 80.1 s, past the 27.5 s estimated; {left}"
+
+
+def test_the_estimate_benchmark_notes_a_run_that_ends_its_process_with_end_process(tmp_path):
+    """01-05 end with common.cli.end_process (os._exit): the benchmark's note must come out before it."""
+    script = tmp_path / "ends.py"
+    script.write_text("from common.cli import end_process\nprint('last line')\nend_process(3)\n")
+    bench = ROOT / "benchmarks" / "estimate_accuracy.py"
+    done = subprocess.run([sys.executable, str(bench), "--one", str(script)], capture_output=True, text=True, cwd=ROOT)
+    mark = "estimate_accuracy:"  # the benchmark's MARK
+    notes = [json.loads(line[len(mark) :]) for line in done.stderr.splitlines() if line.startswith(mark)]
+    assert done.returncode == 3 and done.stdout == "last line\n" and notes and notes[0]["rc"] == 3, done.stderr
