@@ -89,7 +89,8 @@ def test_a_small_run_measures_nothing_and_prints_no_estimate_or_progress(tmp_pat
     monkeypatch.setattr(common.harness.estimate, "gemm_rate", no_measuring)
     assert run("01_matmul_add", tmp_path, "--size", "64") == 0
     out = capsys.readouterr().out
-    assert "estimate:" not in out and "\n... " not in out
+    ticks = [line for line in out.splitlines() if line.startswith("... ") and "importing" not in line]
+    assert "estimate:" not in out and not ticks  # a slow import's own ticks (a loaded machine) are the import's
 
 
 def rates(monkeypatch, flops_per_s: dict[torch.dtype, float], bytes_per_s: float = 10e9) -> None:
@@ -228,7 +229,8 @@ def test_a_compiled_run_announces_its_compile_before_the_first_call(tmp_path, ca
 def test_importing_the_compiler_announces_itself():
     code = "import sys; from common.harness.estimate import profiler_imports; profiler_imports(); profiler_imports()"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert done.stdout == "importing torch's compiler (torch._inductor), which the profiler loads ...\n"
+    said = [line for line in done.stdout.splitlines() if not line.startswith("... ")]  # its ticks, if it takes 10 s
+    assert said == ["importing torch's compiler (torch._inductor), which the profiler loads ..."]
 
 
 def test_the_training_step_announces_its_reference_and_checked_step(tmp_path, capsys):
