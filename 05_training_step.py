@@ -41,7 +41,7 @@ from common.harness.guess import (
     expect_op,
     in_phase,
 )
-from common.harness.recording import finish, recording
+from common.harness.recording import finish, recording, say_estimate
 from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
 from common.workloads.block import (
     AMP,
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     check_shape(args.dim, args.heads)
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden
     param_dtype = torch.float32 if amp else run.dtype
-    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize, amp, args.fused_optimizer)
+    ref_bytes = run.reference_dtype.itemsize
+    work = block_work(shape, param_dtype.itemsize, param_dtype.itemsize, amp, args.fused_optimizer, ref_bytes)
     fit_machine(run, *block_memory(shape, precision, run.dtype), work.flops)  # before any tensor exists
 
     block = DecoderBlock(args.dim, args.heads, args.hidden).to(run.device, param_dtype)
@@ -229,17 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if run.compiled else block
     variant = "cudagraphs" if args.cudagraphs else "compile" if run.compiled else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))
+    said = say_estimate(run, work, checked_first=True)  # before the reference and the checked step, counted in it
 
-    with phase("the reference: the block's forward in higher precision"):
+    with phase("the reference: the block's forward in higher precision", said):
         expected = block_reference(block, x, run.dtype)  # from the weights before the first step
     if run.compiled:
         announce_compile(backward=True)
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
-    with phase("the first step, the one checked against the reference"):
+    with phase("the first step, the one checked against the reference", said):
         checked = train_step(model, x, target, optimizer, amp).clone()
     print("\n".join(memory_lines(block, optimizer, saved_for_backward(shape, precision, run.dtype))))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
-    with recording(run, run.tag(*shape, *variant_words), work) as rec:
+    with recording(run, run.tag(*shape, *variant_words), work, said=said) as rec:
         if args.warmup:  # a few unprofiled steps first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: train_step(model, x, target, optimizer, amp))
         with profile(

@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -33,6 +34,29 @@ def docs_text() -> str:
 
 
 SCRIPTS = sorted(p.stem for p in ROOT.glob("0*.py"))
+
+
+def readme_commands() -> list[str]:
+    """The `uv run` and `uvx` lines of the code blocks of DOC_PAGES, comments removed, in order, each once."""
+    found = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", docs_text(), re.S | re.M):
+        for line in block.splitlines():
+            if line.startswith(("uv run ", "uvx ")):
+                found.append(re.sub(r"\s+#.*$", "", line).strip())
+    return list(dict.fromkeys(found))
+
+
+def readme_cpu_flags() -> dict[str, list[str] | None]:
+    """The docs' table of what the README test appends on a CPU: script -> flags, or None where it is refused."""
+    text = docs_text()
+    table = text[text.index("| script | on a CPU, the README test appends |") :].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        script, what = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[script.strip("`")] = None if what.startswith("refused") else shlex.split(what.strip("`"))
+    return rows
+
+
 CPU_DTYPE = resolve_dtype(None, torch.device("cpu"))[0]  # a CPU run's default here: bf16 where native, else fp32
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

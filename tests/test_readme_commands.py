@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, docs_text, load_script
+from helpers import ROOT, docs_text, load_script, readme_commands, readme_cpu_flags
 
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
@@ -29,22 +29,12 @@ WIDTH = 120
 
 def commands() -> list[str]:
     """The `uv run` and `uvx` lines of the README's code blocks, comments removed, in order, each once."""
-    found = []
-    for block in re.findall(r"^```[^\n]*\n(.*?)^```", README, re.S | re.M):
-        for line in block.splitlines():
-            if line.startswith(("uv run ", "uvx ")):
-                found.append(re.sub(r"\s+#.*$", "", line).strip())
-    return list(dict.fromkeys(found))
+    return readme_commands()
 
 
 def cpu_flags() -> dict[str, list[str] | None]:
     """The README's table of what the test appends on a CPU: script -> flags, or None where it is refused."""
-    table = README[README.index("| script | on a CPU, the README test appends |") :].split("\n\n")[0]
-    rows = {}
-    for line in table.splitlines()[2:]:
-        script, what = (cell.strip() for cell in line.strip("|").split("|"))
-        rows[script.strip("`")] = None if what.startswith("refused") else shlex.split(what.strip("`"))
-    return rows
+    return readme_cpu_flags()
 
 
 @dataclass

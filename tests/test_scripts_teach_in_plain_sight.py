@@ -26,8 +26,9 @@ TORCH_WORDS = (
     "torch.cuda.synchronize()",
     "prof.step()",
 )
-# The suite's lines around the loop, each called once in main(): flags, the setup line, the fit, the guard, the tail
-PLUMBING = {"make_parser", "add_shape_flags", "shape_of", "setup", "fit_machine", "recording", "finish"}
+# The suite's lines around the loop, each called once in main(): flags, the setup line, the fit, the estimate (where
+# the script's reference and checked step come before the guard: 05), the guard, the tail
+PLUMBING = {"make_parser", "add_shape_flags", "shape_of", "setup", "fit_machine", "say_estimate", "recording", "finish"}
 
 
 def source(name: str) -> str:

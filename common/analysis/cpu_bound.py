@@ -12,6 +12,12 @@ from common.reader.model import Trace
 from common.units import human_time
 
 COMPUTE_SHARE = 0.8  # one op's self time at least this share of the step's CPU time: compute-bound
+KINDS = ("compute-bound", "overhead-bound")  # how a CPU verdict begins: "<kind> on the CPU: ..."
+
+
+def cpu_kind(verdict: str) -> str | None:
+    """The kind a CPU verdict (cpu_verdict's line) says its step is, one of KINDS; None for another line."""
+    return next((kind for kind in KINDS if verdict.startswith(f"{kind} on the CPU")), None)
 
 
 def _cpu_ops(trace: Trace) -> list[tuple[float, float, object, str]]:
@@ -79,6 +85,6 @@ def cpu_verdict(trace: Trace) -> str:
     flops = trace.meta.get("flops")
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if isinstance(flops, (int, float)) and top_us > 0 else ""
     if share < COMPUTE_SHARE:
-        return (f"overhead-bound on the CPU: the busiest op, {top}, is {share:.0%} of the step{rate}, the rest "
+        return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%} of the step{rate}, the rest "
                 f"dispatch and Python; {spent}")  # fmt: skip
-    return f"compute-bound on the CPU: {share:.0%} of the step inside {top}{rate}; {spent}"
+    return f"{KINDS[0]} on the CPU: {share:.0%} of the step inside {top}{rate}; {spent}"

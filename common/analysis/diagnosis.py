@@ -25,7 +25,7 @@ from common.analysis.budget import (
     percent,
     step_budgets,
 )
-from common.analysis.cpu_bound import cpu_verdict
+from common.analysis.cpu_bound import cpu_kind, cpu_verdict
 from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
@@ -689,6 +689,12 @@ def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:
 
 
 def bound_lines(a: Diagnosis, b: Diagnosis) -> list[str]:
-    """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict."""
-    head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
+    """What a diff leads with: the bound before and after ("bound: CPU → GPU"), then each side's verdict. Two
+    CPU-only traces say which kind of CPU-bound each is ("bound: CPU, overhead-bound → compute-bound")."""
+    kinds = (cpu_kind(a.verdict), cpu_kind(b.verdict)) if a.bound == b.bound == "CPU" else (None, None)
+    if None not in kinds:
+        change = f"{kinds[0]} → {kinds[1]}" if kinds[0] != kinds[1] else f"{kinds[0]} in both"
+        head = f"bound: CPU, {change}"
+    else:
+        head = f"bound: {a.bound} → {b.bound}" if a.bound != b.bound else f"bound: {a.bound} in both"
     return [printable(line, newlines=False) for line in (head, f"A: {a.verdict}", f"B: {b.verdict}")]

@@ -4,20 +4,20 @@ Usage:
     uv run python -m common.diff traces/04_a_naive_attention/<tag>.json traces/04_b_inplace_ops_attention/<tag>.json
     uv run python -m common.diff A.json B.json --markdown
 
-Leads with what bounds each trace (common.analysis.diagnosis: "bound: CPU → GPU" and each verdict), then compares trace
-A with trace B step for step: per-step figures are the median (counts) or the mean (a kernel's
-time: its total over the steps / the steps) over each trace's profiled steps. Prints a one-sentence headline,
-the totals, the kernels added, removed or changed, the CPU ops added or removed, and the runtime calls whose
-counts changed. Kernels are paired by their exact name first; then, within a family, by their short name, the
-instantiations of one template chosen among by their calls and time; then by a close name: more than half
-of the words that say what they compute in common (MulFunctor never pairs with FillFunctor, nor
-triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax kernel left alone on each
-side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. The rest are gone or new. The
-table shows both names of a pair of other names, and lists them in full under it. A copy pairs only with a copy
-the same way (never DtoH with DtoD), a backward kernel only with a backward one, and the headline calls a kernel
-whose template runs in both traces "one instantiation of", never gone or new.
-Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one
-larger than 64 MiB is refused, naming the byte where it starts).
+Leads with what bounds each trace (common.analysis.diagnosis: "bound: CPU → GPU", between two CPU-only traces which
+kind of CPU-bound: "bound: CPU, overhead-bound → compute-bound"; and each verdict), then compares trace A with trace B
+step for step: per-step figures are the median (counts) or the mean (a kernel's time: its total over the steps / the
+steps) over each trace's profiled steps. Prints a one-sentence headline, the totals, the kernels added, removed or
+changed, the CPU ops added or removed, and the runtime calls whose counts changed. Kernels are paired by their exact
+name first; then, within a family, by their short name, the instantiations of one template chosen among by their calls
+and time; then by a close name: more than half of the words that say what they compute in common (MulFunctor never
+pairs with FillFunctor, nor triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax
+kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. The rest are
+gone or new. The table shows both names of a pair of other names, and lists them in full under it. A copy pairs only
+with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one, and the headline calls a
+kernel whose template runs in both traces "one instantiation of", never gone or new. Different scripts or shapes are
+compared anyway, and said. No torch: it reads the JSON, an event at a time (one larger than 64 MiB is refused, naming
+the byte where it starts).
 """
 
 from __future__ import annotations

@@ -7,30 +7,28 @@ Usage:
     uv run python -m common.summary traces/01_matmul_add --per-step     # one row per profiled step
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
 
-PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a
-folder without traces is skipped with a notice (no traces at all is an error). A file that cannot be
-read as a trace gets one `notice:` line naming it and why, and every other trace is summarised; the
-exit status is 2 only when none could be read. Several traces are read in parallel, a process per
-usable core, with the same output. A trace without profiler steps (a bare `with profile()`) is
-split into iterations where its top-level labels repeat (torch's own `Optimizer.step#…` among them),
-else summarised as one window; a note says which. One event (or run of whitespace)
-larger than 64 MiB makes a file unreadable, naming the byte where it starts: memory stays bounded
-whatever a file holds. The baseline
-of the ×base ratios is, unless --baseline names another, the slowest trace (the most GPU time per
-step, or CPU time where no trace has a GPU lane), so every ratio reads as a fraction of it. The
-table fits 120 columns; --wide shows every column. "Per step" is the median over the trace's
-profiler steps (ProfilerStep#N). GPU time is GPU busy time: the time at least one stream runs a kernel,
-memcpy or memset (the union of their intervals over every stream), not wall time. CPU time is the span of
-the script's record_function label on the suite's own traces, of the label --region names, or else of the
-ProfilerStep#N (the whole profiled window in a trace without steps); the header says which. TFLOP/s and
-GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the CPU
-time (column "on" says which), and % of peak is left out there: there is no CPU peak to compare
-with. "—" marks a figure the trace cannot give, never a zero. Under the table, each trace's verdict
-(common.analysis.diagnosis): what bounds its steps, with its figures and what to try, the median step's time budget
-(GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the host, or kernels waiting),
-and the expert rules that fired; --explain adds each rule's evidence. The per-step table shows each step's
-budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of peak of each GEMM and
-attention kernel, from its op's input shapes.
+PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a folder
+without traces is skipped with a notice (no traces at all is an error). A file that cannot be read as a trace
+gets one `notice:` line naming it and why, and every other trace is summarised; the exit status is 2 only when
+none could be read. Several traces are read in parallel, a process per usable core, with the same output. A
+trace without profiler steps (a bare `with profile()`) is split into iterations where its top-level labels
+repeat (torch's own `Optimizer.step#…` among them), else summarised as one window; a note says which. One
+event (or run of whitespace) larger than 64 MiB makes a file unreadable, naming the byte where it starts:
+memory stays bounded whatever a file holds. The baseline of the ×base ratios is, unless --baseline names
+another, the slowest trace (the most GPU time per step, or CPU time where no trace has a GPU lane), so every
+ratio reads as a fraction of it. The table fits 120 columns; --wide shows every column. "Per step" is the
+median over the trace's profiler steps (ProfilerStep#N). GPU time is GPU busy time: the time at least one
+stream runs a kernel, memcpy or memset (the union of their intervals over every stream), not wall time. CPU
+time is the span of the script's record_function label on the suite's own traces, of the label --region names,
+or else of the ProfilerStep#N (the whole profiled window in a trace without steps); the header says which.
+TFLOP/s and GB/s divide the FLOPs and bytes the script recorded by the GPU time; on a CPU-only trace by the
+CPU time (--wide shows GB/s, and says which time in its column "on"), and % of peak is left out there: there
+is no CPU peak to compare with. "—" marks a figure the trace cannot give, never a zero. Under the table, each
+trace's verdict (common.analysis.diagnosis): what bounds its steps, with its figures and what to try, the
+median step's time budget (GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the
+host, or kernels waiting), and the expert rules that fired; --explain adds each rule's evidence. The per-step
+table shows each step's budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of
+peak of each GEMM and attention kernel, from its op's input shapes.
 """
 
 from __future__ import annotations

@@ -29,6 +29,21 @@ def num(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
 
+def column(values: list[float | None], digits: int = 4) -> list[str]:
+    """A column of figures at one precision: the decimals that give its largest value `digits` significant
+    digits (none from 10**(digits - 1) up), for every value; the dash where one is missing. `52.0` beside `51.43`
+    reads `52.00`, and beside `9844` both read whole."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return [num(v, digits) for v in values]
+    largest = max(finite)
+    whole = len(f"{largest:.0f}") if largest >= 1 else 1
+    decimals = max(0, digits - whole)
+    if largest >= 1e15:
+        return [num(v, digits) for v in values]
+    return [num(v) if v is None or not math.isfinite(v) else f"{v:.{decimals}f}" for v in values]
+
+
 def printable(text: str, newlines: bool = True) -> str:
     """`text` with every control character (ESC, BEL, C1, DEL, bidi overrides, a lone surrogate from a trace's
     names) as its backslash escape, so a trace's names cannot drive the terminal; line breaks are kept unless
@@ -152,17 +167,21 @@ def step_table(trace: Trace, every: bool = False, markdown: bool = False, budget
     headers = ["step", "CPU µs", "GPU µs", *(["overlap µs"] if streams else []), "kernels", "launches", "memcpy",
                "memset", *shown, "extra runtime calls"]  # fmt: skip
     steps = trace.steps if every else trace.steps[:STEP_ROWS_SHOWN]
+    cpu = column([s.region_us for s in steps])  # each column of times at one precision
+    busy = column([s.gpu_busy_us for s in steps]) if ran else [DASH] * len(steps)
+    overlap = column([s.stream_overlap_us for s in steps])
+    spans = column([b.span for b in budgets[: len(steps)]]) if budgets else []
     cells = [
         [
             f"#{s.number}",
-            num(s.region_us, 4),
-            num(s.gpu_busy_us, 4) if ran else DASH,
-            *([num(s.stream_overlap_us, 4)] if streams else []),
+            cpu[i],
+            busy[i],
+            *([overlap[i]] if streams else []),
             str(len(s.kernels)) if ran else DASH,
             str(s.launches) if gpu else DASH,
             str(len(s.memcpy)) if ran else DASH,
             str(len(s.memset)) if ran else DASH,
-            *(_budget_cells(budgets[i], shown) if budgets else []),
+            *(_budget_cells(budgets[i], spans[i], shown) if budgets else []),
             _calls(trace.extra_calls(s)) if gpu else DASH,
         ]
         for i, s in enumerate(steps)
@@ -184,10 +203,11 @@ def _budget_shown(header: str, budgets: list) -> bool:
     return True
 
 
-def _budget_cells(b, shown: list[str]) -> list[str]:
-    """A step's budget (common.analysis.budget.Budget) as the cells of the `shown` BUDGET_HEADERS."""
+def _budget_cells(b, span: str, shown: list[str]) -> list[str]:
+    """A step's budget (common.analysis.budget.Budget) as the cells of the `shown` BUDGET_HEADERS, its `span`
+    given as its column prints it."""
     waits = b.kernel_wait + b.other_wait
-    cells = [num(b.span, 4), _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
+    cells = [span, _share(b.idle, b.span), _share(b.host_wait, b.span), _share(waits, b.span),
              _share(b.non_compute, b.span), _share(b.comm_exposed, b.span)]  # fmt: skip
     return [cell for header, cell in zip(BUDGET_HEADERS, cells, strict=True) if header in shown]
 

@@ -66,12 +66,28 @@ FUSED_SLICE_FLOPS = 5e9  # the fused attention slice timed: as many batch elemen
 class Estimate:
     """What a CPU run will take, from measured rates: its calls of the step, the reference, --bench."""
 
-    seconds: float
+    seconds: float  # torch.compile's first call included (compile_s)
     calls: int  # calls of the step in the run's dtype (warm-up, profiled loop, --bench)
-    flops_per_s: float  # the rate measured in the run's dtype for the step's FLOPs: a matmul's, or the fused kernel's
+    flops_per_s: float | None  # the rate measured in the run's dtype for the step's FLOPs: a matmul's, or the fused
+    # kernel's; None for a compiled run too small to measure, whose estimate is its compile
     cheaper: tuple[str, ...] = ()  # flags of a cheaper run, when this one is long
     cheaper_seconds: float | None = None
     op_s: float | None = None  # the measured cost of one op, where the step counts its ops (Work.ops)
+    compile_s: float = 0.0  # torch.compile's first call, from COMPILE_S (0 for an eager run)
+
+
+@dataclass(frozen=True)
+class Said:
+    """A run's estimate as it said it, and when: the start its progress lines count from, whichever phase runs."""
+
+    estimate: Estimate | None
+    started: float  # time.monotonic() when it was said
+    printed: bool  # the estimate line was printed (a run of more than SAY_ABOVE_S): its phases say when they start
+    reference_left: bool  # the reference is still to compute after the profiled steps (05 made it first)
+
+    @property
+    def seconds(self) -> float | None:
+        return self.estimate.seconds if self.estimate else None
 
 
 def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
@@ -185,17 +201,23 @@ def profiler_imports() -> None:
 
 
 @contextlib.contextmanager
-def phase(what: str) -> Iterator[Progress]:
+def phase(what: str, said: Said | None = None) -> Iterator[Progress]:
     """Say `what` runs now, before it starts (`<what> ...`), and from PROGRESS_AFTER_S on how long it has
-    taken: a slow step before or after the profiled block (a reference, a checked first step)."""
+    taken: a slow step before or after the profiled block (a reference, a checked first step). With the run's
+    estimate `said` before it, the progress lines count from that estimate and, past it, say what is left."""
     print(f"{what} ...", flush=True)
-    with progress(what) as ticker:
+    if said is None:
+        with progress(what) as ticker:
+            yield ticker
+        return
+    with progress(f"{what}, then the profiled steps", said.seconds, started=said.started) as ticker:
         yield ticker
 
 
 # torch.compile's first call, as the issue's 2-core laptop timed it (load 2.5-15): 02 and 03_simple's forward
 # took 25-40 s, 05's forward and backward about two minutes; a GPU's compile is of the same order.
 COMPILE_TYPICAL = {False: "20-40 s", True: "1-2 min"}  # by whether the step runs a backward (grad enabled)
+COMPILE_S = {False: 30.0, True: 90.0}  # the middle of each: what a CPU estimate counts for the compile
 
 
 _COMPILE_SAID: list[bool] = []  # once a process: a script that compiles before the recording says it there
@@ -306,15 +328,22 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
     return argv, seconds
 
 
-def estimate(run: Run, work: Work, warmup_calls: int, rates: Rate | None = None) -> Estimate | None:
-    """How long this run will take on the CPU, or None on a GPU and for a run too small to take long.
-    `rates(kind, dtype)`: the rates to use (default: measured here, once a process; see measured_rate)."""
+def estimate(
+    run: Run, work: Work, warmup_calls: int, rates: Rate | None = None, backward: bool | None = None
+) -> Estimate | None:
+    """How long this run will take on the CPU, or None on a GPU and for an eager run too small to take long.
+    `rates(kind, dtype)`: the rates to use (default: measured here, once a process; see measured_rate).
+    A compiled run adds torch.compile's first call (COMPILE_S, by whether it compiles a `backward`: default,
+    whether grad is enabled now); a compiled run too small to measure is estimated at that alone."""
     steps = run.planned_steps + warmup_calls
     fewest = steps + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0) + 1  # and the reference
     moves = work.bytes + work.moved
     small = fewest * work.flops < MEASURE_ABOVE_FLOPS and fewest * moves < MEASURE_ABOVE_BYTES
-    if run.on_gpu or small:
+    if run.on_gpu:
         return None
+    compile_s = COMPILE_S[torch.is_grad_enabled() if backward is None else backward] if run.compiled else 0.0
+    if small:
+        return Estimate(compile_s, steps, None, compile_s=compile_s) if compile_s else None
     size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
 
     def measured(kind: str, dtype: torch.dtype) -> float:
@@ -324,10 +353,11 @@ def estimate(run: Run, work: Work, warmup_calls: int, rates: Rate | None = None)
     if rates is None:
         profiler_imports()
     seconds, calls = run_seconds(run, work, steps, run.dtype, rate)
-    said = Estimate(seconds, calls, rate("fused" if work.fused else "gemm", run.dtype))
+    flops_per_s = rate("fused" if work.fused else "gemm", run.dtype)
+    said = Estimate(seconds + compile_s, calls, flops_per_s, compile_s=compile_s)
     if work.ops:
         said = dataclasses.replace(said, op_s=1 / rate("op", run.dtype))
-    if seconds <= LONG_S:
+    if seconds <= LONG_S:  # the steps' time: a smaller shape does not shorten the compile
         return said
     argv, cheaper = run.argv, seconds
     if run.dtype != torch.float32:
@@ -336,7 +366,9 @@ def estimate(run: Run, work: Work, warmup_calls: int, rates: Rate | None = None)
             argv, cheaper = with_flag(argv, "--dtype", "fp32"), fp32
     if cheaper > LONG_S:
         argv, cheaper = shrink(run, argv, cheaper)
-    return said if argv == run.argv else dataclasses.replace(said, cheaper=argv, cheaper_seconds=cheaper)
+    if argv == run.argv:
+        return said
+    return dataclasses.replace(said, cheaper=argv, cheaper_seconds=cheaper + compile_s)
 
 
 def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
@@ -344,20 +376,24 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     a cheaper command for a long one."""
     if guess is None or guess.seconds < SAY_ABOVE_S:
         return []
-    compiling = " (plus compiling)" if run.compiled else ""
+    total = human_time(guess.seconds * 1e6)
+    if guess.flops_per_s is None:
+        typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
+        return [f"estimate: about {total}, nearly all of it torch.compile's first call (typically {typical})"]
     kernel = " (flash)" if work.fused else ""  # SDPA's CPU flash kernel's rate, not a matmul's
     ops = f", {work.ops} ops" if work.ops else ""
     reference = " and a reference" if work.has_reference else ""
     per_op = f", {human_time(guess.op_s * 1e6)} an op," if guess.op_s else ""
     rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
-    lines = [
-        f"estimate: about {human_time(guess.seconds * 1e6)}{compiling}: {guess.calls} calls of "
-        f"{work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"
-    ]
-    if guess.seconds > LONG_S and guess.cheaper:
+    lines = [f"estimate: about {total}: {guess.calls} calls of {work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"]
+    if guess.compile_s:
+        typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
+        lines.append(f"  and {human_time(guess.compile_s * 1e6)} of torch.compile's first call (typically {typical})")
+    long = guess.seconds - guess.compile_s > LONG_S
+    if long and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
         lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
-    elif guess.seconds > LONG_S:
+    elif long:
         lines.append("  that is long; smaller shapes run faster")
     return lines
 
@@ -371,9 +407,11 @@ def progress_after(estimate_s: float | None) -> float:
 class Progress:
     """A thread that prints, every `every_s` once `after_s` have passed, how long the run has been going."""
 
-    def __init__(self, what: str, estimate_s: float | None, after_s: float | None, every_s: float) -> None:
+    def __init__(
+        self, what: str, estimate_s: float | None, after_s: float | None, every_s: float, started: float | None = None
+    ) -> None:
         self.what, self.estimate_s, self.after_s, self.every_s = what, estimate_s, after_s, every_s
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started  # the run's estimate's time, where it has one
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
 
@@ -409,10 +447,13 @@ def progress(
     estimate_s: float | None = None,
     after_s: float | None = PROGRESS_AFTER_S,
     every_s: float = PROGRESS_EVERY_S,
+    started: float | None = None,
 ) -> Iterator[Progress]:
     """Print progress lines while the block runs (see Progress); none after it ends, none at all with `after_s`
-    None. `what` may be changed through the object yielded, as the run moves on (warm-up, profiled steps)."""
-    ticker = Progress(what, estimate_s, after_s, every_s)
+    None. `what` may be changed through the object yielded, as the run moves on (warm-up, profiled steps).
+    `started`: the time.monotonic() the elapsed time counts from (default: now), the estimate's where a run said
+    one before this phase."""
+    ticker = Progress(what, estimate_s, after_s, every_s, started)
     ticker.start()
     try:
         yield ticker

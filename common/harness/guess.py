@@ -7,6 +7,7 @@ turns any guess line into one about a single phase.
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from dataclasses import dataclass
@@ -180,6 +181,32 @@ def _count(n: float) -> str:
     return str(int(n)) if n == int(n) else f"{n:.3g}"
 
 
+NOTE_MIN = 30  # the fewest columns a guess line's note wraps in beside its head; with less it goes under it
+
+
+def even_wrap(text: str, width: int) -> list[str]:
+    """`text` wrapped at word boundaries within `width`, in as few lines as that takes, the lines as even as they
+    can be: the last one is never a word left alone while the lines before it could share theirs."""
+    lines = textwrap.wrap(text, width)
+    if len(lines) <= 1:
+        return lines
+    for narrower in range(math.ceil(len(text) / len(lines)), width):
+        even = textwrap.wrap(text, narrower)
+        if len(even) == len(lines):
+            return even
+    return lines
+
+
+def note_lines(head: str, note: str) -> list[str]:
+    """A guess line: `head` (mark, what, guess, trace) then its `note`, wrapped evenly under itself within TEXT_WIDTH
+    (even_wrap); where the head leaves it under NOTE_MIN columns, the note goes on the lines below, indented."""
+    room = TEXT_WIDTH - len(head)
+    if len(note) <= room or room >= NOTE_MIN:
+        why = even_wrap(note, max(room, 1)) or [""]
+        return [head + why[0], *(" " * len(head) + more for more in why[1:])]
+    return [head.rstrip(), *("      " + more for more in even_wrap(note, TEXT_WIDTH - 6))]
+
+
 def format_verdicts(
     verdicts: list[Verdict], trace: Trace, title: str = "guess vs trace", gpu_work: bool = True
 ) -> list[str]:
@@ -214,8 +241,7 @@ def format_verdicts(
             else:
                 seen = f"{_count(uniq[0])}..{_count(uniq[-1])}"
         head = f"  {mark} {e.title:<{width}}  guess {want:>4}  trace {seen:>5}   "
-        why = textwrap.wrap(e.why, max(40, TEXT_WIDTH - len(head))) or [""]  # the note wraps under itself
-        lines += [head + why[0], *(" " * len(head) + more for more in why[1:])]
+        lines += note_lines(head, e.why)
     missed = [v for v in verdicts if v.checked and not v.matched]
     checked = sum(v.checked for v in verdicts)
     if missed:

@@ -30,6 +30,7 @@ from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
 from common.harness.estimate import (
     Progress,
+    Said,
     announce_compile,
     estimate,
     estimate_lines,
@@ -64,15 +65,14 @@ class Recording:
     """One profiled run: its files (one set per profiler cycle), its memory watch, and the writer torch.profiler
     calls."""
 
-    def __init__(self, run: Run, tag: str, work: Work, meta: dict | None = None) -> None:
-        self.run, self.tag, self.work, self.meta = run, tag, work, meta or {}
+    def __init__(self, run: Run, tag: str, work: Work, said: Said, meta: dict | None = None) -> None:
+        self.run, self.tag, self.work, self.said, self.meta = run, tag, work, said, meta or {}
         self.cycles: list[TraceFiles] = []  # what each save wrote: the first is the one reported on
         self.loop = ""  # what the profiler ran, read back from it by the first save (common.harness.loop)
         self.schedule: Schedule | None = None
         self.recorded = 0
         self.watch = MemoryWatch(run.device, snapshot=run.memory)
         self.progress: Progress | None = None  # the progress line of a long run, while the guard is open
-        self.estimate_s: float | None = None  # the run's estimate (common.harness.estimate), None for a small run
         self.checked = False  # the output matched the reference: the files are kept from here on
         self.started = time.time()  # a handler of the loop's own writes its traces after this (own_handler_lines)
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
@@ -121,7 +121,7 @@ class Recording:
         print(f"warm-up: {what} {human_time(first * 1e6)} wall, then {WARMUP_CALLS - 1} more at "
               f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
         if self.progress:
-            self.progress.what = progress_what(self.work)
+            self.progress.what = progress_what(self.said)
         self.watch.start()
 
     def _sync(self) -> None:
@@ -149,8 +149,11 @@ class Recording:
         tag = "_".join(w for w in (self.tag, part, options, "" if first else f"cycle{len(self.cycles) + 1}") if w)
         meta = {**self.meta, "steps": recorded, "schedule": schedule.describe() if schedule else None}
         files = TraceFiles(self.run, tag, label, self.work, meta)
+        writing = "writing the trace" + (", then the reference" if self.said.reference_left else "")
         if self.progress:
-            self.progress.what = "writing the trace" + (", then the reference" if self.work.has_reference else "")
+            self.progress.what = writing
+        if self.said.printed and first:  # a long run's trace takes seconds to write: said as it starts
+            print(f"{writing} ...", flush=True)
         memory = self.watch.stop(prof.step_num) if first else None
         files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
         self.cycles.append(files)
@@ -182,31 +185,44 @@ def own_handler_lines(scope: Iterable[object], since: float) -> list[str]:
     return [*lines, f"read it with: uv run python -m common.summary {folder}"]
 
 
-def progress_what(work: Work) -> str:
-    """What a progress line says the run is doing: its profiled steps, then the reference where it has one to
-    compute (05 and 06 have none: 05 makes it before the estimate, 06 checks against rank 0's weights)."""
-    return "profiled steps, then the reference" if work.has_reference else "profiled steps"
+def progress_what(said: Said) -> str:
+    """What a progress line says the run is doing: its profiled steps, then the reference where it has one left to
+    compute (05 and 06 have none: 05 makes it before the profiled steps, 06 checks against rank 0's weights)."""
+    return "profiled steps, then the reference" if said.reference_left else "profiled steps"
+
+
+def say_estimate(run: Run, work: Work, checked_first: bool = False) -> Said:
+    """Print the run's estimate (common.harness.estimate; only for a run of more than a few seconds) and return it
+    with the time it was said, which the run's progress lines count from. `recording` calls it where the script
+    did not; a script that computes its reference and one checked step before the recording (05) calls it first,
+    with `checked_first`: the estimate counts both and is said before them."""
+    profiler_imports()  # torch._inductor, which the profiler loads as it starts: said and paid before the run
+    warmup = (WARMUP_CALLS if run.warm else 0) + checked_first
+    estimated = estimate(run, work, warmup, backward=torch.is_grad_enabled())
+    lines = estimate_lines(run, work, estimated)
+    for line in lines:
+        print(line, flush=True)
+    left = work.has_reference and not checked_first
+    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
 
 
 @contextlib.contextmanager
-def recording(run: Run, tag: str, work: Work, meta: dict | None = None) -> Iterator[Recording]:
-    """The guard around a script's profiler block: the run's estimate before it starts (common.harness.estimate;
-    printed only for a run of more than a few seconds), a progress line while a long one goes on, the GPU
-    memory watch over the steps, and no file of this run under a final name if anything in the block fails or
-    is interrupted (an earlier run's files stay as they were). `meta`: more entries for the trace's `suite`
-    metadata (a rank, say)."""
-    rec = Recording(run, tag, work, meta)
+def recording(
+    run: Run, tag: str, work: Work, meta: dict | None = None, said: Said | None = None
+) -> Iterator[Recording]:
+    """The guard around a script's profiler block: the run's estimate before it starts (say_estimate, unless the
+    script `said` it already), a progress line while a long one goes on, the GPU memory watch over the steps, and
+    no file of this run under a final name if anything in the block fails or is interrupted (an earlier run's
+    files stay as they were). `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
+    said = said or say_estimate(run, work)
+    rec = Recording(run, tag, work, said, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
-    profiler_imports()  # torch._inductor, which the profiler loads as it starts: said and paid before the run
-    estimated = estimate(run, work, WARMUP_CALLS if run.warm else 0)
-    for line in estimate_lines(run, work, estimated):
-        print(line)
     if run.compiled:
         announce_compile(rec.grad)
     rec.watch.start()
     try:
-        seconds = rec.estimate_s = estimated.seconds if estimated else None
-        with progress(progress_what(work), seconds, progress_after(seconds)) as rec.progress:
+        seconds = said.seconds
+        with progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress:
             yield rec
     except BaseException:
         rec.discard()
@@ -251,7 +267,9 @@ def finish(
     verdicts = check_guess(trace, guess)
     print_report(files, trace, verdicts, run, check_guess(trace, first_guess) if first_guess else None)
     if run.bench and step is not None:
-        with progress("--bench: the step timed without the profiler", after_s=progress_after(rec.estimate_s)):
+        said = rec.said
+        bench = "--bench: the step timed without the profiler"
+        with progress(bench, said.seconds, progress_after(said.seconds), started=said.started):
             timed = time_unprofiled(step, run.on_gpu, rec.grad)
         print_unprofiled(timed, trace)
     print_files(rec.cycles, run)

@@ -15,7 +15,7 @@ from common.harness.early import CUDA_GRAPHS_NEED_GPU
 from common.harness.runtime import Run
 from common.physics import Work
 from common.units import human_bytes
-from common.workloads.attention import reference_attention
+from common.workloads.attention import REFERENCE_PASSES, reference_attention
 
 
 class BlockShape(NamedTuple):
@@ -142,11 +142,17 @@ def step_ops(amp: bool, fused_optimizer: bool) -> int:
 
 
 def block_work(
-    shape: BlockShape, param_bytes: int, input_bytes: int, amp: bool = False, fused_optimizer: bool = False
+    shape: BlockShape,
+    param_bytes: int,
+    input_bytes: int,
+    amp: bool = False,
+    fused_optimizer: bool = False,
+    reference_bytes: int = 0,
 ) -> Work:
     """FLOPs of one training step of `shape` and the fewest bytes it must move; for the CPU estimate, the bytes its
     eager ops move out of place (DIM_BYTES ...) and its ops (step_ops), under bf16 autocast with `amp`, with
-    AdamW(fused=True) with `fused_optimizer`, and no reference left to compute.
+    AdamW(fused=True) with `fused_optimizer`, and the reference (block_reference: the forward op by op, its
+    attention over all seq x seq scores) in elements of `reference_bytes` (0: none, as 06 checks against rank 0).
 
     FLOPs: the forward's GEMMs (2 per multiply-add) and causal attention (half of q @ k.T and attn @ v), times
     three: the backward computes two GEMMs per forward GEMM (the input gradient and the weight gradient). The
@@ -163,9 +169,11 @@ def block_work(
     gemm_bytes = 2 if amp else param_bytes
     per_parameter = ADAMW_PASSES * param_bytes * (not fused_optimizer) + AUTOCAST_BYTES * amp
     eager = tokens * (DIM_BYTES["amp" if amp else param_bytes] * dim + HIDDEN_PASSES * gemm_bytes * hidden)
-    nothing = Work(0.0, 0.0)  # 05 checks against a reference made before the estimate, 06 against rank 0's weights
+    scores = batch * shape.heads * seq * seq  # the reference's attention computes them all, and passes over them
+    reference = Work(forward + 2 * batch * seq * seq * dim, 0.0, REFERENCE_PASSES * scores * reference_bytes)
+    reference = reference if reference_bytes else Work(0.0, 0.0)  # 06: nothing to compute
     ops = step_ops(amp, fused_optimizer)
-    return Work(3 * forward, moved, eager + per_parameter * parameters, reference=nothing, ops=ops)
+    return Work(3 * forward, moved, eager + per_parameter * parameters, reference=reference, ops=ops)
 
 
 def saved_for_backward(shape: BlockShape, precision: str, dtype: torch.dtype) -> dict[str, int]:

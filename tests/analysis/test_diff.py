@@ -344,3 +344,26 @@ def test_the_pairing_of_triton_names_is_the_pairing_by_scoring_every_pair(monkey
     assert named(fast) == named(slow)
     paired = [(x, y) for x, y in fast if x and y]
     assert 150 < len(paired) < 300 and all(similarity(words(x.op.name), words(y.op.name)) > 0.5 for x, y in paired)
+
+
+def cpu_trace_with_op(share: float) -> dict:
+    """Three steps of a CPU-only trace whose label `fwd` spends `share` of its 100 µs in one aten::mm of its own."""
+    from helpers import ev
+
+    events = []
+    for i in range(3):
+        t = i * 1000
+        events += [ev("user_annotation", f"ProfilerStep#{i}", t, 900), ev("user_annotation", "fwd", t + 5, 100),
+                   ev("cpu_op", "aten::mm", t + 10, 100 * share)]  # fmt: skip
+    return {"traceEvents": events, "suite": {"script": "01_x", "tag": "t", "label": "fwd", "flops": 1e6, "bytes": 1e3}}
+
+
+def test_the_lead_of_a_diff_of_two_cpu_traces_says_which_kind_of_cpu_bound_each_is(tmp_path, capsys):
+    (tmp_path / "small.json").write_text(json.dumps(cpu_trace_with_op(0.3)))
+    (tmp_path / "large.json").write_text(json.dumps(cpu_trace_with_op(0.95)))
+    code, out, _ = diff(capsys, tmp_path / "small.json", tmp_path / "large.json")
+    bounds, _, _ = diff_parts(out)
+    assert code == 0 and bounds[0] == "bound: CPU, overhead-bound → compute-bound", bounds
+    (tmp_path / "large2.json").write_text(json.dumps(cpu_trace_with_op(0.9)))
+    code, out, _ = diff(capsys, tmp_path / "large.json", tmp_path / "large2.json")
+    assert diff_parts(out)[0][0] == "bound: CPU, compute-bound in both"

@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
+from common.analysis.tables import column
 from common.reader.build import parse, read_trace
 from common.reader.naming import kernel_family
 from common.units import human_time
@@ -164,9 +165,10 @@ def test_with_several_streams_the_per_step_table_shows_their_overlap_and_the_not
     lines = out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("step "))
     assert code == 0 and lines[header].split()[:6] == ["step", "CPU", "µs", "GPU", "µs", "overlap"]
-    for step, line in zip(trace.steps, lines[header + 2 :], strict=False):
-        assert line.split()[:4] == [f"#{step.number}", *(f"{v:.4g}" for v in (step.dur_us, step.gpu_busy_us,
-                                                                               step.stream_overlap_us))]  # fmt: skip
+    columns = [column([f(s) for s in trace.steps]) for f in (lambda s: s.dur_us, lambda s: s.gpu_busy_us,
+                                                               lambda s: s.stream_overlap_us)]  # fmt: skip
+    for i, (step, line) in enumerate(zip(trace.steps, lines[header + 2 :], strict=False)):
+        assert line.split()[:4] == [f"#{step.number}", *(figures[i] for figures in columns)]
     note = " ".join(out.split("note: ", 1)[1].split())
     busy, total = (human_time(trace.per_step(f)) for f in (lambda s: s.gpu_busy_us, lambda s: s.gpu_sum_us))
     assert note.startswith(f"{tmp_path.name}/streams: GPU work on 2 streams: per step, GPU busy {busy} (the union), "

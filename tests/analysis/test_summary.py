@@ -354,3 +354,42 @@ def test_a_rocm_trace_s_legend_names_the_hip_launch_calls(tmp_path, capsys):
     text = " ".join(out.split())
     assert code == 0 and "launches = kernel launches (hipLaunchKernel, ...)" in text  # the median step's calls
     assert "cudaLaunchKernel" not in text
+
+
+def test_the_help_epilog_runs_on_without_a_stray_line_break_and_names_only_columns_its_table_shows(tmp_path, capsys):
+    import re
+
+    import common.analysis.summary
+
+    epilog = common.analysis.summary.__doc__.split("\n\n", 2)[2].strip()  # after the purpose line and the usage
+    lines = epilog.splitlines()
+    widest = max(map(len, lines))
+    assert [line for line in lines[:-1] if len(line) < 0.8 * widest] == []  # a paragraph broken mid-way
+    (tmp_path / "t.json").write_text(json.dumps(tiny_cpu_trace()))
+    _, default, _ = summary(capsys, tmp_path / "t.json")
+    _, wide, _ = summary(capsys, tmp_path / "t.json", "--wide")
+    header = [line for line in default.splitlines() if line.startswith("trace ")][0]
+    wide_header = [line for line in wide.splitlines() if line.startswith("trace ")][0]
+    for sentence in re.split(r"(?<=[.;:])\s", " ".join(lines)):
+        for column in re.findall(r'column "([^"]+)"', sentence):
+            assert column in header.split() or ("--wide" in sentence and column in wide_header.split()), sentence
+
+
+def test_a_per_step_column_of_times_has_one_precision(tmp_path, capsys):
+    from common.analysis.tables import column
+
+    assert column([52.0, 51.43, 9844.0]) == ["52", "51", "9844"]
+    assert column([85.77, 103.4, 52.82]) == ["85.8", "103.4", "52.8"]
+    assert column([52.0, 51.43, None]) == ["52.00", "51.43", "—"]
+    data = tiny_cpu_trace()  # its label `fwd` is the CPU column: one step of 9844 µs, two of about 50
+    data["traceEvents"] = [
+        event
+        for i, us in enumerate((9844.0, 51.43, 52.0))
+        for event in (ev("user_annotation", f"ProfilerStep#{i}", i * 20000, 19000),
+                      ev("user_annotation", "fwd", i * 20000 + 5, us), ev("cpu_op", "aten::add", i * 20000 + 10, 20))
+    ]  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    _, out, _ = summary(capsys, tmp_path / "t.json", "--per-step")
+    table = out[out.index("Per profiled step of") :].splitlines()[3:]
+    cpu = [line.split()[1] for line in table if line.startswith("#")]
+    assert cpu == ["9844", "51", "52"], cpu

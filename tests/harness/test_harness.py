@@ -216,3 +216,21 @@ def test_the_default_traces_folder_is_the_repository_s_traces():
     from common.harness import runtime
 
     assert runtime.REPO_ROOT == ROOT and (ROOT / "01_matmul_add.py").is_file()
+
+
+def test_a_guess_line_s_note_never_leaves_a_word_alone_on_a_line_and_fits_120_columns():
+    from common.harness.guess import note_lines
+
+    notes = [
+        "one mm per projection (replayed under graphs: none)",
+        "qkv, out, gate, up, down; cuBLAS may split a long-K one",
+        "the optimizer is not compiled: its launches stay, under --cudagraphs too",
+        "decay, lerp, mul, addcmul, sqrt, div, add eps, addcdiv: one each for all seven parameters of the block",
+    ]
+    for note in notes:
+        for width in range(20, 118):
+            lines = note_lines(" " * width, note)
+            assert all(len(line) <= 120 for line in lines), (width, lines)
+            assert " ".join(" ".join(line.split()) for line in lines).strip() == note
+            alone = [line for line in lines[1:] if len(line.split()) == 1]
+            assert not alone, (width, lines)

@@ -89,7 +89,8 @@ def test_a_small_run_measures_nothing_and_prints_no_estimate_or_progress(tmp_pat
     monkeypatch.setattr(common.harness.estimate, "gemm_rate", no_measuring)
     assert run("01_matmul_add", tmp_path, "--size", "64") == 0
     out = capsys.readouterr().out
-    assert "estimate:" not in out and "\n... " not in out
+    ticks = [line for line in out.splitlines() if line.startswith("... ") and "importing" not in line]
+    assert "estimate:" not in out and not ticks  # a slow import's own ticks (a loaded machine) are the import's
 
 
 def rates(monkeypatch, flops_per_s: dict[torch.dtype, float], bytes_per_s: float = 10e9) -> None:
@@ -104,13 +105,11 @@ def test_a_long_run_says_so_with_a_cheaper_command_in_fp32(tmp_path, monkeypatch
     rates(monkeypatch, EMULATED)
     r = cpu_run(tmp_path)
     work = Work(2 * 4096**3, 4 * 4096**2 * 2)
-    guess = estimate(r, work, warmup_calls=5)
+    guess = estimate(r, work, warmup_calls=5, backward=False)
     assert guess.calls == 10 and guess.seconds > 10 * work.flops / 0.7e9  # ten calls in bf16, then the reference
-    head, cheaper = estimate_lines(r, work, guess)
-    assert head == (
-        "estimate: about 1,960 s (plus compiling): 10 calls of 137 GFLOP and a reference, "
-        "bf16 at 0.7 GFLOP/s on this CPU"
-    )
+    head, compiling, cheaper = estimate_lines(r, work, guess)
+    assert head == ("estimate: about 1,990 s: 10 calls of 137 GFLOP and a reference, bf16 at 0.7 GFLOP/s on this CPU")
+    assert compiling == "  and 30.0 s of torch.compile's first call (typically 20-40 s)"
     assert len(head) <= 120
     assert cheaper.startswith("  that is long; about ")
     assert cheaper.endswith("uv run 01_matmul_add.py --size 4096 --warmup --compile --dtype fp32")
@@ -118,7 +117,7 @@ def test_a_long_run_says_so_with_a_cheaper_command_in_fp32(tmp_path, monkeypatch
 
 def test_a_long_fp32_run_gets_a_smaller_size(tmp_path, monkeypatch):
     rates(monkeypatch, {torch.float32: 1e9, torch.float64: 1e9})
-    r = cpu_run(tmp_path, "fp32", argv=("--size", "4096"))
+    r = cpu_run(tmp_path, "fp32", argv=("--size", "4096"), compiled=False)
     guess = estimate(r, Work(2 * 4096**3, 0), warmup_calls=0)
     assert guess.cheaper[:1] == ("--size",) and int(guess.cheaper[1]) < 4096 and guess.cheaper_seconds < 60
 
@@ -230,7 +229,8 @@ def test_a_compiled_run_announces_its_compile_before_the_first_call(tmp_path, ca
 def test_importing_the_compiler_announces_itself():
     code = "import sys; from common.harness.estimate import profiler_imports; profiler_imports(); profiler_imports()"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert done.stdout == "importing torch's compiler (torch._inductor), which the profiler loads ...\n"
+    said = [line for line in done.stdout.splitlines() if not line.startswith("... ")]  # its ticks, if it takes 10 s
+    assert said == ["importing torch's compiler (torch._inductor), which the profiler loads ..."]
 
 
 def test_the_training_step_announces_its_reference_and_checked_step(tmp_path, capsys):
@@ -531,13 +531,19 @@ def test_bench_s_call_count_is_what_time_unprofiled_makes(monkeypatch, step_s):
     assert clock["calls"] == timing_calls(step_s)
 
 
-def test_progress_names_the_reference_only_where_the_run_has_one_to_compute():
-    from common.harness.recording import progress_what
+def test_progress_names_the_reference_only_where_the_run_has_one_left_to_compute(tmp_path):
+    from common.harness.recording import progress_what, say_estimate
     from common.workloads.attention import AttentionShape, attention_work
     from common.workloads.block import BlockShape, block_work
 
-    assert progress_what(block_work(BlockShape(2, 16, 32, 2, 64), 4, 4)) == "profiled steps"  # 05/06: none left
-    assert progress_what(attention_work(AttentionShape(1, 2, 16, 8), 2)) == "profiled steps, then the reference"
+    r = cpu_run(tmp_path, compiled=False, warm=False)
+    block = BlockShape(2, 16, 32, 2, 64)
+    assert progress_what(say_estimate(r, block_work(block, 4, 4))) == "profiled steps"  # 06: rank 0's weights
+    assert progress_what(say_estimate(r, block_work(block, 4, 4, reference_bytes=8), checked_first=True)) == (
+        "profiled steps"  # 05: made before the profiled steps
+    )
+    said = say_estimate(r, attention_work(AttentionShape(1, 2, 16, 8), 2))
+    assert progress_what(said) == "profiled steps, then the reference"
 
 
 def test_a_compiled_run_announces_importing_the_compiler_before_its_torch_compile_call(tmp_path):
@@ -550,3 +556,71 @@ def test_a_compiled_run_announces_importing_the_compiler_before_its_torch_compil
     lines = done.stdout.splitlines()
     assert "importing torch.compile's compiler (torch._dynamo, torch._inductor) ..." in lines, done.stdout
     assert lines[-1] == "True", done.stderr
+
+
+def test_a_compiled_run_s_estimate_counts_its_compile_from_the_table(tmp_path):
+    from common.harness.estimate import COMPILE_S
+
+    def rate(kind, dtype):
+        return {"gemm": 100e9, "copy": 10e9}[kind]
+
+    work = Work(1e12, 1e9)
+    eager = estimate(cpu_run(tmp_path, compiled=False), work, 0, rate)
+    forward = estimate(cpu_run(tmp_path), work, 0, rate, backward=False)
+    both = estimate(cpu_run(tmp_path), work, 0, rate, backward=True)
+    assert forward.seconds - eager.seconds == pytest.approx(COMPILE_S[False]) == forward.compile_s
+    assert both.seconds - eager.seconds == pytest.approx(COMPILE_S[True]) and COMPILE_S[True] > COMPILE_S[False]
+    assert estimate_lines(cpu_run(tmp_path), work, both)[1] == (
+        "  and 90.0 s of torch.compile's first call (typically 1-2 min)"
+    )
+
+
+def test_a_compiled_run_too_small_to_measure_is_estimated_at_its_compile(tmp_path, monkeypatch):
+    def no_measuring(*args):
+        raise AssertionError("a small run measured a rate")
+
+    monkeypatch.setattr(common.harness.estimate, "measured_rate", no_measuring)
+    small = Work(1e6, 1e6)
+    assert estimate(cpu_run(tmp_path, compiled=False), small, 0) is None
+    guess = estimate(cpu_run(tmp_path), small, 0, backward=False)
+    assert guess.seconds == guess.compile_s == 30.0 and guess.flops_per_s is None
+    assert estimate_lines(cpu_run(tmp_path), small, guess) == [
+        "estimate: about 30.0 s, nearly all of it torch.compile's first call (typically 20-40 s)"
+    ]
+
+
+def test_the_training_step_says_its_estimate_before_its_reference_and_checked_step(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(common.harness.estimate, "MEASURE_ABOVE_FLOPS", 0.0)  # estimated, however small
+    monkeypatch.setattr(common.harness.estimate, "MEASURE_ABOVE_BYTES", 0.0)
+    monkeypatch.setattr(common.harness.estimate, "SAY_ABOVE_S", 0.0)  # and said
+    flags = ("--batch", "1", "--seq", "16", "--dim", "64", "--heads", "2", "--hidden", "128")
+    assert run("05_training_step", tmp_path, *flags) == 0
+    out = capsys.readouterr().out
+    said = out.index("estimate: about ")
+    assert said < out.index("the reference: ") < out.index("the first step, the one checked")
+    assert out.count("estimate: about ") == 1
+    calls = re.search(r"estimate: about [^:]*: (\d+) calls of .* and a reference, ", out)
+    assert calls and int(calls[1]) == 5 + 1  # the profiled steps and the checked one; the reference counted
+
+
+def test_a_progress_line_of_a_phase_after_the_estimate_counts_from_it_and_says_what_is_left(monkeypatch):
+    from common.harness.estimate import Said, phase
+
+    said = Said(None, 0.0, printed=True, reference_left=False)
+    said = dataclasses.replace(said, estimate=common.harness.estimate.Estimate(27.5, 6, 1e9))
+    monkeypatch.setattr(common.harness.estimate.time, "monotonic", lambda: 80.1)
+    with redirect_stdout(io.StringIO()), phase("the reference: the block's forward", said) as ticker:
+        line = ticker.line()
+    left = "left: the reference: the block's forward, then the profiled steps"
+    assert line == f"... 80.1 s, past the 27.5 s estimated; {left}"
+
+
+def test_the_estimate_benchmark_notes_a_run_that_ends_its_process_with_end_process(tmp_path):
+    """01-05 end with common.cli.end_process (os._exit): the benchmark's note must come out before it."""
+    script = tmp_path / "ends.py"
+    script.write_text("from common.cli import end_process\nprint('last line')\nend_process(3)\n")
+    bench = ROOT / "benchmarks" / "estimate_accuracy.py"
+    done = subprocess.run([sys.executable, str(bench), "--one", str(script)], capture_output=True, text=True, cwd=ROOT)
+    mark = "estimate_accuracy:"  # the benchmark's MARK
+    notes = [json.loads(line[len(mark) :]) for line in done.stderr.splitlines() if line.startswith(mark)]
+    assert done.returncode == 3 and done.stdout == "last line\n" and notes and notes[0]["rc"] == 3, done.stderr
