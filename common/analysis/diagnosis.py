@@ -318,7 +318,7 @@ def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[st
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
             flops = shaped.flops
-            if not flops:
+            if not flops or not shaped.tensor_core:  # a norm's or a pointwise op's place is the roofline table's
                 continue
             main = max(kernels, key=lambda k: k.us)
             for k in kernels:
