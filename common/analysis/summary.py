@@ -52,6 +52,8 @@ from pathlib import Path
 from common import interrupts
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
+from common.analysis.roofline_table import LEGEND as ROOF_LEGEND
+from common.analysis.roofline_table import roof_table
 from common.analysis.tables import (
     BUDGET_LEGEND,
     DASH,
@@ -69,6 +71,7 @@ from common.analysis.tables import (
 )
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli, notice, positive_float, positive_int, shown
 from common.files import not_a_file, shown_path, write_whole
+from common.physics import find_peak
 from common.reader.naming import cut_name, short_name
 from common.reader.occupancy import SmLimits
 from common.reader.trace import CPU_SOURCES, GpuOp, Step, Trace, no_gc, read_trace
@@ -162,6 +165,7 @@ class Digest:
         str
     ]  # what bounds its steps (common.analysis.diagnosis): the verdict, the budget, the rules that fired
     budgeted: bool  # its per-step table shows the time budget
+    roofs: str | None = None  # under --explain, the ops furthest below their roof (common.analysis.roofline_table)
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
@@ -196,6 +200,9 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         kernels,
         verdict_lines(diagnosis, args.explain),
         shown and bool(diagnosis.budgets),
+        roofs=roof_table(trace, find_peak(trace.device_name, args.peak_tflops, args.peak_gbps), args.markdown)
+        if args.explain and trace.has_gpu
+        else None,
     )
 
 
@@ -670,6 +677,10 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
     if not args.markdown:
         verdicts = [line for v in verdicts for line in textwrap.wrap(v, TEXT_WIDTH, subsequent_indent="      ") or [""]]
     out += ["", heading("What bounds each trace (--explain: each rule's evidence)"), *verdicts]
+    for trace in (t for t in traces if t.roofs):
+        out += ["", heading(f"Ops of {trace.name} furthest below their roof (per step)"), *gap, trace.roofs]
+    if any(t.roofs for t in traces):
+        out += ["", *([ROOF_LEGEND] if args.markdown else textwrap.wrap(ROOF_LEGEND, TEXT_WIDTH))]
     said = [*trace_notes(traces, rows)]
     if not args.markdown:  # a long trace name must not push a note past the terminal's width
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]
