@@ -30,14 +30,15 @@ LEGEND = (
 
 @dataclass(frozen=True)
 class OpRoof:
-    """One distinct shaped op over the profiled steps: its calls and its kernels' time per step, and the peaks its
-    roof is made of (None where the device's are unknown)."""
+    """One distinct shaped op run by one main kernel, over the profiled steps: its calls and its kernels' time per
+    step, and the peaks its roof is made of (None where the device's are unknown)."""
 
     op: ShapedOp
     calls: float
     us: float
     peak_tflops: float | None
     peak_gbps: float | None
+    kernel: str = ""  # the longest kernel of each of its calls: which one ran it (an fp32 GEMM on TF32 or FFMA)
 
     @property
     def ridge(self) -> float | None:
@@ -65,8 +66,9 @@ class OpRoof:
 
     @property
     def lost_us(self) -> float | None:
+        """µs per step it took beyond its roof; None without a roof or a time above 0 µs."""
         roof = self.roof_us
-        return None if roof is None else self.us - roof
+        return None if roof is None or not self.us > 0 else self.us - roof
 
     @property
     def pct_roof(self) -> float | None:
@@ -86,29 +88,27 @@ class OpRoof:
 
 
 def op_roofs(trace: Trace, peak: Peak | None) -> list[OpRoof]:
-    """An OpRoof per distinct shaped op whose kernels ran in the steps (the reader shares one ShapedOp among the
-    calls of one name and shape), its roof against `peak` (None: no roof)."""
+    """An OpRoof per distinct shaped op (the reader shares one ShapedOp among the calls of one name and shape) and
+    main kernel whose kernels ran in the steps, its roof against `peak` (None: no roof)."""
     shapes, n = trace.shapes, len(trace.steps)
     if not shapes or not n:
         return []
-    found: dict[int, list] = {}  # id of the ShapedOp -> [op, calls, µs, µs per kernel name]
+    found: dict[tuple[int, str], list] = {}  # (id of the ShapedOp, main kernel) -> [op, calls, µs]
     for step in trace.steps:
         by_call: dict[object, list] = {}
         for op in step.gpu:
             if op.category == "kernel" and op.external in shapes:
                 by_call.setdefault(op.external, []).append(op)
         for ext, kernels in by_call.items():
-            shaped = shapes[ext]
-            entry = found.setdefault(id(shaped), [shaped, 0, 0.0, {}])
+            shaped, main = shapes[ext], max(kernels, key=lambda k: k.us).name
+            entry = found.setdefault((id(shaped), main), [shaped, 0, 0.0])
             entry[1] += 1
-            for k in kernels:
-                entry[2] += k.us
-                entry[3][k.name] = entry[3].get(k.name, 0.0) + k.us
+            entry[2] += sum(k.us for k in kernels)
     out = []
-    for shaped, calls, us, by_name in found.values():
-        main = max(by_name, key=by_name.__getitem__)
+    for (_, main), (shaped, calls, us) in found.items():
         roof = kernel_roof(shaped, main, peak) if shaped.tensor_core else peak.tflops_fp32 if peak else None
-        out.append(OpRoof(shaped, calls / n, us / n, roof or None, (peak.gbps or None) if peak else None))
+        gbps = (peak.gbps or None) if peak else None
+        out.append(OpRoof(op=shaped, calls=calls / n, us=us / n, peak_tflops=roof or None, peak_gbps=gbps, kernel=main))
     return out
 
 
