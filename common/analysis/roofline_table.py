@@ -155,3 +155,18 @@ def roof_table(trace: Trace, peak: Peak | None, markdown: bool = False) -> str |
     if not worst:
         return None
     return table(HEADERS, roof_cells(worst), LEFT, markdown)
+
+
+def kernel_roofs(roofs: list[OpRoof]) -> dict[str, tuple[float | None, str | None]]:
+    """Kernel name -> (MB per step its ops move, their bound), over the ops it is the main kernel of: the top-kernels
+    table's --wide columns. Bytes None where one op's are unknown; the bound "mixed" where its ops differ."""
+    out: dict[str, tuple[float | None, str | None]] = {}
+    for r in roofs:
+        moved = r.op.bytes * r.calls / 1e6 if r.op.bytes is not None else None
+        if r.kernel not in out:
+            out[r.kernel] = (moved, r.bound)
+            continue
+        total, bound = out[r.kernel]
+        total = total + moved if total is not None and moved is not None else None
+        out[r.kernel] = (total, bound if bound == r.bound else "mixed")
+    return out

@@ -285,7 +285,7 @@ def _convolution(op: ShapedOp, x: _Inputs) -> Work:
         return _NONE  # transposed, or not said
     spatial = len(inp) - 2
     padding, stride, dilation = (_spread(x.ints(i), spatial) for i in ((2, 3, 4) if cudnn else (4, 3, 5)))
-    if padding is None or stride is None or dilation is None or not all(stride):
+    if padding is None or stride is None or dilation is None or min((*stride, *dilation)) < 1 or min(padding) < 0:
         return _NONE
     out = tuple(
         (size + 2 * p - d * (k - 1) - 1) // s + 1
@@ -385,7 +385,7 @@ def _reduction(op: ShapedOp, x: _Inputs) -> Work:
     dims = x.ints(1) if listed else ()
     if dims is None or any(not -len(shape) <= d < max(len(shape), 1) for d in dims):
         return _NONE
-    kept = set(range(len(shape))) - {d % len(shape) for d in dims} if dims else set()
+    kept = set(range(len(shape))) - {d % len(shape) for d in dims} if dims and shape else set()  # a 0-dim: 1
     size = (x.dtype_size(3 if listed else 1) if op.name in ("aten::sum", "aten::mean") else None) or x.size(0)
     written = None if size is None else math.prod(shape[i] for i in kept) * size
     return math.prod(shape), _plus(x.reads(), written)
@@ -421,7 +421,7 @@ def _embedding_backward(op: ShapedOp, x: _Inputs) -> Work:
     """embedding_dense_backward(grad_output, indices, num_weights): one add per element of the output gradient; it
     and the indices read, the [num_weights, dim] weight gradient written."""
     grad, rows, size = x.shape(0), x.ints(2), x.size(0)
-    if grad is None or not grad or not rows or len(rows) != 1 or size is None:
+    if grad is None or not grad or not rows or len(rows) != 1 or rows[0] < 0 or size is None:
         return (math.prod(grad) if grad else None), None
     return math.prod(grad), _plus(x.reads(), rows[0] * grad[-1] * size)
 

@@ -100,3 +100,22 @@ def test_explain_lists_the_ops_furthest_below_their_roof(capsys):
 def test_without_explain_the_summary_has_no_roof_table(capsys):
     _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz")
     assert "furthest below their roof" not in out
+
+
+def top_kernels_table(out: str) -> list[str]:
+    return out.split("Top 5 GPU work of foreign/op_zoo (over 3 steps)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+
+
+def test_wide_top_kernels_show_the_bytes_and_bound_of_their_ops(capsys):
+    _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz", "--wide")
+    table = top_kernels_table(out)
+    header = table[0].replace("% sum", "%sum").split()
+    at = header.index("MB/step")
+    assert header[at + 1] == "bound"
+    [softmax] = [line.split() for line in table[2:] if line.split()[header.index("family")] == "softmax"]
+    assert softmax[at : at + 2] == ["134", "memory"]  # _softmax of [8192, 4096] bf16: 67 MB read, 67 MB written
+
+
+def test_the_default_top_kernels_table_has_no_bytes_column(capsys):
+    _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz")
+    assert "MB/step" not in top_kernels_table(out)[0]

@@ -4,8 +4,12 @@ no figure where the shapes cannot give one."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -191,5 +195,32 @@ def test_dims_no_float_holds_give_no_figure():
     assert ShapedOp("aten::add", [huge, huge], [BF16, BF16], ["", ""]).work == (None, None)
 
 
+def test_a_sum_of_a_zero_dim_tensor_over_dim_0_writes_one_element():
+    assert ShapedOp("aten::sum", [[], []], ["float", "ScalarList"], ["", "[0]"]).work == (1, 8)
+
+
 def test_an_op_without_shapes_gives_no_figure():
     assert ShapedOp("aten::native_layer_norm", [], [], []).work == (None, None)
+
+
+ODD_DIMS = st.lists(
+    st.one_of(
+        st.lists(st.one_of(st.integers(-1, 8), st.sampled_from([0, 2**40, 10**30, 10**400])), max_size=4),
+        st.sampled_from([None, "x", 3, [True], [1.5]]),
+    ),
+    max_size=11,
+)
+ODD_TYPES = st.one_of(st.lists(st.sampled_from([BF16, "float", "long int", "Scalar", "ScalarList", "", "weird", None,
+                                                 7]), max_size=11), st.sampled_from([None, 3, "float"]))  # fmt: skip
+ODD_CONCRETE = st.one_of(
+    st.lists(st.sampled_from(["", "[1, 1]", "[2]", "[0, 0]", "[-3]", "[]", "True", "False", "15", "-1", "0", "x",
+                              "[True, x]", "1e400", "[10000000000000000000000]", None, 5]), max_size=11),
+    st.sampled_from([None, 3]),
+)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(name=st.sampled_from(sorted(SHAPED_OPS)), dims=ODD_DIMS, types=ODD_TYPES, concrete=ODD_CONCRETE)
+def test_any_shapes_give_a_finite_figure_of_zero_or_more_or_none(name, dims, types, concrete):
+    for figure in ShapedOp(name, dims, types, concrete).work:
+        assert figure is None or (math.isfinite(figure) and figure >= 0)
