@@ -128,13 +128,15 @@ def furthest_below(roofs: list[OpRoof], n: int = ROOFS_SHOWN) -> list[OpRoof]:
     return sorted(ranked, key=lambda r: -r.lost_us)[:n]  # type: ignore[operator]
 
 
-def roof_cells(roofs: list[OpRoof]) -> list[list[str]]:
+def roof_cells(roofs: list[OpRoof], cut: bool = True) -> list[list[str]]:
+    """The table's rows; the op's name and shape `cut` to fit 120 columns (not in Markdown, which wraps)."""
+    room = (22, 20) if cut else (10**6, 10**6)
     cells = []
     for r in roofs:
         flops, moved = r.op.flops, r.op.bytes
         cells.append([
-            _cut(r.op.name.removeprefix("aten::"), 22),
-            _cut(shape_text(r.op), 20),
+            _cut(r.op.name.removeprefix("aten::"), room[0]),
+            _cut(shape_text(r.op), room[1]),
             num(r.calls),
             f"{r.us:.1f}",
             num(r.lost_us),
@@ -154,7 +156,7 @@ def roof_table(trace: Trace, peak: Peak | None, markdown: bool = False) -> str |
     worst = furthest_below(op_roofs(trace, peak))
     if not worst:
         return None
-    return table(HEADERS, roof_cells(worst), LEFT, markdown)
+    return table(HEADERS, roof_cells(worst, cut=not markdown), LEFT, markdown)
 
 
 def kernel_roofs(roofs: list[OpRoof]) -> dict[str, tuple[float | None, str | None]]:

@@ -119,3 +119,9 @@ def test_wide_top_kernels_show_the_bytes_and_bound_of_their_ops(capsys):
 def test_the_default_top_kernels_table_has_no_bytes_column(capsys):
     _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz")
     assert "MB/step" not in top_kernels_table(out)[0]
+
+
+def test_markdown_shows_each_ops_whole_name_and_shape(capsys):
+    _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz", "--explain", "--markdown")
+    assert "| convolution_backward | 32×128×56×56 32×64×56×56 128×64×3×3 |" in out
+    assert "| embedding_dense_backward |" in out
