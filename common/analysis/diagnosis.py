@@ -24,7 +24,7 @@ from common.analysis.cpu_bound import cpu_verdict
 from common.analysis.tables import num, printable
 from common.physics import Peak, find_peak, rate
 from common.reader.naming import kernel_family
-from common.reader.roofline import ShapedOp
+from common.reader.roofline import ATTENTION, CONVOLUTIONS, ShapedOp
 from common.reader.trace import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace, median_index, no_gc
 from common.units import human_time
 
@@ -278,6 +278,7 @@ class Efficiency:
     us: float
     peak_tflops: float | None
     helper: bool = False
+    kind: str = "GEMM"  # whose FLOPs: "GEMM", "attention" or "convolution" (roofline_kind)
 
     @property
     def tflops(self) -> float | None:
@@ -327,11 +328,17 @@ def _rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[st
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, kernel_roof(shaped, k.name, peak))
                 if k is main:
                     e.flops += flops
+                    e.kind = roofline_kind(shaped.name)
                     e.us += sum(other.us for other in kernels)
                     e.helper = False
                 elif e.flops == 0:  # a helper wherever it ran (a kernel that was some op's main keeps its rate)
                     e.helper = True
     return out
+
+
+def roofline_kind(op: str) -> str:
+    """Whose FLOPs an op of the tensor cores does, as the verdict names them: "convolution", "attention", "GEMM"."""
+    return "convolution" if op in CONVOLUTIONS else "attention" if op in ATTENTION else "GEMM"
 
 
 def kernel_roof(shaped: ShapedOp, kernel: str, peak: Peak | None) -> float | None:
@@ -873,7 +880,9 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
             share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
             if share is not None:
-                line += f"; GEMM and attention kernels at {100 * share:.0f}% of peak"
+                kinds = [k for k in ("GEMM", "attention", "convolution") if any(e.kind == k for e in gemm)]
+                line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
+                line += f"{100 * share:.0f}% of peak"
         fusable = sum(shares[f] for f in ("pointwise", "reduce", "softmax")) / total
         if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
             line += " → a fused attention backend (SDPA flash/efficient/cudnn)"

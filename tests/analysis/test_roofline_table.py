@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import ROOT, command
 
+from common.analysis.diagnosis import diagnose
 from common.analysis.roofline_table import OpRoof, furthest_below, op_roofs, roof_table
 from common.analysis.summary import main as summary_main
 from common.physics import find_peak
@@ -125,3 +126,15 @@ def test_markdown_shows_each_ops_whole_name_and_shape(capsys):
     _, out, _ = command(summary_main, capsys, FOREIGN / "op_zoo.json.gz", "--explain", "--markdown")
     assert "| convolution_backward | 32×128×56×56 32×64×56×56 128×64×3×3 |" in out
     assert "| embedding_dense_backward |" in out
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        (FOREIGN / "op_zoo.json.gz", "; convolution kernels at 20% of peak"),
+        (ROOT / "tests/fixtures/h200/01_matmul_add/4096_bf16_warm_eager.json.gz", "; GEMM kernels at 79% of peak"),
+    ],
+    ids=["convolutions only", "a GEMM only"],
+)
+def test_the_verdict_names_the_kinds_of_kernel_it_rates(path, named):
+    assert named in diagnose(read_trace(path)).verdict
