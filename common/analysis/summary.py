@@ -667,7 +667,8 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         f"launches = kernel launches ({launch_names(rows)}, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace; on a trace the suite did not "
-        "write, the FLOPs of its GEMM and attention ops from record_shapes, with no %peak); %peak only on a known GPU "
+        "write, the FLOPs of its GEMM, attention and convolution ops from record_shapes, with no %peak); %peak only "
+        "on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
         "in this trace. --wide shows every column."
     )
