@@ -180,11 +180,10 @@ class _Inputs:
         total = 0
         for i, dims in enumerate(self.shapes):
             size = self.size(i)
-            if size is None and (dims is None or dims):
-                if self.types[i] in NOT_TENSORS and dims is not None:
-                    continue
-                return None
-            total += 0 if size is None or dims is None else math.prod(dims) * size
+            if size is not None and dims is not None:
+                total += math.prod(dims) * size
+            elif size is not None or dims is None or (dims and self.types[i] not in NOT_TENSORS):
+                return None  # a tensor of dims no shape holds (a negative one), or of an unknown type
         return total
 
     def text(self, i: int) -> str:
@@ -350,8 +349,8 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
 def _elementwise(op: ShapedOp, x: _Inputs) -> Work:
     """An elementwise op: one FLOP per output element, every tensor input read and the output written: the
     inputs' broadcast shape in the widest input's element (in place, the first input's shape and element)."""
-    tensors = [(s, x.size(i)) for i, s in enumerate(x.shapes) if x.size(i) is not None and s is not None]
-    if not tensors:
+    tensors = [(s, x.size(i)) for i, s in enumerate(x.shapes) if x.size(i) is not None]
+    if not tensors or any(s is None for s, _ in tensors):
         return _NONE
     if op.name.endswith("_"):
         shape, size = x.shape(0), x.size(0)

@@ -190,6 +190,20 @@ def test_a_transposed_convolution_is_not_modelled():
     )
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        ShapedOp("aten::add", [[4, -1], [4, 8]], [BF16, BF16], ["", ""]),
+        ShapedOp(
+            "aten::native_layer_norm", [[4, 8], [], [-8], [8], []], [BF16, "ScalarList", BF16, BF16, "Scalar"], []
+        ),
+    ],
+    ids=["elementwise", "a norm's weight"],
+)
+def test_a_tensor_of_a_negative_dim_gives_no_bytes(op):
+    assert op.bytes is None
+
+
 def test_dims_no_float_holds_give_no_figure():
     huge = [10**200, 10**200]
     assert ShapedOp("aten::add", [huge, huge], [BF16, BF16], ["", ""]).work == (None, None)
