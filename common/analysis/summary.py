@@ -172,9 +172,9 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
     kernels = None
     diagnosis = diagnose(trace, args.peak_tflops)
+    peak = find_peak(trace.device_name, args.peak_tflops, args.peak_gbps)  # the per-op roofline's
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
-        peak = find_peak(trace.device_name, args.peak_tflops, args.peak_gbps)
         roofs = kernel_roofs(op_roofs(trace, peak)) if args.wide else None
         headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates, roofs)
         if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
@@ -202,9 +202,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         kernels,
         verdict_lines(diagnosis, args.explain),
         shown and bool(diagnosis.budgets),
-        roofs=roof_table(trace, find_peak(trace.device_name, args.peak_tflops, args.peak_gbps), args.markdown)
-        if args.explain and trace.has_gpu
-        else None,
+        roofs=roof_table(trace, peak, args.markdown) if args.explain and trace.has_gpu else None,
     )
 
 
