@@ -138,3 +138,18 @@ def test_markdown_shows_each_ops_whole_name_and_shape(capsys):
 )
 def test_the_verdict_names_the_kinds_of_kernel_it_rates(path, named):
     assert named in diagnose(read_trace(path)).verdict
+
+
+def test_a_trace_without_record_shapes_gets_no_roof_table(capsys):
+    """host_batch.json.gz (H200) runs convs and batch norms, profiled without record_shapes: no shapes, no
+    figure."""
+    assert op_roofs(read_trace(FOREIGN / "host_batch.json.gz"), H200) == []
+    _, out, _ = command(summary_main, capsys, FOREIGN / "host_batch.json.gz", "--explain")
+    assert "furthest below their roof" not in out
+
+
+def test_flash_attention_at_4096_is_compute_bound_and_moves_q_k_v_o():
+    trace = read_trace(ROOT / "tests/fixtures/h200/04_c_sdpa_attention/8_16_4096_64_flash_bf16_cold_eager.json.gz")
+    [flash] = [r for r in op_roofs(trace, H200) if r.op.name == "aten::_flash_attention_forward"]
+    assert flash.bound == "compute"
+    assert flash.op.bytes == 4 * 2 * (8 * 4096 * 16 * 64)  # q, k, v read and o written, in bf16
