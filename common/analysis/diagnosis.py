@@ -603,7 +603,9 @@ def _says_gpu(f: _Facts) -> str:
         peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
         share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
         if share is not None:
-            line += f"; GEMM and attention kernels at {100 * share:.0f}% of peak"
+            kinds = [k for k in ("GEMM", "attention", "convolution") if any(e.kind == k for e in gemm)]
+            line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
+            line += f"{100 * share:.0f}% of peak"
     fusable = sum(shares[fam] for fam in ("pointwise", "reduce", "softmax")) / total
     if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
         return line + " → a fused attention backend (SDPA flash/efficient/cudnn)"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.figures import Row, summarize
+from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
     DASH,
     LAUNCH_HEADERS,
@@ -20,6 +21,7 @@ from common.analysis.tables import (
     step_table,
     table,
 )
+from common.physics import find_peak
 from common.reader.build import no_gc, read_trace
 from common.reader.model import GpuOp, Step, Trace
 from common.reader.naming import cut_name, short_name
@@ -54,15 +56,18 @@ class Digest:
     kernels: str | None  # the top-kernels table, if the trace has a GPU lane and GPU activity
     verdict: list[str]  # what bounds its steps (common.analysis.diagnosis): the verdict, its budget, the rules fired
     budgeted: bool  # its per-step table shows the time budget
+    roofs: str | None = None  # under --explain, the ops furthest below their roof (common.analysis.roofline_table)
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     """The Digest of `trace` for the summary's flags `args` (--top, --per-step, --markdown, the peaks)."""
     kernels = None
     diagnosis = diagnose(trace, args.peak_tflops)
+    peak = find_peak(trace.device_name, args.peak_tflops, args.peak_gbps)  # the per-op roofline's
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
-        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates)
+        roofs = kernel_roofs(op_roofs(trace, peak)) if args.wide else None
+        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates, roofs)
         if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells, cut_name)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
@@ -90,6 +95,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         kernels=kernels,
         verdict=verdict_lines(diagnosis, args.explain),
         budgeted=shown and bool(diagnosis.budgets),
+        roofs=roof_table(trace, peak, args.markdown) if args.explain and trace.has_gpu else None,
     )
 
 
@@ -122,14 +128,24 @@ def top_kernels(trace: Trace, n: int) -> list[KernelStat]:
 
 
 def kernel_cells(
-    stats: list[KernelStat], name_width: int = 48, sm: SmLimits | None = None, rates: dict | None = None
+    stats: list[KernelStat],
+    name_width: int = 48,
+    sm: SmLimits | None = None,
+    rates: dict | None = None,
+    roofs: dict | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
     record_shapes give (`rates`: common.analysis.efficiency.efficiency; the columns only where some kernel has one),
+    the MB per step its ops move and their bound (`roofs`: common.analysis.roofline_table.kernel_roofs; likewise),
     then the launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
     rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
-    headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []), "family", *LAUNCH_HEADERS,
-               "kernel"]  # fmt: skip
+    roofs = (
+        {k.op.name: roofs[k.op.name] for k in stats if k.op.category == "kernel" and k.op.name in roofs}
+        if roofs
+        else {}
+    )
+    headers = ["µs/step", "calls", "% sum", *(["TFLOP/s", "%peak"] if rates else []),
+               *(["MB/step", "bound"] if roofs else []), "family", *LAUNCH_HEADERS, "kernel"]  # fmt: skip
     cells = []
     for k in stats:
         rate = rates.get((k.op.category, k.op.name))
@@ -144,11 +160,17 @@ def kernel_cells(
             f"{k.calls_per_step:g}",
             f"{k.share:.1f}",
             *shaped,
+            *(_roof_cells(roofs.get(k.op.name)) if roofs else []),
             k.op.family,
             *launch_cells(k.op, sm),
             short_name(k.op.name, name_width),
         ])  # fmt: skip
     return headers, cells
+
+
+def _roof_cells(roof: tuple[float | None, str | None] | None) -> list[str]:
+    """The MB/step and bound cells of a kernel's row: dashes where its op has no shapes."""
+    return [num(roof[0]), roof[1] or DASH] if roof else [DASH, DASH]
 
 
 def streams_line(trace: Trace) -> str | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from common.physics import Peak, find_peak, rate
 from common.reader.model import GpuOp, Trace
-from common.reader.roofline import ShapedOp
+from common.reader.roofline import ATTENTION, CONVOLUTIONS, ShapedOp
 
 
 @dataclass
@@ -23,6 +23,7 @@ class Efficiency:
     us: float
     peak_tflops: float | None
     helper: bool = False
+    kind: str = "GEMM"  # whose FLOPs: "GEMM", "attention" or "convolution" (roofline_kind)
 
     @property
     def tflops(self) -> float | None:
@@ -63,7 +64,7 @@ def rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str
         for ext, kernels in by_op.items():
             shaped = shapes[ext]
             flops = shaped.flops
-            if not flops:
+            if not flops or not shaped.tensor_core:  # a norm's or a pointwise op's place is the roofline table's
                 continue
             main = max(kernels, key=lambda k: k.us)
             for k in kernels:
@@ -72,11 +73,17 @@ def rates(groups: list[dict], shapes: dict, peak: Peak | None) -> dict[tuple[str
                     e = out[k.category, k.name] = Efficiency(0.0, 0.0, kernel_roof(shaped, k.name, peak))
                 if k is main:
                     e.flops += flops
+                    e.kind = roofline_kind(shaped.name)
                     e.us += sum(other.us for other in kernels)
                     e.helper = False
                 elif e.flops == 0:  # a helper wherever it ran (a kernel that was some op's main keeps its rate)
                     e.helper = True
     return out
+
+
+def roofline_kind(op: str) -> str:
+    """Whose FLOPs an op of the tensor cores does, as the verdict names them: "convolution", "attention", "GEMM"."""
+    return "convolution" if op in CONVOLUTIONS else "attention" if op in ATTENTION else "GEMM"
 
 
 def kernel_roof(shaped: ShapedOp, kernel: str, peak: Peak | None) -> float | None:

@@ -83,16 +83,16 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
 
 
 def shaped_flops(trace: Trace) -> float | None:
-    """The FLOPs per step (the median step's) of a trace's GEMM and attention ops whose shapes record_shapes wrote
-    and whose kernels ran in the step (common.reader.roofline); None where it has none: what a trace the suite did
-    not write gives the TFLOP/s column."""
+    """The FLOPs per step (the median step's) of a trace's GEMM, attention and convolution ops whose shapes
+    record_shapes wrote and whose kernels ran in the step (common.reader.roofline); None where it has none: what a
+    trace the suite did not write gives the TFLOP/s column."""
     shapes = trace.shapes
     if not shapes:
         return None
     per_step = []
     for step in trace.steps:
         ids = {op.external for op in step.gpu if op.category == "kernel" and op.external in shapes}
-        per_step.append(sum(shapes[ext].flops or 0.0 for ext in ids))
+        per_step.append(sum(shapes[ext].flops or 0.0 for ext in ids if shapes[ext].tensor_core))
     return median_of(per_step) if any(per_step) else None
 
 

@@ -46,6 +46,7 @@ from common.analysis.digest import LEFT, Digest, digest
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
 from common.analysis.folders import find_traces, read_all
 from common.analysis.names import fitted_names
+from common.analysis.roofline_table import LEGEND as ROOF_LEGEND
 from common.analysis.tables import (
     BUDGET_LEGEND,
     DASH,
@@ -259,7 +260,8 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         f"launches = kernel launches ({launch_names(rows)}, ...). "
         "peak MB = GPU memory a step held at its peak above its inputs (torch.cuda statistics; GPU runs only). "
         "TFLOP/s divides the script's FLOPs by GPU time (CPU time on a CPU trace; on a trace the suite did not "
-        "write, the FLOPs of its GEMM and attention ops from record_shapes, with no %peak); %peak only on a known GPU "
+        "write, the FLOPs of its GEMM, attention and convolution ops from record_shapes, with no %peak); %peak only "
+        "on a known GPU "
         f"(--peak-tflops for others). ×base = GPU time / the baseline's (CPU time on a CPU trace). {DASH} = not "
         "in this trace. --wide shows every column."
     )
@@ -287,6 +289,10 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
     if not args.markdown:
         verdicts = [line for v in verdicts for line in textwrap.wrap(v, TEXT_WIDTH, subsequent_indent="      ") or [""]]
     out += ["", heading("What bounds each trace (--explain: each rule's evidence)"), *verdicts]
+    for trace in (t for t in traces if t.roofs):
+        out += ["", heading(f"Ops of {trace.name} furthest below their roof (per step)"), *gap, trace.roofs]
+    if any(t.roofs for t in traces):
+        out += ["", *([ROOF_LEGEND] if args.markdown else textwrap.wrap(ROOF_LEGEND, TEXT_WIDTH))]
     said = [*trace_notes(traces, rows)]
     if not args.markdown:  # a long trace name must not push a note past the terminal's width
         said = [line for note in said for line in textwrap.wrap(note, TEXT_WIDTH, subsequent_indent="  ")]

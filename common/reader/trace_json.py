@@ -2,8 +2,8 @@
 
 msgspec decodes the events into `Event` structs that keep only the fields the reader uses; the other fields
 are skipped unread. An event's `args` is kept undecoded (a msgspec.Raw into the block) until `args_of` asks for
-it: the reader decodes the args of the few events that use them (GPU work, launches, the GEMM and attention
-ops), not those of every cpu_op record_shapes writes. The file is read in blocks of `BLOCK_BYTES`: each block's
+it: the reader decodes the args of the few events that use them (GPU work, launches, the ops whose work is
+modelled), not those of every cpu_op record_shapes writes. The file is read in blocks of `BLOCK_BYTES`: each block's
 run of whole events (up to one of the last `}, {` of its first BLOCK_BYTES at which msgspec decodes `[` + run +
 `]` as a list; where there is none near there, after any value: `[], [],`) is decoded in one call, in place in
 the buffer (no copy), and handed on as one list; the rest waits for the next block, so memory stays near one

@@ -216,14 +216,36 @@ LAUNCHES = ["cudaLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMems
 KERNELS = ["void ampere_sgemm_64x64_nn<float>(int)", "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNN", "Memset (Device)",
            "Memcpy DtoD (Device -> Device)", "triton_poi_fused_gelu_mul_0", "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
            "void at::native::vectorized_elementwise_kernel<4>(int)", "flash_fwd_kernel"]  # fmt: skip
-OPS = ["aten::mm", "aten::addmm", "aten::bmm", "aten::add", "aten::matmul", "aten::baddbmm"]
+OPS = [
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::add",
+    "aten::matmul",
+    "aten::baddbmm",
+    "aten::convolution",
+    "aten::cudnn_convolution",
+    "aten::convolution_backward",
+    "aten::native_layer_norm",
+    "aten::_softmax",
+    "aten::sum",
+    "aten::add_",
+    "aten::copy_",
+    "aten::embedding",
+    "aten::gather",
+    "aten::embedding_dense_backward",
+]
+# Concrete Inputs: stride, padding, dilation, a dim, flags, a dtype number, and what no formula can read.
+CONCRETE = st.lists(st.sampled_from(["", "[1, 1]", "[2]", "[0, 0]", "[-1]", "[]", "True", "False", "15", "-1", "0",
+                                     "[True, True, False]", "x", "[1, x]", "1e400", "[10000000000000000000000]"]),
+                    max_size=11)  # fmt: skip
 ODD_TIMES = st.sampled_from([-1, -1e9, math.nan, math.inf, "@@1e400@@", "@@digits@@", 2**64, "7", None])
 TIMES = st.one_of(st.floats(1e-3, 1e6), st.integers(1, 10**6), ODD_TIMES)
 DIMS = st.lists(st.lists(st.integers(-1, 4096), max_size=4), max_size=3)
 KNOBS = {
     "times": TIMES,
     "dims": DIMS,
-    "input_types": st.sampled_from([["float"], [], ["c10::BFloat16"] * 3, [None, 1]]),
+    "input_types": st.sampled_from([["float"], [], ["c10::BFloat16"] * 3, [None, 1], ["float", "long int", "Scalar"]]),
     "devices": st.one_of(st.none(), st.sampled_from(["NVIDIA H200", "NVIDIA A100-SXM4-80GB", "", "AMD MI300X"])),
     "figures": st.one_of(st.floats(1, 1e18), st.integers(1, 10**18), st.sampled_from([-1, "7", None])),
 }
@@ -252,7 +274,8 @@ def synthetic_traces(draw: st.DrawFn, knobs: dict[str, st.SearchStrategy]) -> di
                 start += ts  # in its step, mostly
             if cat == "cpu_op":
                 external += 1
-                args = {"Input Dims": draw(knobs["dims"]), "Input type": draw(knobs["input_types"])}
+                args = {"Input Dims": draw(knobs["dims"]), "Input type": draw(knobs["input_types"]),
+                        "Concrete Inputs": draw(CONCRETE)}  # fmt: skip
                 events.append(ev("cpu_op", draw(st.sampled_from(OPS)), start, dur, **{"External id": external}, **args))
             elif cat == "launch":
                 correlation += 1
