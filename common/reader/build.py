@@ -104,9 +104,9 @@ def gpu_op(event: Event, args: Args | None) -> GpuOp:
         _count(args.registers),
         _count(args.shared_memory),
         _number(args.occupancy),
-        _number(event.ts),
-        _id(event.tid),
-        _id(args.external if args.external is not None else args.external_2021),
+        start=_number(event.ts),
+        stream=_id(event.tid),
+        external=_id(args.external if args.external is not None else args.external_2021),
     )
 
 
@@ -123,9 +123,9 @@ def typed_gpu_op(event: Event, args: GpuArgs, dims: dict[tuple, tuple]) -> GpuOp
         args.registers,
         args.shared_memory,
         args.occupancy,
-        _number(event.ts),
-        _id(event.tid),
-        args.external if args.external is not None else args.external_2021,
+        start=_number(event.ts),
+        stream=_id(event.tid),
+        external=args.external if args.external is not None else args.external_2021,
     )
 
 
