@@ -108,6 +108,8 @@ class Recording:
         """
         if self.progress:
             self.progress.what = "warm-up"
+        if self.said.printed:
+            print(f"warm-up: {WARMUP_CALLS} calls first, not profiled ...", flush=True)
         start = time.perf_counter()
         step()
         self._sync()
@@ -220,6 +222,8 @@ def recording(
     if run.compiled:
         announce_compile(rec.grad)
     rec.watch.start()
+    if said.printed:  # a long run: the profiled steps are said as they start, as its other phases are
+        print(f"the profiled steps ({run.planned_steps} calls of the step, as the schedule asks) ...", flush=True)
     try:
         seconds = said.seconds
         with progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress:

@@ -17,6 +17,7 @@ from helpers import load_script, readme_commands, readme_cpu_flags
 
 import common.harness.estimate
 import common.harness.export
+import common.harness.recording
 
 ON_CPU = readme_cpu_flags()
 RATES = {"gemm_rate": 50e9, "copy_rate": 10e9, "pointwise_rate": 5e9, "op_rate": 1e5, "fused_attention_rate": 20e9}
@@ -27,6 +28,8 @@ ANNOUNCED = {
     "rates": "measuring this CPU's rate for the estimate ...",
     "compile": "torch.compile: the first call compiles the ",  # only where the run compiles
     "export": "writing the trace",  # ", then the reference ..." where one is left
+    "profile": "the profiled steps (",  # the script's `with profile(...)`: its steps run from here
+    "warm-up": "warm-up: ",  # only where the run warms up (--warmup)
 }
 # A script's own slow calls: the function in the script's namespace, and the line said before its first call.
 OWN = {
@@ -136,6 +139,14 @@ def noted(monkeypatch) -> Noted:
     monkeypatch.setattr(torch, "compile", fake_compile(noted))
     write = common.harness.export.TraceFiles.write
     monkeypatch.setattr(common.harness.export.TraceFiles, "write", noting(noted, "export", write))
+    enter = torch.profiler.profile.__enter__
+    monkeypatch.setattr(torch.profiler.profile, "__enter__", noting(noted, "profile", enter))
+    warm_up = common.harness.recording.Recording.warm_up
+
+    def noted_warm_up(self, step):  # the warm-up's calls of the step are what is slow
+        return warm_up(self, noting(noted, "warm-up", step))
+
+    monkeypatch.setattr(common.harness.recording.Recording, "warm_up", noted_warm_up)
     return noted
 
 
@@ -163,6 +174,8 @@ def test_every_slow_phase_is_announced_before_it_starts(family, noted, monkeypat
     expected = {**ANNOUNCED, **own}
     if "--compile" not in argv:
         del expected["compile"]
+    if "--warmup" not in argv:
+        del expected["warm-up"]
     said = noted.line_at(ESTIMATE)
     assert said is not None, "no estimate line"
     for name, line in expected.items():
