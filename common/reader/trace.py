@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.cli import shown
+from common.reader import comms
 from common.reader.intervals import merged as merged_intervals
 from common.reader.intervals import overlap_us, union_us
 from common.reader.naming import kernel_family
@@ -408,6 +409,7 @@ class Trace:
     cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
     labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
     cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
+    collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
 
     @property
     def cpu_what(self) -> str:
@@ -560,6 +562,7 @@ class _Collector:
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
+        self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -597,6 +600,10 @@ class _Collector:
                     ops_end = ts + dur
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args)
+                elif name in comms.ISSUE_OPS:  # a collective: its args decoded where they are record_param_comms'
+                    args = self.decoded(e.args) if name == comms.ISSUE_OP else None
+                    if (issued := comms.issued(name, ts, dur, _id(e.tid), args)) is not None:
+                        self.comms.append(issued)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
@@ -910,7 +917,8 @@ class _Collector:
             step.syncs.sort(key=lambda launch: launch[1])
         return Trace(Path(path), label, steps, has_gpu, device, meta, self.skipped, notes, whole, distributed,
                      sm_limits(first), phases, cpu, parent, bool(self.gpu), self.shapes, tuple(cpu_starts),
-                     self.annotations, cpu_durs)  # fmt: skip
+                     self.annotations, cpu_durs,
+                     comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations))  # fmt: skip
 
 
 @contextlib.contextmanager
