@@ -50,6 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import interrupts
+from common.analysis.collectives import (
+    COLLECTIVE_LEGEND,
+    SKEW_LEGEND,
+    arrivals,
+    collective_table,
+    skew_table,
+    skews,
+    straggler_lines,
+)
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, summarize, with_ratios
 from common.analysis.tables import (
@@ -162,6 +171,8 @@ class Digest:
         str
     ]  # what bounds its steps (common.analysis.diagnosis): the verdict, the budget, the rules that fired
     budgeted: bool  # its per-step table shows the time budget
+    collectives: str | None = None  # its collectives table (common.analysis.collectives), if it has any
+    arrivals: list = None  # a rank's collectives as the skew across ranks matches them
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
@@ -196,6 +207,8 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         kernels,
         verdict_lines(diagnosis, args.explain),
         shown and bool(diagnosis.budgets),
+        collective_table(trace, args.markdown),
+        arrivals(trace) if trace.rank is not None else [],
     )
 
 
@@ -680,6 +693,7 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         if ranks:
             title = f"Ranks of {run} (per step, medians)"
             out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
+    out += collectives_part(traces, heading, gap, args)
     for trace in (t for t in traces if t.phases):
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, trace.phases]
     for trace in (t for t in traces if t.per_step):
@@ -701,6 +715,24 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         line = f"No GPU activity recorded (launches only), so no kernels to list: {', '.join(unrecorded)}"
         out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
+
+
+def collectives_part(traces: list[Digest], heading, gap: list[str], args: argparse.Namespace) -> list[str]:
+    """Each trace's collectives table, then each run's skew across its ranks, each with its legend; with
+    --explain, a line naming the straggler where the skew is large."""
+    out = []
+    wrap = (lambda s: [s]) if args.markdown else (lambda s: textwrap.wrap(s, TEXT_WIDTH))  # noqa: E731
+    for trace in (t for t in traces if t.collectives):
+        out += ["", heading(f"Collectives of {trace.name} (over {trace.steps} steps)"), *gap, trace.collectives]
+    if any(t.collectives for t in traces):
+        out += ["", *wrap(COLLECTIVE_LEGEND)]
+    for run, members in runs_of(traces):
+        found = skews({t.rank: t.arrivals for t in members if t.arrivals})
+        if found:
+            out += ["", *wrap(f"Collective skew across the ranks of {run}"), *gap, skew_table(found, args.markdown)]
+            out += ["", *wrap(SKEW_LEGEND)]
+            out += [line for s in (straggler_lines(found) if args.explain else []) for line in wrap(s)]
+    return out
 
 
 def plot(rows: list[Row], path: Path) -> None:
