@@ -91,23 +91,22 @@ def kind_of(name: str) -> str | None:
 
 
 def issued(name: str, ts: float, dur: float, tid: object, args: object) -> Collective | None:
-    """The Collective of a `record_param_comms` event (its decoded `args`, a dict) or of a `c10d::` op (`args`
+    """The Collective of a `record_param_comms` event (`args`: its trace_json.Args) or of a `c10d::` op (`args`
     unused); None for a c10d op that is no collective (`c10d::wait`) or args without a collective name."""
     if name != ISSUE_OP:
         kind = kind_of(name)
         return None if kind is None else Collective(kind, ts, dur, tid)
-    if not isinstance(args, dict):
+    if args is None:
         return None
-    collective = _text(args.get("Collective name"))
+    collective = _text(args.collective)
     kind = (kind_of(collective) or collective) if collective else None
     if kind is None:
         return None
-    dtype = _text(args.get("dtype"))
-    sizes = [n for n in (_whole(args.get("In msg nelems")), _whole(args.get("Out msg nelems"))) if n is not None]
+    dtype = _text(args.dtype)
+    sizes = [n for n in (_whole(args.in_nelems), _whole(args.out_nelems)) if n is not None]
     each = DTYPE_BYTES.get(dtype) if dtype else None
     size = max(sizes) * each if sizes and each else None
-    return Collective(kind, ts, dur, tid, _text(args.get("Process Group Name")),
-                      _whole(args.get("Group size"), 1 << 30), size, dtype)  # fmt: skip
+    return Collective(kind, ts, dur, tid, _text(args.group), _whole(args.group_size, 1 << 30), size, dtype)
 
 
 def timed(found: list[Collective], gpu: list, labels: list[tuple[str, float, float, object]]) -> list[Collective]:
@@ -136,9 +135,9 @@ def timed(found: list[Collective], gpu: list, labels: list[tuple[str, float, flo
     for i, ops in work.items():
         comm = [op for op in ops if op.family == "communication"] or ops
         first = min(op.start for op in comm)
-        last = max(op.start + op.us for op in comm)
-        if math.isfinite(last - first):
-            found[i].start_us, found[i].us, found[i].where = first, last - first, "GPU"
+        span = max(op.start - first + op.us for op in comm)  # from the first start: one op's is its own duration
+        if math.isfinite(span):
+            found[i].start_us, found[i].us, found[i].where = first, span, "GPU"
     gloo: dict[str, list[tuple[float, float]]] = {}
     for name, ts, dur, _ in labels:
         if name.startswith("gloo:") and (kind := kind_of(name[5:])) is not None:

@@ -600,8 +600,8 @@ class _Collector:
                     ops_end = ts + dur
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args)
-                elif name in comms.ISSUE_OPS:  # a collective: its args decoded where they are record_param_comms'
-                    args = self.decoded(e.args) if name == comms.ISSUE_OP else None
+                elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
+                    args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, _id(e.tid), args)) is not None:
                         self.comms.append(issued)
             elif cat == "user_annotation":
