@@ -94,8 +94,8 @@ def collective_table(trace: Trace, markdown: bool = False) -> str | None:
         return None
     cells = [
         [
-            r.kind,
-            r.group if r.group is not None else DASH,
+            _cut(r.kind, 16),
+            _cut(r.group, 12) if r.group is not None else DASH,
             str(r.group_size) if r.group_size is not None else DASH,
             r.dtype or DASH,
             size(r.bytes),
@@ -108,6 +108,11 @@ def collective_table(trace: Trace, markdown: bool = False) -> str | None:
         for r in rows
     ]
     return table(COLLECTIVE_HEADERS, cells, {"kind", "group", "dtype", "on"}, markdown)
+
+
+def _cut(text: str, room: int) -> str:
+    """A name a trace wrote (an unknown collective's, a group's), cut to `room` characters: the table fits 120."""
+    return text if len(text) <= room else text[: room - 1] + "…"
 
 
 def size(n: int | None) -> str:
@@ -188,8 +193,8 @@ def skew_table(found: list[Skew], markdown: bool = False) -> str | None:
         return None
     cells = [
         [
-            s.group if s.group is not None else DASH,
-            s.kind,
+            _cut(s.group, 12) if s.group is not None else DASH,
+            _cut(s.kind, 16),
             str(s.calls),
             human_time(s.arrival_spread_us),
             human_time(s.max_spread_us),

@@ -30,7 +30,9 @@ with. "—" marks a figure the trace cannot give, never a zero. Under the table,
 (GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the host, or kernels waiting),
 and the expert rules that fired; --explain adds each rule's evidence. The per-step table shows each step's
 budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of peak of each GEMM and
-attention kernel, from its op's input shapes.
+attention kernel, from its op's input shapes. A trace with collectives gets a table of them (kind, group, size,
+calls per step, mean duration, algorithm and bus bandwidth), and a run of rank traces the skew of its
+collectives across the ranks and the straggler (common.analysis.collectives).
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ class Digest:
     ]  # what bounds its steps (common.analysis.diagnosis): the verdict, the budget, the rules that fired
     budgeted: bool  # its per-step table shows the time budget
     collectives: str | None = None  # its collectives table (common.analysis.collectives), if it has any
-    arrivals: list = None  # a rank's collectives as the skew across ranks matches them
+    arrivals: list | None = None  # a rank's collectives as the skew across ranks matches them
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:

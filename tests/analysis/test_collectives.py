@@ -97,3 +97,13 @@ def test_a_trace_without_collectives_has_no_collectives_table(tmp_path, capsys):
     path.write_text(json.dumps(tiny_gpu_trace()))
     _, out, _ = command(main, capsys, path)
     assert "Collectives" not in out and "Collective skew" not in out
+
+
+def test_a_long_unknown_collective_and_group_name_are_cut_to_fit_120_columns(tmp_path, capsys):
+    args = {"Collective name": "x" * 150, "In msg nelems": 8, "Out msg nelems": 8, "Group size": 2,
+            "dtype": "Float", "Process Group Name": "g" * 150}  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(comms_trace(0, 2, calls=[args])))
+    code, out, _ = command(main, capsys, path)
+    [row] = section(out, "Collectives of")[3:]
+    assert code == 0 and row.startswith("x" * 15 + "…  " + "g" * 11 + "…") and len(row) <= TEXT_WIDTH
