@@ -302,3 +302,24 @@ def run_edited(name: str, edit: str, folder: Path, *flags: str) -> dict:
         "tensorboard": sorted(p.name for p in tb_dir.glob("*.json")) if tb_dir.is_dir() else [],
         "tb_dir": str(tb_dir),
     }
+
+
+def comms_trace(rank: int, world: int, late_us: float = 0.0, calls: list[dict] | None = None) -> dict:
+    """Two profiled steps of one rank, each issuing an all_reduce (record_param_comms, `calls` its args) whose NCCL
+    kernel starts 10 µs after its launch, everything `late_us` later on this rank."""
+    calls = calls or [{"Collective name": "allreduce", "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20,
+                       "Group size": world, "dtype": "Float", "Process Group Name": "0"}]  # fmt: skip
+    events = []
+    for step in range(2):
+        t0 = 1000.0 * step
+        events.append(ev("user_annotation", f"ProfilerStep#{step + 1}", t0, 900))
+        for k, args in enumerate(calls):
+            ts, corr = t0 + 100 + 200 * k + late_us, 10 * step + k + 1
+            events += [
+                ev("cpu_op", "record_param_comms", ts, 50, **args),
+                ev("cuda_runtime", "cudaLaunchKernel", ts + 10, 5, correlation=corr),
+                ev("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                   ts + 20, 100, tid=7, correlation=corr),
+            ]  # fmt: skip
+    info = {"backend": "nccl", "rank": rank, "world_size": world}
+    return {"traceEvents": events, "distributedInfo": info, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}]}

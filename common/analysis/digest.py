@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.figures import Row, summarize
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
@@ -57,6 +58,8 @@ class Digest:
     verdict: list[str]  # what bounds its steps (common.analysis.diagnosis): the verdict, its budget, the rules fired
     budgeted: bool  # its per-step table shows the time budget
     roofs: str | None = None  # under --explain, the ops furthest below their roof (common.analysis.roofline_table)
+    collectives: str | None = None  # its collectives table (common.analysis.collectives), if it has any
+    arrivals: list | None = None  # a rank's collectives as the skew across ranks matches them
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
@@ -96,6 +99,8 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         verdict=verdict_lines(diagnosis, args.explain),
         budgeted=shown and bool(diagnosis.budgets),
         roofs=roof_table(trace, peak, args.markdown) if args.explain and trace.has_gpu else None,
+        collectives=collective_table(trace, args.markdown),
+        arrivals=arrivals(trace) if trace.rank is not None else [],
     )
 
 

@@ -28,7 +28,9 @@ trace's verdict (common.analysis.diagnosis): what bounds its steps, with its fig
 median step's time budget (GPU busy: compute, memcpy/memset, exposed communication; GPU idle: waiting for the
 host, or kernels waiting), and the expert rules that fired; --explain adds each rule's evidence. The per-step
 table shows each step's budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of
-peak of each GEMM and attention kernel, from its op's input shapes.
+peak of each GEMM and attention kernel, from its op's input shapes. A trace with collectives gets a table of
+them (kind, group, size, calls per step, mean duration, algorithm and bus bandwidth), and a run of rank traces
+the skew of its collectives across the ranks and the straggler (common.analysis.collectives).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import interrupts
+from common.analysis.collectives import COLLECTIVE_LEGEND, SKEW_LEGEND, skew_table, skews, straggler_lines
 from common.analysis.digest import LEFT, Digest, digest
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
 from common.analysis.folders import find_traces, read_all
@@ -303,6 +306,7 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         if ranks:
             title = f"Ranks of {run} (per step, medians)"
             out += ["", *([heading(title)] if args.markdown else textwrap.wrap(title, TEXT_WIDTH)), *gap, *ranks]
+    out += collectives_part(traces, heading, gap, args)
     for trace in (t for t in traces if t.phases):
         out += ["", heading(f"Phases of {trace.name} (per step, medians)"), *gap, trace.phases]
     for trace in (t for t in traces if t.per_step):
@@ -324,6 +328,24 @@ def render(traces: list[Digest], rows: list[Row], baseline: Digest, args: argpar
         line = f"No GPU activity recorded (launches only), so no kernels to list: {', '.join(unrecorded)}"
         out += ["", *([line] if args.markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
     return "\n".join(out)
+
+
+def collectives_part(traces: list[Digest], heading, gap: list[str], args: argparse.Namespace) -> list[str]:
+    """Each trace's collectives table, then each run's skew across its ranks, each with its legend; with
+    --explain, a line naming the straggler where the skew is large."""
+    out = []
+    wrap = (lambda s: [s]) if args.markdown else (lambda s: textwrap.wrap(s, TEXT_WIDTH))  # noqa: E731
+    for trace in (t for t in traces if t.collectives):
+        out += ["", heading(f"Collectives of {trace.name} (over {trace.steps} steps)"), *gap, trace.collectives]
+    if any(t.collectives for t in traces):
+        out += ["", *wrap(COLLECTIVE_LEGEND)]
+    for run, members in runs_of(traces):
+        found = skews({t.rank: t.arrivals for t in members if t.arrivals})
+        if found:
+            out += ["", *wrap(f"Collective skew across the ranks of {run}"), *gap, skew_table(found, args.markdown)]
+            out += ["", *wrap(SKEW_LEGEND)]
+            out += [line for s in (straggler_lines(found) if args.explain else []) for line in wrap(s)]
+    return out
 
 
 def plot(rows: list[Row], path: Path) -> None:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.reader import comms
 from common.reader.model import (
     CAPTURE_BEGIN,
     CAPTURE_END,
@@ -190,6 +191,7 @@ class _Collector:
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
+        self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -227,6 +229,10 @@ class _Collector:
                     ops_end = ts + dur
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args)
+                elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
+                    args = args_of(e.args) if name == comms.ISSUE_OP else None
+                    if (issued := comms.issued(name, ts, dur, _id(e.tid), args)) is not None:
+                        self.comms.append(issued)
             elif cat == "user_annotation":
                 self.annotations.append((name, ts, dur, _id(e.tid)))
             elif cat in GPU_WORK:
@@ -543,6 +549,7 @@ class _Collector:
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             cpu_starts=tuple(cpu_starts), labels=self.annotations, cpu_durs=cpu_durs,
+            collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip
 
 

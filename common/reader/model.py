@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.cli import shown
+from common.reader import comms
 from common.reader.intervals import merged as merged_intervals
 from common.reader.intervals import overlap_us, union_us
 from common.reader.naming import kernel_family
@@ -311,6 +312,7 @@ class Trace:
     cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
     labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
     cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
+    collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
 
     @property
     def cpu_what(self) -> str:

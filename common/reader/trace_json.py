@@ -77,6 +77,13 @@ ARGS_FIELDS = {  # the entries of an event's `args` the reader uses: attribute -
     "occupancy": "est. achieved occupancy %",
     "external": "External id",  # ties a cpu_op to the kernels it launched (record_shapes' ops to their kernels)
     "external_2021": "external id",  # the same on a GPU event of 2021's Kineto (torch 1.8-1.9), in lower case
+    # record_param_comms' description of a collective (common.reader.comms)
+    "collective": "Collective name",
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "group_size": "Group size",
+    "dtype": "dtype",
+    "group": "Process Group Name",
 }
 # The args of GPU work and of a launch, each entry typed as the reader keeps it (an id an int or text, dims whole
 # numbers, counts whole, a figure a float). Where every entry has its type (a trace as torch writes it) msgspec's
