@@ -91,3 +91,14 @@ def test_args_that_are_no_figure_give_no_size_never_a_guess(change):
             "dtype": "Float", "Process Group Name": "0", **change}  # fmt: skip
     trace = parse(json.loads(json.dumps(comms_trace(0, 2, calls=[args]))))
     assert trace.collectives and all(c.bytes is None for c in trace.collectives)
+
+
+def test_ddps_bucket_all_reduces_on_the_h200_add_up_to_the_parameters_bytes():
+    """06 on the H200 (torch 2.11, one NCCL rank, --bucket-cap-mb 25, `--strict` passed): DDP all-reduces its 3
+    gradient buckets a step, whose sizes add up to the block's 9,438,720 fp32 parameters, 37,754,880 bytes."""
+    trace = read_trace(FOREIGN / "ddp_nccl_1rank.json.gz")
+    steps = len(trace.steps)
+    reduces = [c for c in trace.collectives if c.kind == "all_reduce"]
+    assert len(reduces) == 3 * steps and {c.group_size for c in reduces} == {1}
+    assert sum(c.bytes for c in reduces) == 9_438_720 * 4 * steps
+    assert all(c.bus_factor in (None, 0.0) for c in reduces)  # one rank moves nothing between ranks
