@@ -10,6 +10,10 @@ Writes traces/01_matmul_add/<size>_<dtype>_<cold|warm>_<eager|compiled>.json (Ch
 and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 """
 
+from common.harness.early import importing_torch
+
+importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 

@@ -9,6 +9,10 @@ Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|co
 
 from typing import NamedTuple
 
+from common.harness.early import importing_torch
+
+importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule

@@ -12,11 +12,12 @@ Writes traces/03_kernels_mlp/<batch>_<seq>_<dim>_<hidden>_<hub|pypi>_<dtype>_<co
 and .txt, e.g. traces/03_kernels_mlp/64_128_768_3072_hub_bf16_cold_eager.json.
 """
 
-from common.harness.early import refuse_without_gpu
+from common.harness.early import importing_torch, refuse_without_gpu
 
 NEEDS_GPU = "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py"
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, NEEDS_GPU)
+importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import torch
 from kernels import get_kernel

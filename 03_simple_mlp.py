@@ -8,6 +8,10 @@ Writes traces/03_simple_mlp/<batch>_<seq>_<dim>_<hidden>_<dtype>_<cold|warm>_<ea
 and .txt (profiler table), e.g. traces/03_simple_mlp/64_128_768_3072_bf16_cold_compiled.json.
 """
 
+from common.harness.early import importing_torch
+
+importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -8,10 +8,11 @@ Writes traces/04_b_inplace_ops_attention/<tag>.json (Chrome trace) and .txt (pro
 <batch>_<heads>_<seq>_<head_dim>_<dtype>_<cold|warm>_<eager|compiled>, e.g. 8_16_1024_64_bf16_cold_eager.
 """
 
-from common.harness.early import refuse_attention_memory
+from common.harness.early import importing_torch, refuse_attention_memory
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_attention_memory(__name__, score_items=2)  # scores (masked in place), the softmax
+importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import math
 

@@ -14,6 +14,10 @@ Writes traces/04_c_sdpa_attention/<tag>.json (Chrome trace) and .txt (profiler t
 e.g. 8_16_1024_64_flash_bf16_cold_eager.
 """
 
+from common.harness.early import importing_torch
+
+importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
 import torch
 from torch.nn import functional as F
 from torch.nn.attention import sdpa_kernel

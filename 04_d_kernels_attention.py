@@ -19,10 +19,11 @@ pkg-<module> (dots as underscores) or local, e.g. 8_16_1024_64_hub-flash-attn2_b
 8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager.
 """
 
-from common.harness.early import FLASH_NEEDS_GPU, refuse_without_gpu
+from common.harness.early import FLASH_NEEDS_GPU, importing_torch, refuse_without_gpu
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, FLASH_NEEDS_GPU)
+importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import torch
 from kernels import get_kernel

@@ -19,10 +19,11 @@ Writes traces/05_training_step/<tag>.json (Chrome trace) and .txt (profiler tabl
 e.g. 8_1024_768_12_3072_amp_bf16_cold_eager.
 """
 
-from common.harness.early import CUDA_GRAPHS_NEED_GPU, refuse_without_gpu
+from common.harness.early import CUDA_GRAPHS_NEED_GPU, importing_torch, refuse_without_gpu
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, CUDA_GRAPHS_NEED_GPU, flag="--cudagraphs")
+importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import torch
 import torch.nn.functional as F

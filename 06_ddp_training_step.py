@@ -25,6 +25,10 @@ Ctrl-C, 143 for SIGTERM).
 import contextlib
 import dataclasses
 
+from common.harness.early import importing_torch
+
+importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F

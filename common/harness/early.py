@@ -1,8 +1,9 @@
-"""Refusals that need no torch, made before a script imports it (about 10 s on a laptop): a GPU-only script or
-flag on a machine without a CUDA device (seen from the driver's files or `nvidia-smi`, not torch.cuda), and
-shapes whose tensors cannot fit in the CPU memory (/proc/meminfo, capped by the cgroup). Each one is the same
-one-line message and exit 2 the script gives after torch loads; where this module cannot be sure (a flag it
-cannot read, a device it may not see), it says nothing and the script's own check decides. No torch here.
+"""What a script does before it imports torch (5-12 s on a laptop): it says torch is loading, so no run starts
+silent, and it makes the refusals that need no torch: a GPU-only script or flag on a machine without a CUDA device
+(seen from the driver's files or `nvidia-smi`, not torch.cuda), and shapes whose tensors cannot fit in the CPU
+memory (/proc/meminfo, capped by the cgroup). Each refusal is the same one-line message and exit 2 the script
+gives after torch loads; where this module cannot be sure (a flag it cannot read, a device it may not see), it
+says nothing and the script's own check decides. No torch here.
 """
 
 from __future__ import annotations
@@ -141,3 +142,16 @@ def refuse_attention_memory(name: str, score_items: int, argv: list[str] | None 
     refusal = memory_refusal(*attention_bytes(shape, itemsize, score_items * itemsize), cpu_available_bytes(), False)
     if refusal:
         fail(refusal)
+
+
+IMPORTING_TORCH = "importing torch ..."  # the first line of a script's run: torch takes 5-12 s to load on a laptop
+
+
+def importing_torch(name: str, argv: list[str] | None = None) -> None:
+    """In a script run as `__main__` (`name`), say that torch is loading before it does, so a run never starts
+    with seconds of silence: not for --help (argparse's page alone), and under torchrun from rank 0 alone."""
+    if name != "__main__" or os.environ.get("RANK", "0") != "0":
+        return
+    if any(a in ("-h", "--help") for a in (sys.argv[1:] if argv is None else argv)):
+        return
+    print(IMPORTING_TORCH, flush=True)

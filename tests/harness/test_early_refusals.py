@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -36,11 +37,14 @@ REFUSED = [
 
 
 def as_main(script: str, *flags: str) -> tuple[int, str, bool]:
+    """The exit code, stderr and whether torch loaded, of `script` run as `__main__`; it printed nothing on stdout."""
     done = subprocess.run(
         [sys.executable, "-c", AS_MAIN, str(ROOT / f"{script}.py"), *flags],
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    code, err, torch_loaded = json.loads(done.stdout.splitlines()[-1])
+    *printed, last = done.stdout.splitlines()
+    assert printed == []  # a refusal is its one error line: not even "importing torch ..."
+    code, err, torch_loaded = json.loads(last)
     return code, err, torch_loaded
 
 
@@ -101,3 +105,28 @@ def test_cuda_device_is_seen_from_a_device_node_or_nvidia_smi(tmp_path, monkeypa
     assert early.cuda_device_seen(tmp_path, path=str(tmp_path / "bin"))
     (tmp_path / "dev/nvidia0").touch()
     assert early.cuda_device_seen(tmp_path, path="")
+
+
+def test_importing_torch_is_said_only_by_a_script_run_as_main(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    early.importing_torch("__main__", argv=["--size", "64"])
+    early.importing_torch("01_matmul_add", argv=[])  # imported by a test: silent
+    early.importing_torch("__main__", argv=["--help"])  # argparse's page alone
+    monkeypatch.setenv("RANK", "1")
+    early.importing_torch("__main__", argv=[])  # torchrun's other ranks: rank 0 says it
+    assert capsys.readouterr().out == early.IMPORTING_TORCH + "\n"
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in ROOT.glob("0*.py")))
+def test_every_script_says_importing_torch_after_its_refusals_and_before_torch(script: str) -> None:
+    body = ast.parse((ROOT / f"{script}.py").read_text()).body
+    calls = [
+        (i, node.value.func.id)
+        for i, node in enumerate(body)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+    ]
+    torch_at = next(i for i, n in enumerate(body) if isinstance(n, ast.Import) and n.names[0].name == "torch")
+    said = [i for i, name in calls if name == "importing_torch"]
+    refusals = [i for i, name in calls if name.startswith("refuse_")]
+    assert len(said) == 1 and said[0] < torch_at
+    assert all(i < said[0] for i in refusals)  # a refused run prints its error line alone
