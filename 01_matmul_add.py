@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     batch, n = args.batch or 1, args.size
-    work = matmul_add_work(batch, n, run.dtype)
+    work = matmul_add_work(batch, n, run.dtype, batched=bool(args.batch))
     fit_machine(run, *matmul_add_memory(batch, n, run.dtype), work.flops)  # before any tensor exists
 
     shape = (args.batch, n, n) if args.batch else (n, n)

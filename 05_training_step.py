@@ -231,18 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if run.compiled else block
     variant = "cudagraphs" if args.cudagraphs else "compile" if run.compiled else "eager"
     print(describe_step(variant, precision, args.fused_optimizer))
-    said = say_estimate(run, work, checked_first=True)  # before the reference and the checked step, counted in it
+    variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
+    tag = run.tag(*shape, *variant_words)  # files: traces/05_training_step/<tag>.*
+    said = say_estimate(run, work, checked_first=True, tag=tag)  # before the reference and the checked step
 
     with phase("the reference: the block's forward in higher precision", said):
         expected = block_reference(block, x, run.dtype)  # from the weights before the first step
     if run.compiled:
-        announce_compile(backward=True)
+        announce_compile(backward=True, said=said)
     # the first step, not profiled, is the one checked (a CUDA graph's output is overwritten by the next replay)
     with phase("the first step, the one checked against the reference", said):
         checked = train_step(model, x, target, optimizer, amp).clone()
     print("\n".join(memory_lines(block, optimizer, saved_for_backward(shape, precision, run.dtype))))
-    variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
-    with recording(run, run.tag(*shape, *variant_words), work, said=said) as rec:
+    with recording(run, tag, work, said=said) as rec:
         if args.warmup:  # a few unprofiled steps first, so compile and set-up costs stay out of the trace
             rec.warm_up(lambda: train_step(model, x, target, optimizer, amp))
         with profile(

@@ -1,6 +1,6 @@
 """Each README command run on the CPU, its estimate (common.harness.estimate) against the time it took.
 
-Usage (from the repository root): `python3 benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]`.
+Usage (from the repository root): `uv run python benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]`.
 
 The commands are the README's ``` blocks' `uv run <script>.py ...`, `uv run torchrun ... <script>.py ...` and
 `python3 <script>.py ...` lines (a `$ ` prompt and a trailing `# comment` dropped); each runs as
@@ -9,8 +9,9 @@ fresh process, through this file's `--one` mode: it wraps common.harness.recordi
 (also the ones below the printed threshold) and the moment it was made, then runs the script as `__main__`. The
 table gives, per command: the estimate, the run's own time (from the estimate to the script's end: what the
 estimate covers), torch.compile's time inside it (torch._dynamo's own timings: each frame's compile and a
-backward compiled at its first call; the estimate leaves compiling out and says so), the ratio of the run less
-that to the estimate, and the whole process's wall time (Python and torch's start included). A command refused
+backward compiled at its first call), the ratio of the run less that to the estimate of its steps, the ratio of
+the whole run to the whole estimate (its tabled compile counted: common.harness.estimate.compile_cost), and the
+whole process's wall time (Python and torch's start included). A command refused
 on the CPU (GPU only) says so; a run too small to estimate shows "-".
 """
 
@@ -191,13 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(c.line for c in commands))
         return 0
     print(f"{len(commands)} README commands on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
-    print("| command | estimate | run | compiling in it (tabled) | (run - compiling) / estimate | before it (rates, "
-          "profiler import) | wall (process) |")  # fmt: skip
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| command | estimate | run | compiling in it (tabled) | (run - compiling) / estimate | run / (estimate + "
+          "tabled) | before it (rates, profiler import) | wall (process) |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     worst = 1.0
     for command in commands:
         got = measure(command, args.timeout)
         est, took, compile_s = got.get("estimate_s"), got.get("run_s"), got.get("compile_s") or 0.0
+        whole = (est or 0.0) + (got.get("tabled_compile_s") or 0.0)  # what the run said, its compile counted
+        total = f"{took / whole:.2f}" if whole and took else "-"
+        if whole and took and not got["why"]:
+            worst = max(worst, took / whole, whole / took)
         took = took - compile_s if took else took
         ratio = f"{took / est:.2f}" if est and took else "-"
         if est and took and not got["why"]:
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         run_s, compiled, before = fmt(got.get("run_s")), fmt(got.get("compile_s")), fmt(got.get("calibrate_s"))
         if got.get("tabled_compile_s"):
             compiled += f" ({fmt(got['tabled_compile_s'])})"
-        cells = [f"`{command.line}`", fmt(est), run_s, compiled, ratio, before, wall]
+        cells = [f"`{command.line}`", fmt(est), run_s, compiled, ratio, total, before, wall]
         print("| " + " | ".join(cells) + " |", flush=True)
     print(f"worst miss: {worst:.2f}x (load now {os.getloadavg()[0]:.1f})")
     return 0

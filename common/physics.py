@@ -29,7 +29,8 @@ class Work:
     against, in the reference's dtype (None: the step's FLOPs, nothing moved); `ops`, the aten ops one step
     dispatches, views left out (0 where a step's few ops are nothing beside its FLOPs): each pays a per-op cost,
     most of a small training step's time; `fused`, the shape of the fused attention kernel the FLOPs run in
-    (None: they run at a matmul's rate).
+    (None: they run at a matmul's rate); `kernels`, whether torch.compile builds kernels of its own for the step
+    (False: a forward whose GEMMs and bias go to the BLAS, as 01's and 02's do).
     """
 
     flops: float
@@ -38,6 +39,7 @@ class Work:
     reference: Work | None = None
     ops: int = 0
     fused: FusedAttention | None = None
+    kernels: bool = True
 
     @property
     def has_reference(self) -> bool:

@@ -15,8 +15,10 @@ Nothing is measured for a run whose whole work is under MEASURE_ABOVE_FLOPS and
 MEASURE_ABOVE_BYTES (it cannot take long): short runs print the same lines every time, and a cold run's first
 step stays cold. A run estimated above SAY_ABOVE_S
 prints the estimate; above LONG_S, also a cheaper command (fp32 where the dtype is emulated, a smaller
---batch or --size). On a GPU there is no estimate: the posts' shapes take milliseconds there, and
-torch.compile's time cannot be told in advance anywhere.
+--batch or --size). A compiled run adds torch.compile's first call from a table measured on a 2-core CPU
+(compile_cost: the graph's tracing, g++ building its kernels unless Inductor's cache holds them, a fresh cache's
+first build). On a GPU there is no estimate: the posts' shapes take milliseconds there, and Triton's compile and
+autotuning cannot be told in advance.
 
 The progress line is elapsed time against the estimate, printed by a thread every PROGRESS_EVERY_S, so nothing
 of the suite runs inside the script's profiler loop: from PROGRESS_AFTER_S on for a run estimated long, from
@@ -28,11 +30,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -73,7 +77,11 @@ class Estimate:
     cheaper: tuple[str, ...] = ()  # flags of a cheaper run, when this one is long
     cheaper_seconds: float | None = None
     op_s: float | None = None  # the measured cost of one op, where the step counts its ops (Work.ops)
-    compile_s: float = 0.0  # torch.compile's first call, from COMPILE_S (0 for an eager run)
+    compile_cost: CompileCost | None = None  # torch.compile's first call (compile_cost; None for an eager run)
+
+    @property
+    def compile_s(self) -> float:
+        return self.compile_cost.seconds if self.compile_cost else 0.0
 
 
 @dataclass(frozen=True)
@@ -214,24 +222,71 @@ def phase(what: str, said: Said | None = None) -> Iterator[Progress]:
         yield ticker
 
 
-# torch.compile's first call, as the issue's 2-core laptop timed it (load 2.5-15): 02 and 03_simple's forward
-# took 25-40 s, 05's forward and backward about two minutes; a GPU's compile is of the same order.
-COMPILE_TYPICAL = {False: "20-40 s", True: "1-2 min"}  # by whether the step runs a backward (grad enabled)
-COMPILE_S = {False: 30.0, True: 90.0}  # the middle of each: what a CPU estimate counts for the compile
+# torch.compile's first call on the CPU, in three parts (torch 2.15 on this project's 2-core VM, load 1-2; each
+# measured cold and warm with a fresh TORCHINDUCTOR_CACHE_DIR, benchmarks/estimate_accuracy.py): Dynamo and AOT
+# tracing the graph (all a graph in Inductor's FX graph cache costs: 01/02 0.7 s, 03_simple 1.1 s, 05 1.2 s); Inductor
+# lowering a new one and g++ building its C++ kernels (01/02 +0.6 s: their GEMM and bias go to the BLAS, no kernel;
+# 03_simple +1.5 s; 05's forward and backward +6.3 s); and a fresh cache's first C++ build (+8.3 s: 05 took 15.8 s
+# in a fresh cache, 7.5 s after 03_simple had built there). A laptop under load takes a few times these.
+GRAPH_S = {False: 0.9, True: 1.2}  # by whether the step runs a backward (grad enabled)
+BUILD_S = {(False, False): 0.6, (False, True): 1.5, (True, True): 6.3}  # (backward, builds kernels)
+TOOLCHAIN_S = 8.3
+
+
+@dataclass(frozen=True)
+class CompileCost:
+    """What torch.compile's first call is counted at, and why (the cache's state)."""
+
+    seconds: float
+    why: str
+
+    def said(self) -> str:
+        return f"{human_time(self.seconds * 1e6)} ({self.why})"
+
+
+def inductor_cache_state(cache: Path | None = None) -> str:
+    """'fresh' when Inductor's cache (TORCHINDUCTOR_CACHE_DIR, else /tmp/torchinductor_<user>) holds no built kernel
+    (no .so), 'built' when it holds some, 'graphs' when it also holds FX graphs: what a repeated command finds."""
+    if cache is None:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir  # noqa: PLC0415 (loaded with the profiler)
+
+        cache = Path(cache_dir())
+    built = any(name.endswith(".so") for _, _, names in os.walk(cache) for name in names)
+    if not built:
+        return "fresh"
+    graphs = cache / "fxgraph"
+    return "graphs" if graphs.is_dir() and any(graphs.iterdir()) else "built"
+
+
+def compile_cost(backward: bool, kernels: bool, ran_before: bool, state: str) -> CompileCost:
+    """torch.compile's first call for a step with or without a `backward` whose graph builds C++ `kernels` or not
+    (a forward's GEMMs alone, with their bias, go to the BLAS), where the same command `ran_before` (its trace is
+    there) and Inductor's cache is in `state` (inductor_cache_state)."""
+    graph = GRAPH_S[backward]
+    kernels = kernels or backward  # a backward always has elementwise kernels of its own
+    if ran_before and state == "graphs":
+        return CompileCost(graph, "this command ran before: its graph is in Inductor's cache")
+    seconds = graph + BUILD_S[(backward, kernels)]
+    if not kernels:
+        return CompileCost(seconds, "tracing and lowering; the GEMMs go to the BLAS")
+    if state == "fresh":
+        return CompileCost(seconds + TOOLCHAIN_S, "g++ builds its kernels, the first in a fresh Inductor cache")
+    return CompileCost(seconds, f"g++ builds its kernels; {human_time(graph * 1e6)} once cached")
 
 
 _COMPILE_SAID: list[bool] = []  # once a process: a script that compiles before the recording says it there
 
 
-def announce_compile(backward: bool) -> None:
-    """Say, before a compiled run's first call and once a process, that it compiles and how long that typically
-    takes (COMPILE_TYPICAL)."""
+def announce_compile(backward: bool, said: Said | None = None) -> None:
+    """Say, before a compiled run's first call and once a process, that it compiles, with what the estimate counts
+    for it (`said`: on the CPU) or, on a GPU, that Triton builds its kernels there."""
     if _COMPILE_SAID:
         return
     _COMPILE_SAID.append(True)
     what = "forward and backward" if backward else "forward"
-    print(f"torch.compile: the first call compiles the {what}: typically {COMPILE_TYPICAL[backward]} on a laptop "
-          "CPU", flush=True)  # fmt: skip
+    cost = said.estimate.compile_cost if said and said.estimate else None
+    about = f"about {human_time(cost.seconds * 1e6)}" if cost else "Triton builds and tunes its kernels"
+    print(f"torch.compile: the first call compiles the {what}: {about} ...", flush=True)
 
 
 Rate = Callable[[str, torch.dtype], float]  # ("gemm" | "copy" | "pointwise" | "op" | "fused", dtype) -> FLOP/s,
@@ -329,21 +384,32 @@ def shrink(run: Run, argv: tuple[str, ...], seconds: float) -> tuple[tuple[str, 
 
 
 def estimate(
-    run: Run, work: Work, warmup_calls: int, rates: Rate | None = None, backward: bool | None = None
+    run: Run,
+    work: Work,
+    warmup_calls: int,
+    rates: Rate | None = None,
+    backward: bool | None = None,
+    tag: str | None = None,
 ) -> Estimate | None:
     """How long this run will take on the CPU, or None on a GPU and for an eager run too small to take long.
     `rates(kind, dtype)`: the rates to use (default: measured here, once a process; see measured_rate).
-    A compiled run adds torch.compile's first call (COMPILE_S, by whether it compiles a `backward`: default,
-    whether grad is enabled now); a compiled run too small to measure is estimated at that alone."""
+    A compiled run adds torch.compile's first call (compile_cost, by whether it compiles a `backward`: default,
+    whether grad is enabled now; whether its graph builds kernels, `work.kernels`; and whether the run's trace,
+    `tag`, is there from an earlier run); a compiled run too small to measure is estimated at that alone."""
     steps = run.planned_steps + warmup_calls
     fewest = steps + (UNTIMED_CALLS + MIN_CALLS if run.bench else 0) + 1  # and the reference
     moves = work.bytes + work.moved
     small = fewest * work.flops < MEASURE_ABOVE_FLOPS and fewest * moves < MEASURE_ABOVE_BYTES
     if run.on_gpu:
         return None
-    compile_s = COMPILE_S[torch.is_grad_enabled() if backward is None else backward] if run.compiled else 0.0
+    cost = None
+    if run.compiled:
+        ran_before = tag is not None and any(run.traces_dir.glob(f"{tag}.json*"))
+        grad = torch.is_grad_enabled() if backward is None else backward
+        cost = compile_cost(grad, work.kernels, ran_before, inductor_cache_state())
+    compile_s = cost.seconds if cost else 0.0
     if small:
-        return Estimate(compile_s, steps, None, compile_s=compile_s) if compile_s else None
+        return Estimate(compile_s, steps, None, compile_cost=cost) if cost else None
     size = (work.flops / 2) ** (1 / 3)  # the square matmul of a step's FLOPs
 
     def measured(kind: str, dtype: torch.dtype) -> float:
@@ -354,7 +420,7 @@ def estimate(
         profiler_imports()
     seconds, calls = run_seconds(run, work, steps, run.dtype, rate)
     flops_per_s = rate("fused" if work.fused else "gemm", run.dtype)
-    said = Estimate(seconds + compile_s, calls, flops_per_s, compile_s=compile_s)
+    said = Estimate(seconds + compile_s, calls, flops_per_s, compile_cost=cost)
     if work.ops:
         said = dataclasses.replace(said, op_s=1 / rate("op", run.dtype))
     if seconds <= LONG_S:  # the steps' time: a smaller shape does not shorten the compile
@@ -378,17 +444,15 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
         return []
     total = human_time(guess.seconds * 1e6)
     if guess.flops_per_s is None:
-        typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
-        return [f"estimate: about {total}, nearly all of it torch.compile's first call (typically {typical})"]
+        return [f"estimate: about {total}, nearly all of it torch.compile's first call ({guess.compile_cost.why})"]
     kernel = " (flash)" if work.fused else ""  # SDPA's CPU flash kernel's rate, not a matmul's
     ops = f", {work.ops} ops" if work.ops else ""
     reference = " and a reference" if work.has_reference else ""
     per_op = f", {human_time(guess.op_s * 1e6)} an op," if guess.op_s else ""
     rate = f"{run.dtype_name} at {guess.flops_per_s / 1e9:.3g} GFLOP/s{kernel}{per_op} on this CPU"
     lines = [f"estimate: about {total}: {guess.calls} calls of {work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"]
-    if guess.compile_s:
-        typical = COMPILE_TYPICAL[guess.compile_s == COMPILE_S[True]]
-        lines.append(f"  and {human_time(guess.compile_s * 1e6)} of torch.compile's first call (typically {typical})")
+    if guess.compile_cost:
+        lines.append(f"  and torch.compile's first call: about {guess.compile_cost.said()}")
     long = guess.seconds - guess.compile_s > LONG_S
     if long and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])

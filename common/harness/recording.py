@@ -193,14 +193,15 @@ def progress_what(said: Said) -> str:
     return "profiled steps, then the reference" if said.reference_left else "profiled steps"
 
 
-def say_estimate(run: Run, work: Work, checked_first: bool = False) -> Said:
+def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | None = None) -> Said:
     """Print the run's estimate (common.harness.estimate; only for a run of more than a few seconds) and return it
     with the time it was said, which the run's progress lines count from. `recording` calls it where the script
     did not; a script that computes its reference and one checked step before the recording (05) calls it first,
-    with `checked_first`: the estimate counts both and is said before them."""
+    with `checked_first`: the estimate counts both and is said before them. `tag`: the run's file stem, whose trace
+    from an earlier run says a compiled graph may be in Inductor's cache."""
     profiler_imports()  # torch._inductor, which the profiler loads as it starts: said and paid before the run
     warmup = (WARMUP_CALLS if run.warm else 0) + checked_first
-    estimated = estimate(run, work, warmup, backward=torch.is_grad_enabled())
+    estimated = estimate(run, work, warmup, backward=torch.is_grad_enabled(), tag=tag)
     lines = estimate_lines(run, work, estimated)
     for line in lines:
         print(line, flush=True)
@@ -216,11 +217,11 @@ def recording(
     script `said` it already), a progress line while a long one goes on, the GPU memory watch over the steps, and
     no file of this run under a final name if anything in the block fails or is interrupted (an earlier run's
     files stay as they were). `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
-    said = said or say_estimate(run, work)
+    said = said or say_estimate(run, work, tag=tag)
     rec = Recording(run, tag, work, said, meta)
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
     if run.compiled:
-        announce_compile(rec.grad)
+        announce_compile(rec.grad, said)
     rec.watch.start()
     if said.printed:  # a long run: the profiled steps are said as they start, as its other phases are
         print(f"the profiled steps ({run.planned_steps} calls of the step, as the schedule asks) ...", flush=True)

@@ -9,9 +9,11 @@ from common.harness.checks import reference_dtype
 from common.physics import Work
 
 
-def matmul_add_work(batch: int, n: int, dtype: torch.dtype) -> Work:
-    """`batch` products of two N x N matrices plus an N x N add; read x, w, b and write y once."""
-    return Work(flops=batch * (2 * n**3 + n**2), bytes=batch * 4 * n * n * dtype.itemsize)
+def matmul_add_work(batch: int, n: int, dtype: torch.dtype, batched: bool = False) -> Work:
+    """`batch` products of two N x N matrices plus an N x N add; read x, w, b and write y once. Compiled, the 2-D
+    add rides in the BLAS's addmm; a `batched` one (aten::bmm) is a kernel of Inductor's own."""
+    flops, moved = batch * (2 * n**3 + n**2), batch * 4 * n * n * dtype.itemsize
+    return Work(flops=flops, bytes=moved, kernels=batched)
 
 
 def matmul_add_memory(batch: int, n: int, dtype: torch.dtype) -> tuple[int, str]:
@@ -23,7 +25,8 @@ def matmul_add_memory(batch: int, n: int, dtype: torch.dtype) -> tuple[int, str]
 def linear_work(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> Work:
     """y = x @ w.T + b: the GEMM and the bias add; read x, w, b and write y once."""
     m, k, n = batch, in_dim, out_dim
-    return Work(flops=2 * m * k * n + m * n, bytes=(m * k + k * n + n + m * n) * dtype.itemsize)
+    moved = (m * k + k * n + n + m * n) * dtype.itemsize
+    return Work(flops=2 * m * k * n + m * n, bytes=moved, kernels=False)  # compiled: one addmm, bias folded in
 
 
 def linear_memory(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> tuple[int, str]:
