@@ -98,6 +98,29 @@ def _op_before(trace: Trace, ts: float) -> str | None:
     return names[i - 1] if i > 0 else None
 
 
+LOOK_BACK = 4096  # cpu_ops _made_in looks back over for one still open (an op's ended children lie between)
+
+
+def _made_in(trace: Trace, ts: float, tid: object = None) -> str | None:
+    """What a runtime call at `ts` (on thread `tid`) was made in: the innermost cpu_op open then, else the innermost
+    record_function label open then on its thread (DDP's forward, say); None where neither is."""
+    starts, names = trace.cpu_starts
+    durs = trace.cpu_durs
+    i = bisect.bisect_right(starts, ts)
+    if len(durs) == len(starts):
+        for j in range(i - 1, max(-1, i - 1 - LOOK_BACK), -1):
+            if starts[j] + durs[j] >= ts:
+                return names[j]
+    elif i > 0:
+        return names[i - 1]  # no durations kept: the op started last
+    open_labels = [
+        (start, name)
+        for name, start, dur, thread in trace.labels
+        if start <= ts <= start + dur and (tid is None or thread == tid) and not name.startswith("ProfilerStep#")
+    ]
+    return max(open_labels)[1] if open_labels else None
+
+
 def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     """The sync calls inside the steps; and on a GPU trace each `.item()` (aten::_local_scalar_dense: its
     device-to-host copy waits for the GPU) that no recorded sync call was made in, so a read whose wait the trace
@@ -108,10 +131,10 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     read = SCALAR_READS[1]  # what .item() runs; aten::item only calls it
     for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
         reads_synced = 0
-        for name, ts, dur, *_ in _in_step_syncs(step, last_launch):
+        for name, ts, dur, *rest in _in_step_syncs(step, last_launch):
             calls[name] += 1
             us += dur
-            op = _op_before(trace, ts)
+            op = _made_in(trace, ts, rest[1] if len(rest) > 1 else None)
             if op is not None and step.start_us <= ts:
                 inside[op] += 1
                 reads_synced += op in SCALAR_READS
@@ -129,7 +152,9 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     n = len(trace.steps)
     per, k = _per(calls.values(), n)
     listed = ", ".join(f"{name} {count // k}" for name, count in calls.most_common())
-    evidence = [f"{per}: {listed}, blocking the CPU {human_time(us / k)} in the sync calls"]
+    span = sum(step.dur_us for step in trace.steps)
+    share = f" ({us / span:.1%} of the steps' time)" if span > 0 else ""
+    evidence = [f"{per}: {listed}, blocking the CPU {human_time(us / k)} in the sync calls{share}"]
     if inside:  # counted apart: which op a sync falls in is the run's timing, one step's can differ from another's
         per_op, k = _per(inside.values(), n)
         ops = ", ".join(f"{name} {count // k}" for name, count in inside.most_common(3))

@@ -601,3 +601,26 @@ def test_the_bound_is_decided_from_the_median_budget_alone(figures, bound):
     from common.analysis.diagnosis import bound_of
 
     assert bound_of(Budget(span=100.0, **figures)) == bound
+
+
+def test_a_sync_is_placed_in_the_op_open_around_it_else_in_the_label():
+    """A sync after an op has ended is not made in that op: the H200's 06 read "made inside: aten::_foreach_addcdiv_"
+    for syncs made in DistributedDataParallel.forward, the op started last before them, long ended."""
+    from helpers import tiny_gpu_trace
+
+    data = tiny_gpu_trace()
+    data["traceEvents"] += [
+        ev("cuda_runtime", "cudaStreamSynchronize", 20, 1, correlation=50),  # inside aten::mm, inside aten::matmul
+        ev("cuda_runtime", "cudaStreamSynchronize", 70, 1, correlation=51),  # aten::add ended at 60; 'fwd' is open
+    ]
+    (rule,) = [r for r in diagnose(parse(data)).rules if r.name == "host-device sync inside the step"]
+    assert rule.evidence[1] == "made inside (over the 2 steps): aten::mm 1, fwd 1"
+
+
+def test_ddp_s_syncs_on_the_h200_are_placed_in_its_forward_with_their_share_of_the_step():
+    trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "ddp_nccl_1rank.json.gz")
+    (rule,) = [r for r in diagnose(trace).rules if r.name == "host-device sync inside the step"]
+    assert rule.evidence == [
+        "per step: cudaEventSynchronize 8, blocking the CPU 14.8 µs in the sync calls (0.2% of the steps' time)",
+        "made inside: DistributedDataParallel.forward 8",
+    ]
