@@ -1,5 +1,5 @@
 """The shape of common/: four wings above a small base, imports pointing down only, the reader and the analysis
-free of torch, and every module saying its one job in its docstring's first line."""
+free of torch, every module saying its job in its docstring's first line, and every test name within 80 characters."""
 
 from __future__ import annotations
 
@@ -129,3 +129,16 @@ def test_the_suites_imports_make_no_cycle():
 
     for module in sorted(graph):
         visit(module, [])
+
+
+TEST_NAME_MAX = 80  # a test's name says its behaviour in a line a terminal shows whole beside its file
+
+
+def test_every_test_name_fits_80_characters():
+    names = [
+        node.name
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+    ]
+    assert names and [n for n in names if len(n) > TEST_NAME_MAX] == []

@@ -32,7 +32,7 @@ def test_the_h200_table_has_one_call_a_step_of_each_kind_and_size():
     ]  # fmt: skip
 
 
-def test_algorithm_bandwidth_is_bytes_over_the_mean_and_one_rank_has_no_bus_bandwidth():
+def test_algbw_is_bytes_over_the_mean_and_one_rank_has_no_bus_bandwidth():
     trace = read_trace(COLLECTIVES)
     rows = {(r.kind, r.bytes): r for r in collective_rows(trace)}
     gather = rows["all_gather", 64 << 20]

@@ -75,7 +75,7 @@ def test_a_cpu_bound_step_of_one_launch_is_told_a_larger_batch_not_to_fuse(scrip
                               "is left to fuse or capture")  # fmt: skip
 
 
-def test_naive_attention_is_gpu_bound_on_pointwise_kernels_where_flash_waits_for_its_one_launch():
+def test_naive_attention_is_gpu_bound_on_pointwise_where_flash_waits_for_its_launch():
     naive = diagnose(fixture("04_a_naive_attention", "8_16_1024_64_bf16_cold_eager"))
     flash = diagnose(fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager"))
     assert naive.bound == "GPU"
@@ -542,7 +542,7 @@ def test_a_count_of_kernels_is_whole_per_step_or_over_the_steps():
     assert _counted(5, 7, 1, "kernels") == "5 of 7 kernels per step"
 
 
-def test_an_op_s_helper_kernel_is_marked_helper_and_its_main_kernel_holds_the_op_s_rate(capsys):
+def test_an_op_s_helper_kernel_is_marked_and_its_main_kernel_holds_the_rate(capsys):
     """torch._grouped_mm launches prepare_grouped_gemm_data (1.7 µs) before its CUTLASS GEMM: the op's FLOPs split
     by time gave the helper the GEMM's 737 TFLOP/s too (issue 32). The helper holds none; the GEMM holds the op's
     FLOPs over both kernels' time."""
@@ -617,7 +617,7 @@ def test_a_sync_is_placed_in_the_op_open_around_it_else_in_the_label():
     assert rule.evidence[1] == "made inside (over the 2 steps): aten::mm 1, fwd 1"
 
 
-def test_ddp_s_syncs_on_the_h200_are_placed_in_its_forward_with_their_share_of_the_step():
+def test_ddp_s_syncs_on_the_h200_are_placed_in_its_forward_with_their_share():
     trace = read_trace(ROOT / "tests" / "fixtures" / "foreign" / "ddp_nccl_1rank.json.gz")
     (rule,) = [r for r in diagnose(trace).rules if r.name == "host-device sync inside the step"]
     assert rule.evidence == [

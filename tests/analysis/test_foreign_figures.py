@@ -159,7 +159,7 @@ def test_gpu_busy_is_the_union_over_streams_not_their_sum():
     assert len(gemms) == 2 * len(trace.steps)
 
 
-def test_with_several_streams_the_per_step_table_shows_their_overlap_and_the_notes_the_sums(tmp_path, capsys):
+def test_with_several_streams_the_per_step_table_shows_their_overlap_and_sums(tmp_path, capsys):
     trace = parse(overlapping_streams())
     code, out, _ = command(summary_main, capsys, write(tmp_path / "streams.json", overlapping_streams()), "--per-step")
     lines = out.splitlines()
@@ -273,7 +273,7 @@ def row_cells(out: str, name: str) -> list[str]:
     return cells
 
 
-def test_launches_without_gpu_events_say_the_trace_holds_no_gpu_activity_and_print_dashes(tmp_path, capsys):
+def test_launches_without_gpu_events_say_no_gpu_activity_and_print_dashes(tmp_path, capsys):
     trace = parse(without_gpu_events("train_step"))
     assert trace.has_gpu and not trace.gpu_activity and trace.step_time_us() == (None, "GPU")
     assert any("the trace holds no GPU activity" in note for note in trace.notes)
@@ -410,7 +410,7 @@ def test_a_real_graph_capture_counts_its_captured_launches_apart_from_those_that
     assert any(note.startswith("a CUDA graph capture: 5 kernel launches") for note in trace.notes)
 
 
-def test_real_gemms_on_two_streams_at_once_give_busy_below_their_sum_by_their_overlap():
+def test_real_gemms_on_two_streams_give_busy_below_their_sum_by_their_overlap():
     trace = read_trace(FOREIGN / "overlapping_streams.json.gz")
     assert len(trace.steps) == 3
     for step in trace.steps:
@@ -419,7 +419,7 @@ def test_real_gemms_on_two_streams_at_once_give_busy_below_their_sum_by_their_ov
         assert step.gpu_busy_us < step.dur_us < step.gpu_sum_us  # the sum would exceed the step itself
 
 
-def test_a_foreign_trace_with_record_shapes_fills_the_tflops_column_from_its_shaped_ops():
+def test_a_foreign_trace_with_record_shapes_fills_tflops_from_its_shaped_ops():
     """Issue 30 item 7: a trace the suite did not write has no `suite` FLOPs; its shaped GEMMs give them. The H200
     FP8 fixture runs an FP8 and a bf16 GEMM at 8192³ a step: 2 · 2·8192³ FLOPs over its 2.12 ms of GPU busy."""
     from common.analysis.figures import shaped_flops, summarize

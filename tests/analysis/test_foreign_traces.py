@@ -152,7 +152,7 @@ def test_graph_replays_count_graph_launches_and_every_replayed_kernel(name):
     assert per_step(trace, lambda s: (s.launches, s.graph_launches, len(s.kernels))) == {(2, 1, 7)}
 
 
-def test_the_compiled_reduce_overhead_trace_runs_inductors_fused_kernel_from_the_graph():
+def test_the_reduce_overhead_trace_runs_inductor_s_fused_kernel_from_the_graph():
     trace = foreign("reduce_overhead")
     assert per_step(trace, lambda s: sum(k.name.startswith("triton_") for k in s.kernels)) == {1}
     assert per_step(trace, lambda s: len(s.memset)) == {2}
@@ -344,7 +344,7 @@ def test_phases_are_the_labels_directly_inside_the_step_label_in_order():
     assert trace.phase_parent == "train_step" and trace.phases == ["forward", "backward", "optimizer"]
 
 
-def test_a_phase_has_its_cpu_span_and_the_gpu_work_launched_inside_it_from_any_thread():
+def test_a_phase_has_its_cpu_span_and_the_gpu_work_launched_in_it_on_any_thread():
     step = parse(phased_trace()).steps[0]
     figures = {name: (p.cpu_us, p.gpu_busy_us, p.kernels, p.kernel_launches, p.graph_launches, p.launches)
                for name, p in step.phases.items()}  # fmt: skip
@@ -435,7 +435,7 @@ def test_a_name_with_a_lone_surrogate_prints_escaped(tmp_path, capsys):
     assert code == 0 and "\\udcff" in out
 
 
-def test_a_figure_of_16_digits_or_more_is_shown_with_its_exponent_and_infinity_as_a_sign():
+def test_a_figure_of_16_digits_or_more_has_an_exponent_and_infinity_a_sign():
     assert (num(1e308, 4), num(123456.0, 4), num(float("inf")), num(float("-inf"))) == ("1e+308", "123456", "∞", "−∞")
 
 

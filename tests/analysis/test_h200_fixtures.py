@@ -141,7 +141,7 @@ def test_flash_attention_fed_its_own_layout_is_one_kernel_without_transposes():
 
 
 @pytest.mark.parametrize("seq", [1024, 4096])
-def test_fa4_from_pypi_is_one_cute_dsl_kernel_per_step_with_no_mask_or_softmax_kernel(seq):
+def test_fa4_from_pypi_is_one_cute_dsl_kernel_a_step_no_mask_or_softmax(seq):
     """04_d without the Hub on flash-attn-4 4.0.0b36: FA4's sm90 forward kernel, JIT-compiled by the CuTe DSL,
     launched once per step through cudaLaunchKernelExC, fed [B, S, H, D] (no transposes, no SDPA)."""
     script = load_script("04_d_kernels_attention")
@@ -175,7 +175,7 @@ def test_the_summary_of_all_fixtures_runs_and_names_every_trace(capsys):
         assert path.name.removesuffix(".json.gz") in out
 
 
-def test_the_kernel_panel_figures_part_3_reads_flash_13_percent_with_255_registers_cudnn_0():
+def test_kernel_panel_reads_part_3_s_flash_13_percent_at_255_registers_cudnn_0():
     flash = fixture("04_c_sdpa_attention", "8_16_1024_64_flash_bf16_cold_eager").steps[0].kernels[0]
     assert (flash.registers, flash.occupancy_pct, flash.grid, flash.block) == (255, 13, (8, 8, 16), (128, 1, 1))
     cudnn = fixture("04_c_sdpa_attention", "8_16_1024_64_cudnn_bf16_cold_eager").steps[0].kernels[0]

@@ -236,7 +236,7 @@ def test_the_summary_and_the_diff_start_without_torch():
     assert done.returncode == 0, done.stderr
 
 
-def test_help_says_unreadable_files_are_skipped_and_how_a_trace_without_steps_is_read(capsys):
+def test_help_says_unreadable_files_are_skipped_and_how_stepless_traces_read(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
@@ -356,7 +356,7 @@ def test_a_rocm_trace_s_legend_names_the_hip_launch_calls(tmp_path, capsys):
     assert "cudaLaunchKernel" not in text
 
 
-def test_the_help_epilog_runs_on_without_a_stray_line_break_and_names_only_columns_its_table_shows(tmp_path, capsys):
+def test_help_epilog_has_no_stray_break_and_names_only_columns_its_table_shows(tmp_path, capsys):
     import re
 
     import common.analysis.summary

@@ -133,7 +133,7 @@ def test_a_second_signal_removes_the_open_temporaries_and_ends_at_once(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_killed_run_leaves_no_final_file_and_the_next_run_removes_its_stale_temporaries(tmp_path):
+def test_a_killed_run_leaves_no_final_file_and_the_next_removes_its_temporaries(tmp_path):
     proc = start("--size", "8", "--active", "1000000", traces=tmp_path)
     wait_until_about_to_profile(proc)
     time.sleep(1)

@@ -36,7 +36,7 @@ def make_run(tmp_path: Path, **kw) -> Run:
     return Run(**{**base, **kw})
 
 
-def test_tag_encodes_dtype_warmth_mode_and_the_schedule_part_names_a_non_default_schedule(tmp_path):
+def test_tag_encodes_dtype_warmth_mode_and_names_a_non_default_schedule(tmp_path):
     assert make_run(tmp_path).tag(64) == "64_bf16_cold_eager"
     assert (
         make_run(tmp_path, warm=True, compiled=True, dtype_name="fp16").tag(8, 16, "flash")
@@ -49,7 +49,7 @@ def test_tag_encodes_dtype_warmth_mode_and_the_schedule_part_names_a_non_default
     ]
 
 
-def test_tag_encodes_cpu_threads_and_the_options_part_every_option_that_changes_the_trace(tmp_path):
+def test_tag_encodes_cpu_threads_and_every_option_that_changes_the_trace(tmp_path):
     assert make_run(tmp_path, threads=2).tag(64) == "64_bf16_cold_eager_threads2"
     assert make_run(tmp_path, threads=2, device=torch.device("cuda")).tag(64) == "64_bf16_cold_eager"  # GPU: unused
     printed_only = {"bench": True, "per_step": True, "strict": True, "peak_tflops": 9.0, "peak_gbps": 9.0}
@@ -193,7 +193,7 @@ def test_short_name_drops_nested_argument_lists_and_keeps_what_the_kernel_comput
     assert short_name(mul) == "at::native::vectorized_elementwise_kernel<…MulFunctor…>"
 
 
-def test_the_printed_profiler_table_with_every_option_fits_120_columns_and_keeps_the_times():
+def test_profiler_table_with_every_option_fits_120_columns_and_keeps_the_times():
     x = torch.randn(32, 32)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_flops=True, record_shapes=True) as prof:
         (x @ x).relu()
@@ -218,7 +218,7 @@ def test_the_default_traces_folder_is_the_repository_s_traces():
     assert runtime.REPO_ROOT == ROOT and (ROOT / "01_matmul_add.py").is_file()
 
 
-def test_a_guess_line_s_note_never_leaves_a_word_alone_on_a_line_and_fits_120_columns():
+def test_a_guess_note_never_leaves_a_word_alone_on_a_line_and_fits_120_columns():
     from common.harness.guess import note_lines
 
     notes = [

@@ -198,7 +198,7 @@ def test_a_rate_that_rises_with_size_is_not_extrapolated_upward(monkeypatch):
     )
 
 
-def test_the_copy_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_copies(monkeypatch):
+def test_the_copy_rate_is_bytes_moved_over_the_fastest_of_three_copies(monkeypatch):
     clock = iter([0.0, 0.02, 1.0, 1.01, 2.0, 2.03])  # three copies: 20 ms, 10 ms, 30 ms
     monkeypatch.setattr(common.harness.estimate.time, "perf_counter", lambda: next(clock))
     assert common.harness.estimate.copy_rate() == pytest.approx(2 * common.harness.estimate.COPY_BYTES / 0.01)
@@ -252,7 +252,7 @@ def test_the_training_step_announces_its_reference_and_checked_step(tmp_path, ca
     assert reference < checked < out.index("check: DecoderBlock matches")
 
 
-def test_attention_s_estimate_counts_its_passes_over_the_scores_at_the_pointwise_rate_in_the_run_s_dtype(tmp_path):
+def test_attention_estimate_counts_its_score_passes_at_the_pointwise_rate(tmp_path):
     from common.workloads.attention import SCORE_PASSES, AttentionShape, attention_work
 
     asked = []
@@ -290,7 +290,7 @@ def test_each_rate_is_measured_once_a_process_per_thread_count(monkeypatch):
     assert calls == [torch.bfloat16, torch.float32, torch.bfloat16]
 
 
-def test_the_pointwise_rate_is_the_bytes_read_and_written_over_the_fastest_of_three_fresh_outputs(monkeypatch):
+def test_pointwise_rate_is_bytes_moved_over_the_fastest_of_three_fresh_outputs(monkeypatch):
     clock = iter([0.0, 0.2, 1.0, 1.1, 2.0, 2.3])  # three products: 200 ms, 100 ms, 300 ms
     monkeypatch.setattr(common.harness.estimate.time, "perf_counter", lambda: next(clock))
     assert common.harness.estimate.pointwise_rate(torch.float32) == pytest.approx(
@@ -423,7 +423,7 @@ def test_bench_s_calls_are_in_the_estimate_at_the_step_s_time(tmp_path):
     )
 
 
-def test_near_bench_s_jump_in_calls_the_estimate_misses_by_the_square_root_of_the_jump_not_all_of_it():
+def test_near_bench_s_jump_in_calls_the_estimate_misses_by_the_jump_s_square_root():
     """time_unprofiled makes 9 calls of a 0.124 s step and 23 of a 0.126 s one. Over estimated steps from 10 µs to
     10 s and real steps within STEP_SPREAD of them, the bench's time from bench_calls misses the real one by at most
     2.4x; taking timing_calls of the estimated step itself missed by 3.8x. Away from the jump both agree."""
@@ -480,7 +480,7 @@ def test_a_training_step_s_op_count_is_what_it_dispatches():
         assert count.ops == step_ops(amp, fused), (amp, fused, dtype)
 
 
-def test_a_training_step_s_moved_bytes_are_what_its_eager_ops_read_and_write_out_of_place():
+def test_a_training_step_s_moved_bytes_are_its_eager_ops_out_of_place_traffic():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
 
@@ -557,7 +557,7 @@ def test_progress_names_the_reference_only_where_the_run_has_one_left_to_compute
     assert progress_what(said) == "profiled steps, then the reference"
 
 
-def test_a_compiled_run_announces_importing_the_compiler_before_its_torch_compile_call(tmp_path):
+def test_a_compiled_run_announces_importing_the_compiler_before_torch_compile(tmp_path):
     code = (
         "import sys; from common.harness.runtime import make_parser, setup\n"
         "setup(make_parser(None).parse_args(['--compile', '--device', 'cpu', '--traces-dir', sys.argv[1]]), 'x.py')\n"
@@ -651,7 +651,7 @@ def test_the_training_step_says_its_estimate_before_its_reference_and_checked_st
     assert calls and int(calls[1]) == 5 + 1  # the profiled steps and the checked one; the reference counted
 
 
-def test_a_progress_line_of_a_phase_after_the_estimate_counts_from_it_and_says_what_is_left(monkeypatch):
+def test_a_phase_s_progress_line_counts_from_the_estimate_and_says_what_is_left(monkeypatch):
     from common.harness.estimate import Said, phase
 
     said = Said(None, 0.0, printed=True, reference_left=False)

@@ -240,7 +240,7 @@ def fa4_stand_in(monkeypatch, cute_dir: Path | None = None) -> list[dict]:
     return calls
 
 
-def test_offline_flash_attn_takes_fa4s_flash_attn_cute_not_the_bare_flash_attn_namespace(offline, monkeypatch, capsys):
+def test_offline_flash_attn_takes_fa4s_flash_attn_cute_not_the_bare_namespace(offline, monkeypatch, capsys):
     fa4_stand_in(monkeypatch)
     func, source = attention.installed_flash_attn(hub.HubError("the Hub is unreachable"), FLASH_ATTN3)
     assert source == "pkg-flash_attn_cute" and func is sys.modules["flash_attn.cute"].flash_attn_func

@@ -42,7 +42,7 @@ def test_the_memory_history_calls_exist():
         assert callable(getattr(torch.cuda.memory, name, None)), f"torch.cuda.memory.{name} is gone"
 
 
-def test_inside_hub_offline_huggingface_hub_refuses_a_download_without_trying_the_network(monkeypatch, tmp_path):
+def test_inside_hub_offline_a_download_is_refused_without_trying_the_network(monkeypatch, tmp_path):
     import huggingface_hub
     from huggingface_hub import constants
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled

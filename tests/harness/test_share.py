@@ -69,7 +69,7 @@ def test_every_share_line_fits_120_columns(hub_home):
 
 
 @pytest.mark.parametrize("folder", ["traces", "my traces", "it's/traces"])
-def test_the_share_command_split_as_a_shell_does_runs_the_pinned_release_on_the_folder(folder):
+def test_the_share_command_split_as_a_shell_does_runs_the_pinned_release(folder):
     """0.1.0's form (`trace-util FOLDER -b traces`), pinned with ==, since 0.2.0 rejects it; the folder one word."""
     words = shlex.split(share_command(Path(folder)))
     assert words[:4] == ["uvx", "--from", "trace-util==0.1.0", "trace-util"]

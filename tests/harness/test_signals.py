@@ -64,9 +64,7 @@ def rerun_05_over(tmp_path: Path, earlier: dict[str, bytes]) -> tuple[Path, subp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [0, 50, 100, 150])
-def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_byte_for_byte_or_the_whole_new_one(
-    tmp_path, earlier_05, delay_ms
-):
+def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_or_the_whole_new_one(tmp_path, earlier_05, delay_ms):
     folder, proc = rerun_05_over(tmp_path, earlier_05)
     time.sleep(delay_ms / 1000)
     os.kill(proc.pid, signal.SIGINT)
@@ -249,7 +247,7 @@ with open(folder / "order", "w") as log:
 """
 
 
-def test_a_hard_exit_removes_the_temporaries_last_made_first_through_libc_with_the_gil_held(tmp_path):
+def test_a_hard_exit_removes_temporaries_newest_first_through_libc_gil_held(tmp_path):
     """The main thread must not get to open a removed temporary by its name again before the exit: the watchdog
     unlinks through ctypes.PyDLL's libc (the GIL kept) and the newest first (Kineto's .tmp before its target)."""
     done = subprocess.run([sys.executable, "-c", HARD_EXIT, str(tmp_path)], cwd=ROOT, capture_output=True,

@@ -78,7 +78,7 @@ def _operator_era(bare: bool = False) -> object:
     return {"schemaVersion": 1, "computeProperties": properties, "traceEvents": events}
 
 
-def test_a_2021_trace_of_operators_runtime_and_kernels_reads_its_steps_kernels_and_copies(tmp_path):
+def test_a_2021_trace_reads_its_steps_kernels_and_copies(tmp_path):
     trace = read_trace(_write(tmp_path, "tb_plugin_era", _operator_era()))
     assert [s.number for s in trace.steps] == [1, 2, 3] and not trace.whole_trace
     for step in trace.steps:

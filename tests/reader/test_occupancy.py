@@ -19,7 +19,7 @@ H200 = {"name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0, "maxThreads
 SM = sm_limits(H200)
 
 
-def test_flash_255_registers_128_threads_48_kb_is_two_blocks_by_registers_12_5_percent():
+def test_flash_at_255_registers_128_threads_48_kb_is_two_blocks_12_5_percent():
     # a warp: 255 * 32 = 8160 -> 8192 registers; a partition (16384) holds 2 warps, the SM 8: 2 blocks of 4 warps.
     # shared: 49152 + 1024 = 50176 bytes a block, 4 blocks; warps: 64 / 4 = 16 blocks. 2 blocks * 4 warps / 64.
     assert active_blocks(128, 255, 49152, SM) == 2
@@ -73,7 +73,7 @@ def test_the_fixtures_first_kernel_gets_its_theoretical_occupancy(script, tag, t
     assert trace.steps[0].kernels[0].theoretical_occupancy(trace.sm) == theoretical
 
 
-def test_a_kernel_the_profiler_gives_0_percent_prints_a_dash_and_its_theoretical_occupancy():
+def test_a_kernel_at_0_percent_prints_a_dash_and_its_theoretical_occupancy():
     trace = read_trace(FIXTURES / "04_c_sdpa_attention" / "8_16_1024_64_cudnn_bf16_cold_eager.json.gz")
     assert launch_cells(trace.steps[0].kernels[0], trace.sm)[-2:] == ["—", "18.8%"]
 

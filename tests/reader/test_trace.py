@@ -61,7 +61,7 @@ def test_cpu_ops_nested_ones_included_and_the_region_per_step():
     assert (first.region_us, second.region_us) == (80, 40)
 
 
-def test_without_metadata_no_label_is_guessed_the_cpu_time_is_the_step_span_and_the_device_from_its_properties():
+def test_without_metadata_cpu_time_is_the_step_span_and_device_from_its_properties():
     trace = parse(tiny_gpu_trace())
     assert trace.label is None and trace.cpu_what == "the ProfilerStep#N span"
     assert [s.region_us for s in trace.steps] == [100, 50]

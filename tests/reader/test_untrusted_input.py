@@ -55,7 +55,7 @@ def test_the_summary_shows_a_kernels_control_characters_escaped(tmp_path, capsys
     assert_escaped(out)
 
 
-def test_the_summary_in_markdown_shows_control_characters_escaped_and_pipes_cannot_break_a_row(tmp_path, capsys):
+def test_markdown_summary_escapes_control_characters_and_pipes_cannot_break_a_row(tmp_path, capsys):
     path = evil_trace(tmp_path, kernel=EVIL + OTHER_CONTROLS + "|x`y|")
     code, out, err = command(summary_main, capsys, path, "--markdown", "--top", "9", "--wide")
     assert code == 0, err
@@ -308,7 +308,7 @@ def refused(reader, path: Path) -> str:
     return message
 
 
-def test_zeros_after_the_events_array_opens_are_refused_at_their_second_byte_after_one_block(tmp_path, reader):
+def test_zeros_after_the_events_array_opens_are_refused_after_one_block(tmp_path, reader):
     path = generated(tmp_path / "zeros.json", PREFIX, b"0", 100 * BOUND)  # 25 MiB of zeros
     message = refused(reader, path)
     assert "JSON is malformed" in message and f"(byte {len(PREFIX) + 1})" in message

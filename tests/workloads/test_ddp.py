@@ -420,7 +420,7 @@ def test_the_check_line_reads_as_a_sentence(two_ranks):
     assert "check: rank 1's out_proj weight (rank 0's is the reference) matches the reference (max |diff| 0," in out
 
 
-def test_the_setup_says_how_many_cpu_threads_torchrun_gave_each_rank_within_120_columns(two_ranks):
+def test_setup_says_the_cpu_threads_torchrun_gave_each_rank_within_120_columns(two_ranks):
     _, out = two_ranks
     (line,) = [line for line in out.splitlines() if line.startswith("data parallel:")]
     assert line.startswith("data parallel: 2 ranks, gloo, OMP_NUM_THREADS=1 per rank (torchrun's default")

@@ -271,7 +271,7 @@ def test_every_variant_matches_its_guess_on_the_h200():
         assert all(v.checked and v.matched for v in verdicts), [(v.expect.title, v.seen) for v in verdicts]
 
 
-def test_at_128_tokens_the_h200_is_busy_a_fraction_of_the_step_and_the_optimizer_dominates():
+def test_at_128_tokens_the_h200_is_busy_a_fraction_and_the_optimizer_dominates():
     eager, compiled, graphs = h200(EAGER), h200(COMPILED), h200(GRAPHS)
     busy = [t.per_step(lambda s: s.gpu_busy_us) for t in (eager, compiled, graphs)]
     assert busy == pytest.approx([479.4, 396.5, 419.6], abs=0.05)
@@ -314,7 +314,7 @@ def test_the_diff_leads_with_the_kernel_count_and_shows_the_phases(before, after
 DEFAULT = "8_1024_768_12_3072_amp_bf16_cold_"
 
 
-def test_at_8192_tokens_the_eager_peak_is_the_saved_activations_plus_the_backwards_working_set():
+def test_at_8192_tokens_the_eager_peak_is_saved_activations_plus_backward_s_work():
     peak = h200(DEFAULT + "eager").meta["memory"]["peak_bytes"]
     saved = sum(saved_for_backward(BlockShape(8, 1024, 768, 12, 3072), AMP, torch.bfloat16).values())
     gradients, hidden_buffer = 4 * PARAMETERS, 8 * 1024 * 3072 * 2  # fp32 gradients; one bf16 [tokens, hidden]
