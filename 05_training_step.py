@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
     amp = precision == AMP
-    run = setup(args, __file__, dtype=compute, compiled=args.compile or args.cudagraphs)
+    run = setup(args, __file__, dtype=compute, compiled=args.compile or args.cudagraphs, optimizer=True)
     require_cuda_graphs(args.cudagraphs, run)
     check_shape(args.dim, args.heads)
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = f"cuda:{launch.local_rank}" if args.device == "auto" and torch.cuda.is_available() else None  # one a rank
     precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
     amp = precision == AMP
-    run = setup(args, __file__, dtype=compute, device=gpu)
+    run = setup(args, __file__, dtype=compute, device=gpu, optimizer=True)
     run = dataclasses.replace(run, launcher=f"{TORCHRUN} {launch.local_world_size}")  # for the commands it prints
     check_shape(args.dim, args.heads)
     backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes

@@ -1,6 +1,7 @@
 """Each README command run on the CPU, its estimate (common.harness.estimate) against the time it took.
 
-Usage (from the repository root): `uv run python benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]`.
+Usage (from the repository root): `uv run python benchmarks/estimate_accuracy.py [--only SUBSTR] [--list]
+[--pages README.md docs/training-step.md ...]`.
 
 The commands are the README's ``` blocks' `uv run <script>.py ...`, `uv run torchrun ... <script>.py ...` and
 `python3 <script>.py ...` lines (a `$ ` prompt and a trailing `# comment` dropped); each runs as
@@ -182,16 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     parser.add_argument("--only", default="", help="run only the commands whose line holds this text")
+    parser.add_argument(
+        "--pages", nargs="+", default=["README.md"], help="the pages whose commands run (default: README.md)"
+    )
     parser.add_argument("--list", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a command may take (default: 900)")
     args = parser.parse_args(argv)
     if args.one:
         one(args.one[0], args.one[1:])
-    commands = [c for c in readme_commands((ROOT / "README.md").read_text()) if args.only in c.line]
+    text = "\n".join((ROOT / page).read_text() for page in args.pages)
+    commands = [c for c in readme_commands(text) if args.only in c.line]
     if args.list:
         print("\n".join(c.line for c in commands))
         return 0
-    print(f"{len(commands)} README commands on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
+    pages = ", ".join(args.pages)
+    print(f"{len(commands)} commands of {pages} on the CPU ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
     print("| command | estimate | run | compiling in it (tabled) | (run - compiling) / estimate | run / (estimate + "
           "tabled) | before it (rates, profiler import) | wall (process) |")  # fmt: skip
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

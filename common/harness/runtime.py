@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -300,10 +301,13 @@ def setup(
     dtype: str | None = None,
     device: str | None = None,
     compiled: bool | None = None,
+    optimizer: bool = False,
 ) -> Run:
     """Seed, resolve the shared flags, check the output folder, route Ctrl-C/SIGTERM/SIGHUP to a clean exit
     (common.interrupts), and print the setup line. `dtype`, `device` and `compiled`, where given, are what the
-    script's own rule made of the flags (05's precision, 06's GPU per rank): `args` is never changed."""
+    script's own rule made of the flags (05's precision, 06's GPU per rank): `args` is never changed.
+    `optimizer`: the script builds a torch.optim optimizer, whose constructor imports torch._dynamo (seconds on a
+    laptop): imported here, after a line saying so, as a compiled run's compiler is."""
     interrupts.install()
     torch.manual_seed(SEED)
     device = resolve_device(device or args.device)
@@ -340,4 +344,7 @@ def setup(
     if run.compiled and "torch._dynamo" not in sys.modules:  # the script's torch.compile(...) imports it: seconds
         with phase("importing torch.compile's compiler (torch._dynamo, torch._inductor)"):
             torch.compile(lambda: None)  # wrapping resolves the Inductor backend, importing it; nothing compiles
+    if optimizer and "torch._dynamo" not in sys.modules:  # torch.optim.Optimizer.__init__ imports it
+        with phase("importing torch._dynamo, which torch.optim's optimizers load"):
+            importlib.import_module("torch._dynamo")
     return run
