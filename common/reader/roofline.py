@@ -6,8 +6,9 @@ under a causal mask), 2.5 times that for its backward (five products where the f
 ·(Cin/groups)·kh·kw for a convolution (its backward once per gradient asked for, input and weight), and a few per
 element for the rest (NORMS, SOFTMAXES; one for an elementwise op or a reduction, none for a copy or a gather).
 
-And its bytes, the fewest a kernel must move: every tensor input read once, every output written once, from the
-dims and the element size `Input type` names. A GEMM: M·K + K·N + M·N elements (and a bias); attention: q, k, v, o,
+And its bytes, the fewest a kernel must move: every tensor input read once, every output written once (an `out=`
+tensor, listed as the last input, is the output: written, not read), from the dims and the element size `Input type`
+names. A GEMM: M·K + K·N + M·N elements (and a bias); attention: q, k, v, o,
 with the gradients in the backward; an embedding: the rows gathered, read and written, and its indices. Left out: a
 few per-row or per-channel statistics (a norm's mean and rstd, its weight's gradient), and gather's index (an
 embedding's is an expanded view, stride 0); a view whose strides repeat its elements otherwise counts whole (the
@@ -162,6 +163,18 @@ class _Inputs:
         self.shapes = [_shape(d) for d in dims]
         self.types = [t if isinstance(t, str) else None for t in types] + [None] * (len(dims) - len(types))
         self.concrete = [c if isinstance(c, str) else "" for c in concrete]
+        self.out_at = self._out_at(op.name)
+
+    def _out_at(self, name: str) -> int | None:
+        """The input that is an `out=` tensor (Inductor's mm and addmm, mse_loss's mean, DDP's mul write into one),
+        or None: the last input, where it is a tensor and the op has one tensor more than its functional form
+        takes (OUT_FREE_TENSORS). It is written, not read: counted once, as the output."""
+        expected = OUT_FREE_TENSORS.get(name)
+        tensors = [i for i in range(len(self.shapes)) if self.shapes[i] is not None and self.size(i) is not None]
+        last = len(self.shapes) - 1
+        if expected is None or len(tensors) != expected + 1 or not tensors or tensors[-1] != last:
+            return None
+        return last
 
     def shape(self, i: int) -> tuple[int, ...] | None:
         return self.shapes[i] if i < len(self.shapes) else None
@@ -175,10 +188,13 @@ class _Inputs:
         return None if shape is None or size is None else math.prod(shape) * size
 
     def reads(self) -> int | None:
-        """The bytes of every tensor input, read once; None where a tensor's dims or element size is unknown (an
-        input of an unknown type with dims is such a tensor; one without dims is a scalar)."""
+        """The bytes of every tensor input, read once (an `out=` tensor is the output: not read); None where a
+        tensor's dims or element size is unknown (an input of an unknown type with dims is such a tensor; one
+        without dims is a scalar)."""
         total = 0
         for i, dims in enumerate(self.shapes):
+            if i == self.out_at:
+                continue
             size = self.size(i)
             if size is not None and dims is not None:
                 total += math.prod(dims) * size
@@ -203,6 +219,18 @@ class _Inputs:
         return SCALAR_TYPE_BYTES.get(number[0]) if number and len(number) == 1 else None
 
 
+# The tensor inputs of each op's functional form (no `out=`), where that count tells an `out=` tensor apart: one
+# more tensor, last, is it (clamp, pow and linear left out: their optional tensors make the count ambiguous).
+OUT_FREE_TENSORS = {
+    **dict.fromkeys(("aten::mm", "aten::bmm", "aten::matmul"), 2), **dict.fromkeys(("aten::addmm", "aten::baddbmm"), 3),
+    **dict.fromkeys((f"aten::{n}" for n in ("add", "sub", "rsub", "mul", "div", "maximum", "minimum")), 2),
+    **dict.fromkeys((f"aten::{n}" for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "gelu", "silu", "relu",
+                                            "sigmoid", "tanh")), 1),
+    **dict.fromkeys((f"aten::{n}_backward" for n in ("threshold", "gelu", "silu", "sigmoid", "tanh")), 2),
+    "aten::where": 3, **dict.fromkeys(("aten::sum", "aten::mean", "aten::amax", "aten::amin"), 1),
+    **dict.fromkeys(("aten::_softmax", "aten::_log_softmax"), 1),
+    **dict.fromkeys(("aten::_softmax_backward_data", "aten::_log_softmax_backward_data"), 2),
+}  # fmt: skip
 NOT_TENSORS = ("", "Scalar", "ScalarList", "GenericList", "TensorList", "string", "Device", "ScalarType", "Layout")
 Work = tuple[int | None, int | None]  # (FLOPs, bytes), exact counts; None where no formula fits
 _NONE: Work = (None, None)

@@ -238,3 +238,31 @@ ODD_CONCRETE = st.one_of(
 def test_any_shapes_give_a_finite_figure_of_zero_or_more_or_none(name, dims, types, concrete):
     for figure in ShapedOp(name, dims, types, concrete).work:
         assert figure is None or (math.isfinite(figure) and figure >= 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("aten::mm", lambda a, b, out: torch.mm(a, b, out=out)),
+        ("aten::addmm", lambda a, b, out: torch.addmm(out, a, b, out=out)),  # in place through out=: out read too
+        ("aten::mul", lambda a, b, out: torch.mul(a, b, out=out)),
+        ("aten::sum", lambda a, b, out: torch.sum(torch.cat([a, a], 1), dim=1, keepdim=True, out=out[:, :1])),
+    ],
+)
+def test_an_out_tensor_is_the_output_written_once_not_read_too(tmp_path, name, call):
+    """Inductor's mm and addmm, mse_loss's mean and DDP's mul write into an `out=` tensor, the last input
+    record_shapes lists: counted as an input read and as the output written, their bytes were up to 1.8x."""
+    a, b, out = (torch.randn(64, 64) for _ in range(3))
+    functional = {"aten::mm": lambda: torch.mm(a, b), "aten::addmm": lambda: torch.addmm(out, a, b),
+                  "aten::mul": lambda: torch.mul(a, b),
+                  "aten::sum": lambda: torch.sum(torch.cat([a, a], 1), dim=1, keepdim=True)}  # fmt: skip
+    with_out = profiled_ops(tmp_path, lambda: call(a, b, out))[name]
+    (tmp_path / "plain").mkdir()
+    plain = profiled_ops(tmp_path / "plain", functional[name])[name]
+    assert len(with_out.dims) == len(plain.dims) + 1 and with_out.bytes == plain.bytes > 0
+    assert with_out.flops == plain.flops
+
+
+def test_a_division_s_rounding_mode_is_no_out_tensor():
+    op = ShapedOp("aten::div", [[8, 8], [8, 8], []], ["float", "float", "string"], ["", "", "'floor'"])
+    assert op.bytes == 3 * 8 * 8 * 4
