@@ -51,6 +51,8 @@ if TYPE_CHECKING:  # the run's type only: common.harness.runtime imports this mo
 MEASURE_ABOVE_FLOPS = 2e9  # a run with less work than this in all (2 GFLOP, 2 GB) cannot take long: not measured
 MEASURE_ABOVE_BYTES = 2e9
 SAY_ABOVE_S = 10.0  # an estimate above this is printed, and progress lines follow
+PHASES_ABOVE_S = 1.0  # a run estimated above this says its profiled steps, warm-up and trace writing as they start
+# (each then takes a second or more: the estimate leaves out the profiler's start, stop and export)
 LONG_S = 60.0  # above this the estimate says so, with a cheaper command
 TARGET_S = 30.0  # what the cheaper command aims for
 PROGRESS_AFTER_S = 10.0  # no progress line before this: a short run's output stays the same every time
@@ -90,8 +92,9 @@ class Said:
 
     estimate: Estimate | None
     started: float  # time.monotonic() when it was said
-    printed: bool  # the estimate line was printed (a run of more than SAY_ABOVE_S): its phases say when they start
+    printed: bool  # the estimate line was printed (a run of more than SAY_ABOVE_S)
     reference_left: bool  # the reference is still to compute after the profiled steps (05 made it first)
+    phases: bool = False  # the run's phases say when they start (a run estimated above PHASES_ABOVE_S)
 
     @property
     def seconds(self) -> float | None:

@@ -29,6 +29,7 @@ from common.cli import SuiteError, on_exit
 from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
 from common.harness.estimate import (
+    PHASES_ABOVE_S,
     Progress,
     Said,
     announce_compile,
@@ -108,7 +109,7 @@ class Recording:
         """
         if self.progress:
             self.progress.what = "warm-up"
-        if self.said.printed:
+        if self.said.phases:
             print(f"warm-up: {WARMUP_CALLS} calls first, not profiled ...", flush=True)
         start = time.perf_counter()
         step()
@@ -154,7 +155,7 @@ class Recording:
         writing = "writing the trace" + (", then the reference" if self.said.reference_left else "")
         if self.progress:
             self.progress.what = writing
-        if self.said.printed and first:  # a long run's trace takes seconds to write: said as it starts
+        if self.said.phases and first:  # a longer run's trace takes seconds to write: said as it starts
             print(f"{writing} ...", flush=True)
         memory = self.watch.stop(prof.step_num) if first else None
         files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
@@ -206,7 +207,8 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | N
     for line in lines:
         print(line, flush=True)
     left = work.has_reference and not checked_first
-    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
+    phases = bool(lines) or (estimated is not None and estimated.seconds > PHASES_ABOVE_S)
+    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left, phases=phases)
 
 
 @contextlib.contextmanager
@@ -223,7 +225,7 @@ def recording(
     if run.compiled:
         announce_compile(rec.grad, said)
     rec.watch.start()
-    if said.printed:  # a long run: the profiled steps are said as they start, as its other phases are
+    if said.phases:  # a longer run: the profiled steps are said as they start, as its other phases are
         print(f"the profiled steps ({run.planned_steps} calls of the step, as the schedule asks) ...", flush=True)
     try:
         seconds = said.seconds

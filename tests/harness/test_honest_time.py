@@ -680,3 +680,19 @@ def test_a_gpu_run_s_compile_is_said_without_a_figure(capsys, monkeypatch):
     assert capsys.readouterr().out == (
         "torch.compile: the first call compiles the forward and backward: Triton builds and tunes its kernels ...\n"
     )
+
+
+@pytest.mark.parametrize(("seconds", "phases"), [(0.5, False), (5.0, True), (30.0, True)])
+def test_a_run_estimated_above_a_second_says_its_phases_printed_or_not(tmp_path, capsys, monkeypatch, seconds, phases):
+    """05 --memory sat 7.9 s silent in its profiled steps: estimated at 6 s, under the 10 s that prints an
+    estimate, it said none of its phases. From PHASES_ABOVE_S on, the steps say themselves as they start."""
+    from common.harness.estimate import Estimate
+    from common.harness.recording import recording, say_estimate
+
+    monkeypatch.setattr(common.harness.recording, "estimate", lambda *a, **kw: Estimate(seconds, 5, 1e9))
+    r = cpu_run(tmp_path, compiled=False, warm=False)
+    said = say_estimate(r, Work(1e9, 1e6))
+    assert (said.phases, said.printed) == (phases, seconds > 10)
+    with torch.no_grad(), recording(r, "t", Work(1e9, 1e6), said=said):
+        pass
+    assert ("the profiled steps (5 calls of the step" in capsys.readouterr().out) == phases
