@@ -48,6 +48,7 @@ from common.workloads.block import (
     AMP,
     AMP_DTYPE_HELP,
     BlockShape,
+    bf16_native_on,
     block_memory,
     block_reference,
     block_work,
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
     )
     args = parser.parse_args(argv)
-    precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
+    precision, compute = training_precision(args.dtype, bf16_native_on(args.device))  # left out: AMP
     amp = precision == AMP
     run = setup(args, __file__, dtype=compute, compiled=args.compile or args.cudagraphs, optimizer=True)
     require_cuda_graphs(args.cudagraphs, run)
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.AdamW(block.parameters(), lr=1e-4, eps=eps, fused=args.fused_optimizer or None)
     model = torch.compile(block, mode="reduce-overhead" if args.cudagraphs else None) if run.compiled else block
     variant = "cudagraphs" if args.cudagraphs else "compile" if run.compiled else "eager"
-    print(describe_step(variant, precision, args.fused_optimizer))
+    print(describe_step(variant, precision, args.fused_optimizer, by_default=args.dtype is None))
     variant_words = ["cudagraphs"] * args.cudagraphs + ["fusedadamw"] * args.fused_optimizer + [AMP] * amp
     tag = run.tag(*shape, *variant_words)  # files: traces/05_training_step/<tag>.*
     said = say_estimate(run, work, checked_first=True, tag=tag)  # before the reference and the checked step

@@ -46,6 +46,7 @@ from common.workloads.block import (
     AMP,
     AMP_DTYPE_HELP,
     BlockShape,
+    bf16_native_on,
     block_work,
     check_shape,
     make_batch,
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if launch is None:
         raise not_launched(SCRIPT)
     gpu = f"cuda:{launch.local_rank}" if args.device == "auto" and torch.cuda.is_available() else None  # one a rank
-    precision, compute = training_precision(args.dtype)  # --dtype left out: AMP, its GEMMs in bf16
+    precision, compute = training_precision(args.dtype, bf16_native_on(args.device))  # left out: AMP
     amp = precision == AMP
     run = setup(args, __file__, dtype=compute, device=gpu, optimizer=True)
     run = dataclasses.replace(run, launcher=f"{TORCHRUN} {launch.local_world_size}")  # for the commands it prints

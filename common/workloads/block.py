@@ -12,6 +12,7 @@ from torch import nn
 from common.cli import SuiteError
 from common.harness.checks import reference_dtype
 from common.harness.early import CUDA_GRAPHS_NEED_GPU
+from common.harness.machine import native_16bit
 from common.harness.runtime import Run
 from common.physics import Work
 from common.units import human_bytes
@@ -39,11 +40,22 @@ class BlockShape(NamedTuple):
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 
 
-def training_precision(dtype: str | None) -> tuple[str, str]:
+def training_precision(dtype: str | None, native_bf16: bool = True) -> tuple[str, str]:
     """05's and 06's one precision rule, from --dtype: (the precision, the dtype the step's GEMMs run in). Left out,
     AMP: fp32 parameters and AdamW state, the forward under bf16 autocast, its GEMMs in bf16; given, that dtype for
-    parameters, activations and AdamW state alike."""
+    parameters, activations and AdamW state alike. Left out on a CPU without native bf16 (`native_bf16` False),
+    fp32 for everything, as every other script defaults to there: autocast's bf16 GEMMs take the emulated path
+    (a default 05 was estimated at 1,440 s with oneDNN held to AVX2, 31 s in fp32)."""
+    if dtype is None and not native_bf16:
+        return "fp32", "fp32"
     return (AMP, "bf16") if dtype is None else (dtype, dtype)
+
+
+def bf16_native_on(device: str) -> bool:
+    """Whether the device `--device` names runs bf16 at speed: a CUDA GPU, or a CPU with native bf16 (AVX512-BF16,
+    AMX, Arm BF16; common.harness.machine.native_16bit)."""
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return not on_cpu or native_16bit("bf16") is not None
 
 
 # --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs
@@ -63,8 +75,9 @@ def require_cuda_graphs(cudagraphs: bool, run: Run) -> None:
         raise SuiteError(CUDA_GRAPHS_NEED_GPU)
 
 
-def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:
-    """The setup echo's lines: what the step runs, the loss, the optimizer, and the precision."""
+def describe_step(variant: str, precision: str, fused_optimizer: bool, by_default: bool = False) -> str:
+    """The setup echo's lines: what the step runs, the loss, the optimizer, and the precision (`by_default`: the
+    precision --dtype left out gives, which is fp32 on a CPU without native bf16)."""
     how = {
         "eager": "the block in eager mode",
         "compile": "torch.compile(block)",
@@ -74,6 +87,8 @@ def describe_step(variant: str, precision: str, fused_optimizer: bool) -> str:
     kept = (
         "fp32 parameters and AdamW state, bf16 autocast (the default; --dtype bf16 for pure bf16)"
         if precision == AMP
+        else f"everything in {precision} (this CPU's default: bf16 is emulated here; --dtype bf16 runs it)"
+        if by_default
         else f"everything in {precision}: parameters, activations, AdamW state"
     )
     return f"step: {how}; loss: MSE to a fixed random target\noptimizer: {adamw}\nprecision: {kept}"

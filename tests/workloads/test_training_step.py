@@ -337,3 +337,21 @@ def test_at_8192_tokens_compile_saves_gpu_time_and_cuda_graphs_save_cpu_time():
     assert busy == pytest.approx([1966.4, 1420.1, 1461.5], abs=0.05)
     cpu = [t.per_step(lambda s: s.region_us) for t in (eager, compiled, graphs)]
     assert cpu[2] < cpu[1] < cpu[0] and all(c > b for c, b in zip(cpu, busy, strict=True))
+
+
+def test_the_precision_rule_defaults_to_fp32_where_bf16_is_emulated():
+    from common.workloads.block import training_precision
+
+    assert training_precision(None) == training_precision(None, native_bf16=True) == (AMP, "bf16")
+    assert training_precision(None, native_bf16=False) == ("fp32", "fp32")
+    assert training_precision("bf16", native_bf16=False) == ("bf16", "bf16")  # asked for: run as asked
+
+
+def test_05_on_a_cpu_without_native_bf16_runs_fp32_by_default(tmp_path, capsys, monkeypatch):
+    """It ran bf16 autocast there, its GEMMs on the emulated path: a default 05 estimated at 1,440 s, 31 s in fp32."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # how common.harness.machine sees an AVX2-only CPU
+    assert run("05_training_step", tmp_path, *TINY) == 0
+    out = capsys.readouterr().out
+    assert "dtype=fp32" in out and "notice: --dtype bf16 is emulated" not in out
+    assert "precision: everything in fp32 (this CPU's default: bf16 is emulated here; --dtype bf16 runs it)" in out
+    assert any(p.name.startswith(f"{TINY_TAG}_fp32_") for p in tmp_path.rglob("*.json"))
