@@ -94,11 +94,16 @@ class Said:
     started: float  # time.monotonic() when it was said
     printed: bool  # the estimate line was printed (a run of more than SAY_ABOVE_S)
     reference_left: bool  # the reference is still to compute after the profiled steps (05 made it first)
-    phases: bool = False  # the run's phases say when they start (a run estimated above PHASES_ABOVE_S)
 
     @property
     def seconds(self) -> float | None:
         return self.estimate.seconds if self.estimate else None
+
+    @property
+    def phases(self) -> bool:
+        """The run's phases say when they start: a run whose estimate was printed, or one estimated above
+        PHASES_ABOVE_S."""
+        return self.printed or (self.estimate is not None and self.estimate.seconds > PHASES_ABOVE_S)
 
 
 def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:

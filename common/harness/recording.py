@@ -29,7 +29,6 @@ from common.cli import SuiteError, on_exit
 from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
 from common.harness.estimate import (
-    PHASES_ABOVE_S,
     Progress,
     Said,
     announce_compile,
@@ -207,8 +206,7 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | N
     for line in lines:
         print(line, flush=True)
     left = work.has_reference and not checked_first
-    phases = bool(lines) or (estimated is not None and estimated.seconds > PHASES_ABOVE_S)
-    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left, phases=phases)
+    return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
 
 
 @contextlib.contextmanager
