@@ -48,7 +48,6 @@ from common.workloads.block import (
     AMP,
     AMP_DTYPE_HELP,
     BlockShape,
-    bf16_native_on,
     block_memory,
     block_reference,
     block_work,
@@ -214,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
     )
     args = parser.parse_args(argv)
-    precision, compute = training_precision(args.dtype, bf16_native_on(args.device))  # left out: AMP
+    run = setup(args, __file__, compiled=args.compile or args.cudagraphs, optimizer=True)
+    precision = training_precision(args.dtype, run.dtype_name)  # --dtype left out: AMP where bf16 is fast
     amp = precision == AMP
-    run = setup(args, __file__, dtype=compute, compiled=args.compile or args.cudagraphs, optimizer=True)
     require_cuda_graphs(args.cudagraphs, run)
     check_shape(args.dim, args.heads)
     shape = shape_of(args, BlockShape)  # batch, seq, dim, heads, hidden

@@ -46,7 +46,6 @@ from common.workloads.block import (
     AMP,
     AMP_DTYPE_HELP,
     BlockShape,
-    bf16_native_on,
     block_work,
     check_shape,
     make_batch,
@@ -154,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     if launch is None:
         raise not_launched(SCRIPT)
     gpu = f"cuda:{launch.local_rank}" if args.device == "auto" and torch.cuda.is_available() else None  # one a rank
-    precision, compute = training_precision(args.dtype, bf16_native_on(args.device))  # left out: AMP
+    run = setup(args, __file__, device=gpu, optimizer=True)
+    precision = training_precision(args.dtype, run.dtype_name)  # --dtype left out: AMP where bf16 is fast
     amp = precision == AMP
-    run = setup(args, __file__, dtype=compute, device=gpu, optimizer=True)
     run = dataclasses.replace(run, launcher=f"{TORCHRUN} {launch.local_world_size}")  # for the commands it prints
     check_shape(args.dim, args.heads)
     backend = "nccl" if run.on_gpu else "gloo"  # NCCL between GPUs, gloo between CPU processes

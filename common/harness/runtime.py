@@ -298,14 +298,13 @@ def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
 def setup(
     args: argparse.Namespace,
     script_file: str,
-    dtype: str | None = None,
     device: str | None = None,
     compiled: bool | None = None,
     optimizer: bool = False,
 ) -> Run:
     """Seed, resolve the shared flags, check the output folder, route Ctrl-C/SIGTERM/SIGHUP to a clean exit
-    (common.interrupts), and print the setup line. `dtype`, `device` and `compiled`, where given, are what the
-    script's own rule made of the flags (05's precision, 06's GPU per rank): `args` is never changed.
+    (common.interrupts), and print the setup line. `device` and `compiled`, where given, are what the script's
+    own rule made of the flags (06's GPU per rank, 05's --cudagraphs): `args` is never changed.
     `optimizer`: the script builds a torch.optim optimizer, whose constructor imports torch._dynamo (seconds on a
     laptop): imported here, after a line saying so, as a compiled run's compiler is."""
     interrupts.install()
@@ -317,7 +316,7 @@ def setup(
     if args.traces_dir is not None and not args.traces_dir.strip():
         raise SuiteError("--traces-dir is empty; give a folder, or leave the flag out for traces/")
     base = Path(os.path.expanduser(args.traces_dir)) if args.traces_dir is not None else REPO_ROOT / "traces"
-    dtype_name, dtype_notice = resolve_dtype(dtype or args.dtype, device)
+    dtype_name, dtype_notice = resolve_dtype(args.dtype, device)
     run = Run(
         script=script,
         device=device,

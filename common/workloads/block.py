@@ -12,7 +12,6 @@ from torch import nn
 from common.cli import SuiteError
 from common.harness.checks import reference_dtype
 from common.harness.early import CUDA_GRAPHS_NEED_GPU
-from common.harness.machine import native_16bit
 from common.harness.runtime import Run
 from common.physics import Work
 from common.units import human_bytes
@@ -40,22 +39,14 @@ class BlockShape(NamedTuple):
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 
 
-def training_precision(dtype: str | None, native_bf16: bool = True) -> tuple[str, str]:
-    """05's and 06's one precision rule, from --dtype: (the precision, the dtype the step's GEMMs run in). Left out,
-    AMP: fp32 parameters and AdamW state, the forward under bf16 autocast, its GEMMs in bf16; given, that dtype for
-    parameters, activations and AdamW state alike. Left out on a CPU without native bf16 (`native_bf16` False),
-    fp32 for everything, as every other script defaults to there: autocast's bf16 GEMMs take the emulated path
-    (a default 05 was estimated at 1,440 s with oneDNN held to AVX2, 31 s in fp32)."""
-    if dtype is None and not native_bf16:
-        return "fp32", "fp32"
-    return (AMP, "bf16") if dtype is None else (dtype, dtype)
-
-
-def bf16_native_on(device: str) -> bool:
-    """Whether the device `--device` names runs bf16 at speed: a CUDA GPU, or a CPU with native bf16 (AVX512-BF16,
-    AMX, Arm BF16; common.harness.machine.native_16bit)."""
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    return not on_cpu or native_16bit("bf16") is not None
+def training_precision(dtype: str | None, resolved: str) -> str:
+    """05's and 06's one precision rule, from --dtype and the dtype setup resolved from it (runtime.resolve_dtype:
+    left out, bf16 on a GPU and on a CPU that runs it natively, fp32 on any other CPU). Left out where that is
+    bf16, AMP: fp32 parameters and AdamW state, the forward under bf16 autocast, its GEMMs in bf16. Otherwise the
+    one dtype for parameters, activations and AdamW state alike: --dtype's, or fp32 where bf16 is emulated (there
+    autocast's bf16 GEMMs took the slow path: a default 05 was estimated at 1,440 s with oneDNN held to AVX2, at
+    15.4 s in fp32)."""
+    return AMP if dtype is None and resolved == "bf16" else resolved
 
 
 # --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs

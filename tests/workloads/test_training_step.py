@@ -342,9 +342,9 @@ def test_at_8192_tokens_compile_saves_gpu_time_and_cuda_graphs_save_cpu_time():
 def test_the_precision_rule_defaults_to_fp32_where_bf16_is_emulated():
     from common.workloads.block import training_precision
 
-    assert training_precision(None) == training_precision(None, native_bf16=True) == (AMP, "bf16")
-    assert training_precision(None, native_bf16=False) == ("fp32", "fp32")
-    assert training_precision("bf16", native_bf16=False) == ("bf16", "bf16")  # asked for: run as asked
+    assert training_precision(None, "bf16") == AMP  # a GPU, or a CPU with native bf16: resolve_dtype's bf16
+    assert training_precision(None, "fp32") == "fp32"  # resolve_dtype's default where bf16 is emulated
+    assert training_precision("bf16", "bf16") == "bf16"  # asked for: run as asked, wherever
 
 
 def test_05_on_a_cpu_without_native_bf16_runs_fp32_by_default(tmp_path, capsys, monkeypatch):
