@@ -111,8 +111,8 @@ def _made_in(trace: Trace, ts: float, tid: object = None) -> str | None:
         for j in range(i - 1, max(-1, i - 1 - LOOK_BACK), -1):
             if starts[j] + durs[j] >= ts:
                 return names[j]
-    elif i > 0:
-        return names[i - 1]  # no durations kept: the op started last
+    elif (op := _op_before(trace, ts)) is not None:
+        return op  # no durations kept: the op started last
     open_labels = [
         (start, name)
         for name, start, dur, thread in trace.labels
