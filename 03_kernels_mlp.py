@@ -20,7 +20,6 @@ refuse_without_gpu(__name__, NEEDS_GPU)
 importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import torch
-from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import SuiteError, cli, end_process
@@ -80,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:  # the layer, as the post loads it; hub_access makes the call offline-aware and its failures one line
         with hub_access(REPO, skip=args.source == "pypi"):
+            from kernels import get_kernel  # here, so a machine without `kernels` gets hub_access's one line
+
             kernels_layers = get_kernel("kernels-community/liger-kernels", version=1).layers
         LigerGEGLUMLP, source = kernels_layers.LigerGEGLUMLP, "hub"
     except HubError as exc:  # --source auto: the same Triton kernel from the liger-kernel package on PyPI

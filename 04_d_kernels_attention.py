@@ -10,7 +10,7 @@ GPUs (sm80+). Without the Hub (offline, HF_HUB_OFFLINE=1, kernel not cached) an 
 package with the same API (FA3's flash_attn_interface, FA4's flash_attn.cute from `pip install flash-attn-4`,
 FA2's flash_attn, in that order) is used, saying so; otherwise the run stops
 and says how to get the kernel (e.g. `hf download kernels-community/flash-attn3 --local-dir flash-attn3` on
-a machine with a network, then --kernel-dir flash-attn3: that works without `kernels`). Never SDPA: that
+a machine with a network, then --kernel-dir flash-attn3: that needs `kernels` but no network). Never SDPA: that
 is 04_c. It needs a CUDA GPU.
 
 Writes traces/04_d_kernels_attention/<tag>.json (Chrome trace) and .txt (profiler table), the tag being
@@ -26,7 +26,6 @@ refuse_without_gpu(__name__, FLASH_NEEDS_GPU)
 importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
 
 import torch
-from kernels import get_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import cli, end_process, positive_int
@@ -110,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             with hub_access(repo):
+                from kernels import get_kernel  # here, so a machine without `kernels` gets hub_access's one line
+
                 flash_attn_func = get_kernel(repo, version=version, revision=args.revision).flash_attn_func
             source = f"hub-{repo.split('/')[-1]}"
         except HubError as exc:

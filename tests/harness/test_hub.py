@@ -3,6 +3,7 @@ kernels."""
 
 from __future__ import annotations
 
+import builtins
 import importlib.util
 import json
 import re
@@ -155,9 +156,56 @@ def test_without_kernels_installed_the_hub_block_says_how_to_install_it(monkeypa
         pass
 
 
+@pytest.mark.parametrize("script", ["03_kernels_mlp", "04_d_kernels_attention"])
+def test_the_hub_scripts_import_without_the_kernels_package(monkeypatch, script):
+    """`get_kernel` is imported inside hub_access's block, so a machine without `kernels` (a plain `python3`
+    run) gets hub_access's one line or the fallback, never a ModuleNotFoundError traceback at import."""
+    monkeypatch.setitem(sys.modules, "kernels", None)
+    assert callable(load_script(script).main)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_kernels_mlp_without_the_kernels_package_falls_back_to_pypi_saying_so(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("liger_kernel")
+    monkeypatch.setitem(sys.modules, "kernels", None)
+    flags = ["--batch", "2", "--seq", "16", "--dim", "64", "--hidden", "128", "--traces-dir", str(tmp_path)]
+    assert load_script("03_kernels_mlp").main(flags) == 0
+    out = capsys.readouterr().out
+    assert "notice: the `kernels` package is not installed" in out
+    assert "LigerGEGLUMLP from pypi" in out
+    assert (tmp_path / "03_kernels_mlp" / "2_16_64_128_pypi_bf16_cold_eager.json").is_file()
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_kernels_attention_without_kernels_or_flash_package_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "kernels", None)
+    monkeypatch.setattr(attention, "FLASH_PACKAGES", {"no_such_flash_package": "none"})
+    flags = ["--batch", "1", "--heads", "2", "--seq", "64", "--head_dim", "64", "--traces-dir", str(tmp_path)]
+    err = usage_error(lambda: load_script("04_d_kernels_attention").main(flags), capsys)
+    assert "`kernels` package is not installed" in err and "--kernel-dir flash-attn3" in err
+    assert written(tmp_path) == []
+
+
 def test_pypi_liger_is_the_liger_kernel_packages_layer():
     pytest.importorskip("liger_kernel")
     assert pypi_liger_geglu().__module__.startswith("liger_kernel.")
+
+
+def test_importing_pypi_liger_is_announced_before_it_starts(monkeypatch, capsys):
+    """liger_kernel.transformers imports Triton and transformers (10 s on an H200 host): a line says so first."""
+
+    def importing(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("liger_kernel"):
+            said = capsys.readouterr().out
+            raise ImportError(f"blocked after: {said!r}")
+        return real_import(name, *args, **kwargs)
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", importing)
+    with pytest.raises(SuiteError, match=r"blocked after: 'importing liger_kernel.transformers .* \.\.\.\\n'"):
+        pypi_liger_geglu()
 
 
 @needs_kernels
