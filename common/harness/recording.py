@@ -124,7 +124,14 @@ class Recording:
               f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
         if self.progress:
             self.progress.what = progress_what(self.said)
+        self.say_steps()
         self.watch.start()
+
+    def say_steps(self) -> None:
+        """A longer run (its estimate said) says its profiled steps as they start, as it says its other phases."""
+        if self.said.phases:
+            steps = self.run.planned_steps
+            print(f"the profiled steps ({steps} calls of the step, as the schedule asks) ...", flush=True)
 
     def _sync(self) -> None:
         if self.run.on_gpu:
@@ -223,8 +230,8 @@ def recording(
     if run.compiled:
         announce_compile(rec.grad, said)
     rec.watch.start()
-    if said.phases:  # a longer run: the profiled steps are said as they start, as its other phases are
-        print(f"the profiled steps ({run.planned_steps} calls of the step, as the schedule asks) ...", flush=True)
+    if not run.warm:  # a warm run says them after its warm-up (Recording.warm_up), as they start
+        rec.say_steps()
     try:
         seconds = said.seconds
         with progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress:

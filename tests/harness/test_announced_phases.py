@@ -43,6 +43,8 @@ OWN = {
     },
     "06_ddp_training_step": {"train_step": None},
 }
+# Phases said as each starts: the last of their lines before a phase's first call is its own (not the next's).
+IN_TURN = ("warm-up", "profile")
 BEHAVIOUR = ("--compile", "--warmup", "--bench")  # what changes which phases a run goes through
 
 
@@ -88,6 +90,13 @@ class Noted:
 
     def said_before(self, at: int, text: str) -> bool:
         return any(e[0] == "line" and e[1].startswith(text) for e in self.events[:at])
+
+    def last_said_before(self, at: int, texts: list[str]) -> str | None:
+        """Which of `texts` the last line before event `at` that starts with one of them starts with."""
+        for e in reversed(self.events[:at]):
+            if e[0] == "line" and (hit := next((t for t in texts if e[1].startswith(t)), None)):
+                return hit
+        return None
 
     def line_at(self, text: str) -> int | None:
         return next((i for i, e in enumerate(self.events) if e[0] == "line" and e[1].startswith(text)), None)
@@ -184,6 +193,10 @@ def test_every_slow_phase_is_announced_before_it_starts(family, noted, monkeypat
         if name != "rates":  # the estimate is made from the rates, and said before everything else that is slow
             assert said < at, f"{name} ran before the estimate was said"
         assert line is None or noted.said_before(at, line), f"{name} ran without '{line}' before it"
+    in_turn = {name: line for name, line in expected.items() if line and (name in IN_TURN or name in own)}
+    for name, line in in_turn.items():
+        last = noted.last_said_before(noted.first(name), list(in_turn.values()))
+        assert last == line, f"{name} ran after '{last}', said after '{line}'"
 
 
 def test_the_families_cover_every_script_that_runs_on_a_cpu_and_each_behaviour():
