@@ -630,7 +630,7 @@ def _says_gpu(f: _Facts) -> str:
         if share is not None:
             kinds = [k for k in ("GEMM", "attention", "convolution") if any(e.kind == k for e in gemm)]
             line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
-            line += f"{100 * share:.0f}% of peak"
+            line += f"{num(100 * share, 2)}% of peak"  # 0.019%, not "0%", for a GEMM far below its peak
     fusable = sum(shares[fam] for fam in ("pointwise", "reduce", "softmax")) / total
     if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
         return line + " → a fused attention backend (SDPA flash/efficient/cudnn)"
