@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from common.harness.bench import MIN_CALLS, UNTIMED_CALLS, timing_calls
+from common.harness.machine import native_16bit
 from common.physics import FusedAttention, Work
 from common.units import human_time
 
@@ -59,6 +60,7 @@ PROGRESS_AFTER_S = 10.0  # no progress line before this: a short run's output st
 PROGRESS_EVERY_S = 10.0
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
 GEMM_MIN_S = 0.1  # ... until one product takes this long
+GEMM_PROBE_S = 4.0  # an emulated 16-bit GEMM goes on doubling while the next product should take at most this
 COPY_BYTES = 16 << 20
 POINTWISE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MB): a fresh output is fresh pages, as
 # attention's [8, 16, 1024, 1024] scores are
@@ -113,22 +115,32 @@ def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
     The matrix doubles from GEMM_N until one product takes GEMM_MIN_S, or reaches GEMM_MAX_N or `size`: a
     256 x 256 fp32 product takes 0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when
     another process keeps a core busy) would read as a rate ten times too slow. Past the largest size timed,
-    a rate that fell from the size before is taken to keep falling at that pace (never to rise): an emulated
-    bf16 product gets slower per FLOP as it grows (2.7 GFLOP/s at 256 x 256, 0.35 at 2048 x 2048, with
-    oneDNN held to AVX2), a native one does not.
+    a rate that fell from the size before is taken to keep falling at that pace (never to rise).
+
+    A 16-bit dtype this CPU emulates falls off a cliff that small products do not show: with oneDNN held to
+    AVX2, bf16 runs at 2.45 GFLOP/s from 256 to 768, 0.95 at 1024 and 0.30 at 2048, so timed up to 512 a
+    2048 run was estimated 8x short (35 s for 286 s). For such a dtype the doubling goes on past GEMM_MIN_S
+    while the next product should take at most GEMM_PROBE_S, each product that long timed once, untimed call
+    skipped; a native one does not fall, and stops at GEMM_MIN_S.
     """
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    emulated = name is not None and native_16bit(name) is None
     rates: list[tuple[int, float]] = []
     n = GEMM_N
     while True:
         x, w = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        torch.matmul(x, w)
+        long = bool(rates) and 2 * n**3 / rates[-1][1] >= GEMM_MIN_S  # one call is enough, and its own warm-up
+        if not long:
+            torch.matmul(x, w)
         best = math.inf
-        for _ in range(3):
+        for _ in range(1 if long else 3):
             start = time.perf_counter()
             torch.matmul(x, w)
             best = min(best, time.perf_counter() - start)
         rates.append((n, 2 * n**3 / best))
-        if best >= GEMM_MIN_S or 2 * n > min(GEMM_MAX_N, size):
+        if 2 * n > min(GEMM_MAX_N, size):
+            break
+        if best >= GEMM_MIN_S and not (emulated and 2 * (2 * n) ** 3 / rates[-1][1] <= GEMM_PROBE_S):
             break
         n *= 2
     (n1, r1), (n2, r2) = rates[-2] if len(rates) > 1 else rates[-1], rates[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -187,6 +188,25 @@ def test_a_rate_that_falls_with_size_is_extrapolated_to_the_run_s_size(monkeypat
     monkeypatch.setattr(common.harness.estimate.torch, "matmul", clock.matmul)
     monkeypatch.setattr(common.harness.estimate.time, "perf_counter", clock.perf_counter)
     assert common.harness.estimate.gemm_rate(torch.float32, 4096) == pytest.approx(1e9 * 256 / 4096)
+
+
+def cliff(n: int) -> float:
+    """bf16 emulated with oneDNN held to AVX2, as measured on this project's 2-core VM: flat, then a cliff."""
+    return 2.45e9 if n <= 768 else 0.95e9 if n <= 1024 else 0.30e9
+
+
+@pytest.mark.parametrize(
+    ("native", "expected"), [(None, 0.95e9 * 0.5 ** math.log2(2.45 / 0.95)), ("avx512_bf16", 2.45e9)]
+)
+def test_an_emulated_16bit_rate_is_probed_past_the_cliff_a_native_one_is_not(monkeypatch, native, expected):
+    """Timed to 512 the emulated rate is flat (2.45 GFLOP/s) where a 2048 product runs at 0.30: the estimate was
+    8x short. Emulated, the doubling goes on to 1024 (its product 0.9 s, under GEMM_PROBE_S) and extrapolates the
+    fall from 512 to 1024 (0.37 GFLOP/s at 2048); native, it stops at 512, where the product passed GEMM_MIN_S."""
+    clock = FakeClock(cliff)
+    monkeypatch.setattr(common.harness.estimate.torch, "matmul", clock.matmul)
+    monkeypatch.setattr(common.harness.estimate.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(common.harness.estimate, "native_16bit", lambda name: native)
+    assert common.harness.estimate.gemm_rate(torch.bfloat16, 2048) == pytest.approx(expected)
 
 
 def test_a_rate_that_rises_with_size_is_not_extrapolated_upward(monkeypatch):
