@@ -140,7 +140,7 @@ def test_the_verdict_names_the_kinds_of_kernel_it_rates(path, named):
     assert named in diagnose(read_trace(path)).verdict
 
 
-def test_the_verdict_gives_a_share_of_peak_below_one_percent_in_two_digits_not_as_zero():
+def test_a_verdict_share_of_peak_below_one_percent_has_two_digits_not_zero():
     """The 4096 bf16 GEMM (79% of the H200's 989 TFLOP/s) against a peak 10,000 times higher: 0.0079%, not 0%."""
     trace = read_trace(ROOT / "tests/fixtures/h200/01_matmul_add/4096_bf16_warm_eager.json.gz")
     verdict = diagnose(trace, peak_tflops=9.89e6).verdict
