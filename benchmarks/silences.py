@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,9 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from estimate_accuracy import Command, readme_commands  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from estimate_accuracy import ROOT, Command, readme_commands  # noqa: E402
 
 
 def announced(line: str) -> bool:
@@ -61,13 +60,18 @@ def stamp(cmd: list[str], timeout: float) -> tuple[int | None, list[tuple[float,
     """Run `cmd` in the repository root: its exit code (None: killed at `timeout`), its lines stamped, its end."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killer = threading.Timer(timeout, proc.kill)  # a run silent past the timeout is ended, not waited on
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    # Past the timeout its whole process group is killed (uv's python, torchrun's ranks hold the pipe too), as
+    # benchmarks/subproc.measure does.
+    killer = threading.Timer(timeout, os.killpg, (proc.pid, signal.SIGKILL))
     killer.start()
     stamped = [(time.perf_counter() - start, line) for line in proc.stdout]
     rc = proc.wait()
+    killed = not killer.is_alive()
     killer.cancel()
-    return (None if rc < 0 else rc), stamped, time.perf_counter() - start
+    return (None if killed else rc), stamped, time.perf_counter() - start
 
 
 def main(argv_: list[str] | None = None) -> int:
