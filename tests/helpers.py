@@ -71,6 +71,20 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
+def load_benchmark(name: str) -> ModuleType:
+    """Import `<ROOT>/benchmarks/<name>.py` (benchmarks/ is no package) as the module `name`, with benchmarks/ on
+    sys.path for the modules it imports (subproc, estimate_accuracy) and registered while its file runs (dataclasses
+    look their module up)."""
+    folder = str(ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run(name: str, traces_dir: Path, *flags: str) -> int:
     """`<name>.main([...flags, "--traces-dir", traces_dir])`: a script end to end, in this process, on the CPU
     unless `flags` name a --device (so a test means the same on a machine with a GPU)."""

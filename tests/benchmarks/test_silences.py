@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_benchmark():
-    """The benchmark as a module: benchmarks/ is no package, so it is loaded from its file."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("silences", ROOT / "benchmarks" / "silences.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_benchmark
 
 
 def test_a_wait_after_a_phase_or_progress_line_is_announced_any_other_is_not():
-    silences = load_benchmark().silences
+    silences = load_benchmark("silences").silences
     stamped = [
         (0.1, "importing torch ...\n"),
         (6.0, "CPU threads: 2\n"),
@@ -36,7 +23,7 @@ def test_a_wait_after_a_phase_or_progress_line_is_announced_any_other_is_not():
 
 
 def test_a_readme_command_runs_as_the_reader_types_it_with_its_traces_elsewhere(tmp_path):
-    module = load_benchmark()
+    module = load_benchmark("silences")
     text = "```\nuv run torchrun --standalone --nproc-per-node 1 06_ddp_training_step.py --batch 1  # one rank\n```\n"
     (command,) = module.readme_commands(text)
     assert module.argv(command, tmp_path) == [

@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 LINEAR = ROOT / "tests" / "fixtures" / "h200" / "02_linear" / "1024_32_64_bf16_cold_eager.json.gz"
 
 
-def load_benchmark():
-    """The benchmark as a module: benchmarks/ is no package, so it is loaded from its file."""
-    spec = importlib.util.spec_from_file_location("tracelens_compare", ROOT / "benchmarks" / "tracelens_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-tc = load_benchmark()
+tc = load_benchmark("tracelens_compare")
 
 
 def op(ext, name="aten::mm", flops=100.0, moved=10.0, category="GEMM", **fields):
