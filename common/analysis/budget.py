@@ -6,18 +6,18 @@ launch latency, a longer one a dependency: an event, another stream, a sync).
 
 from __future__ import annotations
 
+import bisect
 import functools
-import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from common.reader.model import GpuOp, Step, median_index
+from common.reader.intervals import exposed_us, merged
+from common.reader.model import GpuOp, Trace, median_index
 from common.reader.naming import kernel_family
+from common.reader.timeline import SAME_TIME_US
 from common.units import human_time
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay: 30, compared with the trace's µs timestamps
-OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
-SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
 
 class Gap(NamedTuple):
@@ -69,134 +69,74 @@ class Budget:
 
 
 def _start(op: GpuOp) -> float:
-    return op.start
+    return op.start  # type: ignore[return-value]
 
 
-def _length(ops: list[GpuOp]) -> float:
-    """How long at least one of `ops` (in start order) runs: a group of overlapping ops adds its span, a lone op
-    its own duration (exact, to the last bit, for back-to-back ops on one stream)."""
-    total, group_start, group_end, single, size = 0.0, 0.0, -math.inf, 0.0, 0
-    for op in ops:
-        start, us = op.start, op.us
-        if size and start < group_end:
-            if start + us > group_end:
-                group_end = start + us
-            size += 1
-            continue
-        if size:
-            total += single if size == 1 else group_end - group_start
-        group_start, group_end, single, size = start, start + us, us, 1
-    return total + (single if size == 1 else group_end - group_start if size else 0.0)
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in merged(spans, SAME_TIME_US))
 
 
 def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: bool = True) -> Budget:
-    """The budget of the GPU work `ops` over [start, end]. With `edges`, the time before the first op and after
-    the last counts as waiting for the host (nothing was launched yet, or nothing is left); without, the window
-    is the ops' own (HTA's temporal breakdown: first start to last end). One pass over the ops in start order
-    (a step's are in that order already) finds the union over streams, the union of the kernels and the gaps;
-    communication, rare, takes a second pass."""
-    timed, last = ops, -math.inf
-    for op in ops:  # in start order, none untimed (a step's ops): used as they are
-        begin = op.start
-        if begin is None or begin < last:
-            timed = sorted((op for op in ops if op.start is not None), key=_start)
-            break
-        last = begin
+    """The budget of the GPU work `ops` over [start, end], each op cut to the window. With `edges`, the time before
+    the first op and after the last counts as waiting for the host (nothing was launched yet, or nothing is left);
+    without, the window is the ops' own (HTA's temporal breakdown: first start to last end). Busy time and every
+    part of it are unions (common.reader.intervals.merged, the one union), on times taken from the window's start
+    so that each length stays exact on a clock near 1e12 µs."""
     out = Budget(end - start)
+    timed = sorted((op for op in ops if op.start is not None and op.start <= end and op.start + op.us >= start),
+                   key=_start)  # fmt: skip
     if not timed:
         out.host_wait = max(0.0, end - start) if edges else 0.0
         return out
-    gaps = out.gaps
-    busy_until = start if edges else timed[0].start
-    busy = 0.0  # the union of every op, and of the kernels, built group by group as the ops come
-    group_start, single, size = 0.0, 0.0, 0
-    kernels, k_start, k_end, k_single, k_size = 0.0, 0.0, -math.inf, 0.0, 0
-    comm = False
-    host = kernel = other = longest = 0.0
-    for op in timed:
-        begin, us = op.start, op.us
-        stop = begin + us
-        if begin > busy_until + SAME_TIME_US:
-            if size:
-                busy += single if size == 1 else busy_until - group_start
-            group_start, single, size = begin, us, 0
-            if begin > start and busy_until < end:  # a gap in the window: classed as HTA classes it
-                gap_start = start if start > busy_until else busy_until  # max(busy_until, start)
-                gap_end = end if end < begin else begin  # min(begin, end)
-                length = gap_end - gap_start
-                launch = op.launch
-                if launch is None or launch[1] > gap_start:
-                    host += length
-                    kind = "host"
-                elif length < KERNEL_WAIT_US:
-                    kernel += length
-                    kind = "kernel"
-                else:
-                    other += length
-                    kind = "other"
-                gaps.append(_new_gap((gap_start, gap_end, kind, number, op)))
-                if length > longest:
-                    longest = length
-        elif size == 0:
-            group_start, single = begin, us
-        size += 1
-        if stop > busy_until:
-            busy_until = stop
-        if op.category == "kernel":
-            if kernel_family(op.name) == "communication":
-                comm = True
-            if k_size and begin < k_end:
-                if stop > k_end:
-                    k_end = stop
-                k_size += 1
+    span = end - start
+    spans = [(max(op.start - start, 0.0), min(op.start - start + op.us, span)) for op in timed]
+    union = merged(spans, SAME_TIME_US)
+    out.busy = sum(b - a for a, b in union)
+    begins = [a for a, _ in spans]
+    gaps, waits = out.gaps, {"host": 0.0, "kernel": 0.0, "other": 0.0}
+    idle_from = 0.0 if edges else union[0][0]
+    for a, b in union:
+        if a > idle_from + SAME_TIME_US:  # a gap in the window: classed as HTA classes it
+            after = timed[bisect.bisect_left(begins, a)]
+            length = a - idle_from
+            launch = after.launch
+            if launch is None or launch.ts > start + idle_from:
+                kind = "host"
             else:
-                if k_size:
-                    kernels += k_single if k_size == 1 else k_end - k_start
-                k_start, k_end, k_single, k_size = begin, stop, us, 1
-    busy += single if size == 1 else busy_until - group_start
-    kernels += (k_single if k_size == 1 else k_end - k_start) if k_size else 0.0
-    if edges and busy_until < end:  # nothing left to run: the GPU waits for the host's next step
-        gap_start = max(busy_until, start)
-        host += end - gap_start
-        gaps.append(_new_gap((gap_start, end, "host", number, None)))
-        if end - gap_start > longest:
-            longest = end - gap_start
-    out.busy, out.host_wait, out.kernel_wait, out.other_wait = busy, host, kernel, other
-    out.longest_gap = longest
-    if comm:
-        is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
-        others = [op for op, c in zip(timed, is_comm, strict=True) if not c]
-        out.comm = _length([op for op, c in zip(timed, is_comm, strict=True) if c])
-        out.compute = _length([op for op in others if op.category == "kernel"])
+                kind = "kernel" if length < KERNEL_WAIT_US else "other"
+            waits[kind] += length
+            gaps.append(_new_gap((start + idle_from, start + a, kind, number, after)))
+        idle_from = b
+    if edges and idle_from < span:  # nothing left to run: the GPU waits for the host's next step
+        waits["host"] += span - idle_from
+        gaps.append(_new_gap((start + idle_from, end, "host", number, None)))
+    out.host_wait, out.kernel_wait, out.other_wait = waits["host"], waits["kernel"], waits["other"]
+    out.longest_gap = max((g.end - g.start for g in gaps), default=0.0)
+    is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
+    if any(is_comm):
+        others = [s for s, c in zip(spans, is_comm, strict=True) if not c]
+        out.comm = _length([s for s, c in zip(spans, is_comm, strict=True) if c])
+        out.compute = _length(
+            [s for s, op, c in zip(spans, timed, is_comm, strict=True) if not c and op.category == "kernel"]
+        )
         out.non_compute = _length(others) - out.compute
-        out.comm_exposed = out.busy - out.compute - out.non_compute
+        out.comm_exposed = exposed_us([s for s, c in zip(spans, is_comm, strict=True) if c], others)
     else:
-        out.compute = kernels
-        out.non_compute = busy - kernels
+        out.compute = _length([s for s, op in zip(spans, timed, strict=True) if op.category == "kernel"])
+        out.non_compute = out.busy - out.compute
     return out
 
 
-def step_budget(step: Step, next_start: float | None = None) -> Budget:
-    """The budget of one profiled step: over its CPU span where its GPU work ran inside it; else (no sync per step,
-    graph replays, a GPU steps behind the CPU) over the GPU's own window, from its first GPU op to the next step's
-    first (`next_start`; its own last op's end for the last step), so busy and idle add up to that window."""
-    start, end = step.start_us, step.start_us + step.dur_us
-    timed = [op for op in step.gpu if op.start is not None]
-    if timed:
-        first = min(op.start for op in timed)
-        last = max(op.start + op.us for op in timed)
-        if first < start - OUTSIDE_SPAN_US or last > end + OUTSIDE_SPAN_US:
-            stop = next_start if next_start is not None and next_start >= last else last
-            out = budget(step.gpu, first, stop, step.number)
-            out.window = "gpu"
-            return out
-    return budget(step.gpu, start, end, step.number)
-
-
-def step_budgets(steps: list[Step]) -> list[Budget]:
-    """Each step's budget (step_budget), the next step's first GPU op closing a GPU window."""
-    firsts = [min((op.start for op in s.gpu if op.start is not None), default=None) for s in steps]
-    return [step_budget(s, firsts[i + 1] if i + 1 < len(steps) else None) for i, s in enumerate(steps)]
+def step_budgets(trace: Trace) -> list[Budget]:
+    """Each step's budget over its window on the GPU timeline (Trace.windows: they tile it), counting every GPU op
+    in the window, whoever launched it."""
+    timeline = trace.timeline
+    out = []
+    for w in trace.windows:
+        b = budget(timeline.ops_in(w.start, w.end), w.start, w.end, w.number)
+        b.window = w.kind
+        out.append(b)
+    return out
 
 
 def median_budget(budgets: list[Budget]) -> Budget | None:

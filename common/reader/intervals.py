@@ -13,13 +13,14 @@ from collections.abc import Iterable
 Interval = tuple[float, float]
 
 
-def merged(intervals: Iterable[Interval]) -> list[Interval]:
-    """The union of `intervals` as disjoint (start, end) pairs in time order; intervals that overlap or touch
-    become one."""
+def merged(intervals: Iterable[Interval], touch: float = 0.0) -> list[Interval]:
+    """The union of `intervals` as disjoint (start, end) pairs in time order: the one union of the reader and the
+    analysis. Intervals that overlap, touch, or lie less than `touch` apart become one."""
     out: list[list[float]] = []
     for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
+        if out and start <= out[-1][1] + touch:
+            if end > out[-1][1]:
+                out[-1][1] = end
         else:
             out.append([start, end])
     return [(start, end) for start, end in out]
@@ -28,6 +29,13 @@ def merged(intervals: Iterable[Interval]) -> list[Interval]:
 def union_us(intervals: Iterable[Interval]) -> float:
     """How long at least one of `intervals` is open (µs): the length of their union."""
     return sum(end - start for start, end in merged(intervals))
+
+
+def exposed_us(these: Iterable[Interval], others: Iterable[Interval]) -> float:
+    """How long at least one of `these` is open while none of `others` is (µs): communication no other GPU work
+    hides, say. The union of both less the union of `others`."""
+    others = list(others)
+    return union_us([*these, *others]) - union_us(others)
 
 
 def overlap_us(groups: Iterable[Iterable[Interval]]) -> float:
