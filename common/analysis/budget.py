@@ -122,7 +122,8 @@ def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: b
         out.non_compute = _length(others) - out.compute
         out.comm_exposed = exposed_us([s for s, c in zip(spans, is_comm, strict=True) if c], others)
     else:
-        out.compute = _length([s for s, op in zip(spans, timed, strict=True) if op.category == "kernel"])
+        kernels = [s for s, op in zip(spans, timed, strict=True) if op.category == "kernel"]
+        out.compute = out.busy if len(kernels) == len(spans) else _length(kernels)
         out.non_compute = out.busy - out.compute
     return out
 

@@ -206,7 +206,9 @@ def _scan(trace: Trace) -> _Scan:
         if by_op:
             groups.append(by_op)
     compiled = "triton" in families or any(
-        name.startswith(COMPILER_LABELS) for thread in trace.tree.threads.values() for name in thread.names
+        thread.names[i].startswith(COMPILER_LABELS)
+        for thread in trace.tree.threads.values()
+        for i in positions(thread.mask(LABEL), 1)
     )
     return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
 
@@ -618,7 +620,10 @@ def _says_gpu(f: _Facts) -> str:
         flops = sum(e.flops for e in gemm)
         peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
         share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
-        if share is not None:
+        if share is not None and share > 1:  # never a rate above the peak: a broken link or a wrong peak
+            why = "an External id link" if trace.broken_links else "the peak"
+            line += f"; the GEMM kernels' rate reads above the device's peak: {why} is wrong"
+        elif share is not None:
             kinds = [k for k in ("GEMM", "attention", "convolution") if any(e.kind == k for e in gemm)]
             line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
             line += f"{num(100 * share, 2)}% of peak"  # 0.019%, not "0%", for a GEMM far below its peak

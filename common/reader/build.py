@@ -193,6 +193,7 @@ class _Collector:
         self.cpu_dur: list[float] = []
         self.cpu_tid: list[object] = []
         self.cpu_kind = bytearray()  # a code of kinds.CPU_KINDS per event
+        self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.launches: list[Launch] = []  # cuda_runtime, cuda_driver
         self.unmodelled: Counter = Counter()  # events of a device the reader does not model (MTIA): name -> count
@@ -217,7 +218,7 @@ class _Collector:
         cpu_names, cpu_ts, cpu_dur, cpu_tid, cpu_kind = (
             self.cpu_names, self.cpu_ts, self.cpu_dur, self.cpu_tid, self.cpu_kind
         )  # fmt: skip
-        args_of, kind_code = self.args_of, KIND_CODE
+        args_of, kind_code, tids = self.args_of, KIND_CODE, self.tids
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         skipped = 0
         for e in events:
@@ -241,7 +242,8 @@ class _Collector:
             name = names.setdefault(e.name, e.name)
             code = kind_code.get(cat)
             if code is not None:  # a CPU event: a node of the call tree
-                tid = _id(e.tid)
+                tid = e.tid
+                tid = tids.setdefault(tid, tid) if type(tid) in ID_TYPES else None  # one object per thread id
                 cpu_names.append(name)
                 cpu_ts.append(ts)
                 cpu_dur.append(dur)
@@ -569,7 +571,8 @@ class _Collector:
                     f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between "
                     "steps?): not counted"
                 )
-        notes += self.check_links(tree)
+        link_notes = self.check_links(tree)
+        notes += link_notes
         devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
         if devices:
             count = sum(self.unmodelled.values())
@@ -598,7 +601,7 @@ class _Collector:
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
-            tree=tree, gpu=[op for _, _, op in self.gpu], devices=devices,
+            tree=tree, gpu=[op for _, _, op in self.gpu], devices=devices, broken_links=bool(link_notes),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip
 

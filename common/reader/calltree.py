@@ -24,23 +24,35 @@ from common.reader.kinds import CPU_KINDS, OP, ROLES, role_of
 class Thread:
     """One CPU thread's nodes, in start order (a parent before its children): flat arrays, one entry per node."""
 
-    __slots__ = ("tid", "starts", "ends", "names", "kinds", "roles", "parents", "_self", "_tops", "_kind_mask")
+    __slots__ = ("tid", "starts", "ends", "names", "kinds", "_roles", "_parents", "_self", "_tops", "_kind_mask")
 
     starts: array  # µs, ascending
     ends: array
     names: list[str]
     kinds: bytes  # a category code per node (common.reader.kinds.CPU_KINDS)
-    roles: bytes  # a kind-of-time code per node (common.reader.kinds.ROLES)
-    parents: array  # the index of each node's parent, -1 for a root
 
     def __init__(self, tid: object, starts: array, ends: array, names: list[str], kinds: bytes) -> None:
         self.tid = tid
         self.starts, self.ends, self.names, self.kinds = starts, ends, names, kinds
-        self.roles = bytes(map(role_of, kinds, names))
-        self.parents = _nest(starts, ends)
+        self._roles: bytes | None = None
+        self._parents: array | None = None
         self._self: array | None = None
-        self._tops: dict[object, tuple[array, array, array]] = {}
+        self._tops: dict[object, tuple] = {}  # tops and subtrees, by their key
         self._kind_mask: dict[int, bytes] = {}
+
+    @property
+    def roles(self) -> bytes:
+        """A kind-of-time code per node (common.reader.kinds.ROLES), typed once, when first asked for."""
+        if self._roles is None:
+            self._roles = bytes(map(role_of, self.kinds, self.names))
+        return self._roles
+
+    @property
+    def parents(self) -> array:
+        """The index of each node's parent (-1: a root), nested in one pass when first asked for (_nest)."""
+        if self._parents is None:
+            self._parents = _nest(self.starts, self.ends)
+        return self._parents
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -48,12 +60,28 @@ class Thread:
     def innermost(self, t: float, kinds: frozenset[int] | None = None) -> int:
         """The index of the innermost node open at `t` (start <= t <= end), of one of `kinds` where given; -1 where
         none is. From the node started last at or before `t`, up its parent links: every node open at `t` is that
-        node or one of its ancestors."""
-        i = bisect.bisect_right(self.starts, t) - 1
-        ends, parents, node_kinds = self.ends, self.parents, self.kinds
-        while i >= 0 and (ends[i] < t or (kinds is not None and node_kinds[i] not in kinds)):
+        node or one of its ancestors. With `kinds`, the same over the nodes of those kinds alone (nested among
+        themselves once, when first asked: the innermost op open at `t` is the same in either tree)."""
+        if kinds is None:
+            starts, ends, parents, idx = self.starts, self.ends, self.parents, None
+        else:
+            starts, ends, parents, idx = self._subtree(kinds)
+        i = bisect.bisect_right(starts, t) - 1
+        while i >= 0 and ends[i] < t:
             i = parents[i]
-        return i
+        return i if idx is None or i < 0 else idx[i]
+
+    def _subtree(self, kinds: frozenset[int]) -> tuple[array, array, array, array]:
+        """The nodes of `kinds` alone, nested among themselves: (starts, ends, parents, their indices)."""
+        found = self._tops.get(kinds)
+        if found is None:
+            idx = array("l", (i for kind in kinds for i in positions(self.mask(kind), 1)))
+            if len(kinds) > 1:
+                idx = array("l", sorted(idx))
+            starts = array("d", (self.starts[i] for i in idx))
+            ends = array("d", (self.ends[i] for i in idx))
+            found = self._tops[kinds] = (starts, ends, _nest(starts, ends), idx)  # type: ignore[assignment]
+        return found  # type: ignore[return-value]
 
     def ancestor(self, i: int, kind: int) -> int:
         """The nearest ancestor of node `i` of category code `kind`; -1 where none is."""
@@ -79,20 +107,20 @@ class Thread:
 
     def tops(self, mask: bytes, key: object) -> tuple[array, array, array]:
         """The nodes marked in `mask` (a byte per node, as `mask` makes) inside no other marked node: (starts, ends,
-        indices), kept under `key`. They do not overlap, so their ends are in order too. Each marked node walks up
-        its parent links to the first marked ancestor, if any."""
+        indices), kept under `key`. They do not overlap, so their ends are in order too. In start order (a parent
+        before its children), a marked node is inside another marked one where it starts before the last top one
+        ends: one pass over the marked nodes alone."""
         found = self._tops.get(key)
         if found is None:
-            parents, idx = self.parents, array("l")
+            starts, ends = self.starts, self.ends
+            idx, last_end = array("l"), float("-inf")
             for i in positions(mask, 1):
-                p = parents[i]
-                while p >= 0 and not mask[p]:
-                    p = parents[p]
-                if p < 0:
+                if starts[i] >= last_end:
                     idx.append(i)
+                    last_end = ends[i]
             found = self._tops[key] = (
-                array("d", (self.starts[i] for i in idx)),
-                array("d", (self.ends[i] for i in idx)),
+                array("d", (starts[i] for i in idx)),
+                array("d", (ends[i] for i in idx)),
                 idx,
             )
         return found
