@@ -649,6 +649,10 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
+    if trace.devices and not trace.gpu:  # a device the reader does not model: never "no GPU", never a bound
+        line = (f"no bound: the trace's device is {', '.join(trace.devices)}, which the reader does not model, so "
+                "nothing says how busy it was")  # fmt: skip
+        return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
