@@ -14,12 +14,11 @@ from __future__ import annotations
 import bisect
 import statistics
 from array import array
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple
 
 from common.reader.intervals import merged
 
-if TYPE_CHECKING:
-    from common.reader.model import GpuOp, Step
+GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
 
 OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
