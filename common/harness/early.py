@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from common.cli import fail
+from common.cli import WIDTH, fail
 from common.harness.machine import cpu_available_bytes, native_16bit
 
 FLASH_NEEDS_GPU = "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
@@ -62,7 +62,10 @@ def memory_refusal(need_bytes: float, what: str, have: float, on_gpu: bool) -> s
     if need_bytes <= 0.9 * have:
         return None
     where = "free on the GPU" if on_gpu else "free"
-    return f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: try smaller shapes"
+    line = f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: try smaller shapes"
+    if len(f"error: {line}") > WIDTH:  # the error line stays one line within the terminal: the list is left out
+        line = f"these shapes need about {gigabytes(need_bytes)}; {gigabytes(have)} {where}: try smaller shapes"
+    return line
 
 
 def cuda_device_seen(root: Path = Path("/"), path: str | None = None) -> bool:

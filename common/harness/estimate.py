@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common.cli import WIDTH, fit, fit_command
 from common.harness.bench import MIN_CALLS, UNTIMED_CALLS, timing_calls
 from common.harness.machine import native_16bit
 from common.physics import FusedAttention, Work
@@ -476,7 +477,11 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     long = guess.seconds - guess.compile_s > LONG_S
     if long and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
-        lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
+        instead = f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead:"
+        if len(f"{instead} {command}") > WIDTH:  # the command on lines of its own, whole: copied, it runs as printed
+            lines.append(f"{instead}\n{fit_command(command)}")
+        else:
+            lines.append(f"{instead} {command}")
     elif long:
         lines.append("  that is long; smaller shapes run faster")
     return lines
@@ -520,7 +525,7 @@ class Progress:
         if self.after_s is None or self._stop.wait(self.after_s):
             return
         while True:
-            print(self.line(), flush=True)
+            print(fit(self.line(), indent="    "), flush=True)
             if self._stop.wait(self.every_s):
                 return
 

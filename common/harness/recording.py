@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from common.analysis.tables import TEXT_WIDTH
-from common.cli import SuiteError, on_exit
+from common.cli import SuiteError, fit, on_exit
 from common.harness.bench import time_unprofiled
 from common.harness.checks import check_close
 from common.harness.estimate import (
@@ -211,7 +211,7 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | N
     estimated = estimate(run, work, warmup, backward=torch.is_grad_enabled(), tag=tag)
     lines = estimate_lines(run, work, estimated)
     for line in lines:
-        print(line, flush=True)
+        print(line if "\n" in line else fit(line), flush=True)  # a command on lines of its own is fitted already
     left = work.has_reference and not checked_first
     return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
 

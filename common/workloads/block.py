@@ -234,7 +234,7 @@ def block_memory(shape: BlockShape, precision: str, dtype: torch.dtype) -> tuple
     reference = parameter_count(dim, hidden) * ref + tokens * (6 * dim + 3 * hidden) * ref
     reference += 2 * batch * heads * seq * seq * ref
     need = 4 * p + 2 * tokens * dim * 4 + saved + 4 * tokens * hidden * dtype.itemsize + reference
-    return need, "parameters, gradients, AdamW state, activations saved for the backward, and the reference"
+    return need, "weights, grads, AdamW state, activations, reference"
 
 
 def memory_lines(block: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, int]) -> list[str]:

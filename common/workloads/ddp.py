@@ -62,7 +62,7 @@ def ddp_memory(shape: BlockShape, precision: str, dtype: torch.dtype, launch: La
     tokens = batch * seq
     need = 5 * p + 2 * tokens * dim * 4 + saved + 4 * tokens * hidden * dtype.itemsize
     need += launch.world_size * dim * dim * 4
-    what = "parameters, gradients, DDP's buckets, AdamW state, saved activations"
+    what = "weights, grads, DDP buckets, AdamW state, activations"
     if on_gpu or launch.local_world_size == 1:
         return need, what
     return need * launch.local_world_size, f"{what}; x {launch.local_world_size} ranks on this CPU"
