@@ -304,3 +304,21 @@ def test_synthetic_traces_exit_0_or_2(doc, capsys):
 @given(doc=synthetic_traces(UNMEASURABLE))
 def test_synthetic_traces_with_figures_no_float_holds_exit_0_or_2(doc, capsys):
     check_commands(capsys, as_gzip(doc))
+
+
+def subnormal_trace() -> dict:
+    """The tiny GPU trace with every kernel, copy and memset a subnormal 5e-324 µs long."""
+    doc = tiny_gpu_trace()
+    for event in doc["traceEvents"]:
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            event["dur"] = 5e-324
+    return doc
+
+
+def test_subnormal_durations_print_no_line_over_120_columns(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(subnormal_trace()))
+    for main, argv in ((summary.main, [path, "--explain", "--per-step"]), (diff.main, [SOURCES[0], path])):
+        code, out, err = command(main, capsys, *argv)
+        assert code == 0, err
+        assert max(len(line) for line in (out + err).splitlines()) <= 120
