@@ -15,7 +15,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, ROOT, command, ev, tiny_gpu_trace
+from helpers import FIXTURES, ROOT, command, comms_trace, ev, tiny_gpu_trace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -291,7 +291,8 @@ def synthetic_traces(draw: st.DrawFn, knobs: dict[str, st.SearchStrategy]) -> di
     if device is not None:
         doc["deviceProperties"] = [{"id": 0, "name": device}]
     if draw(st.booleans()):
-        figures = {"flops": draw(knobs["figures"]), "bytes": draw(knobs["figures"])}
+        figures = {"flops": draw(knobs["figures"]), "bytes": draw(knobs["figures"]),
+                   "memory": {"peak_bytes": draw(knobs["figures"])}}  # fmt: skip
         doc["suite"] = {"script": "04_x", "tag": "fuzz", "label": draw(st.sampled_from(["fwd", "mm"])), **figures}
     return doc
 
@@ -322,3 +323,28 @@ def test_subnormal_durations_print_no_line_over_120_columns(tmp_path, capsys):
         code, out, err = command(main, capsys, *argv)
         assert code == 0, err
         assert max(len(line) for line in (out + err).splitlines()) <= 120
+
+
+def test_a_peak_memory_no_float_holds_is_no_figure_in_the_summary_and_diff(tmp_path, capsys):
+    doc = tiny_gpu_trace()
+    doc["suite"] = {"script": "04_x", "tag": "huge", "label": "fwd", "memory": {"peak_bytes": 10**400}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    for main, argv in (
+        (summary.main, [path]),
+        (diff.main, [SOURCES[0], path]),
+        (summary.main, [SOURCES[0], "--baseline", path]),
+    ):
+        code, out, err = command(main, capsys, *argv)
+        assert code == 0, err
+
+
+def test_a_ranks_peak_memory_no_float_holds_is_no_figure(tmp_path, capsys):
+    paths = []
+    for rank in range(2):
+        doc = comms_trace(rank, 2)
+        doc["suite"] = {"script": "06_x", "tag": f"rank{rank}", "memory": {"peak_bytes": 10**400}}
+        paths.append(tmp_path / f"rank{rank}.json")
+        paths[-1].write_text(json.dumps(doc))
+    code, out, err = command(summary.main, capsys, *paths)
+    assert code == 0, err
