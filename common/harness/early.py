@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from common.cli import fail
+from common.cli import MAX_INT, fail
 from common.harness.machine import cpu_available_bytes, native_16bit
 
 FLASH_NEEDS_GPU = "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
@@ -103,8 +103,8 @@ def _flags(argv: list[str], shape: type[NamedTuple] | None = None, flags: tuple[
     for name, default in (shape._field_defaults if shape else {}).items():
         parser.add_argument(f"--{name}", type=int, default=default)
     args, _ = parser.parse_known_args(argv)
-    if shape and any(getattr(args, name) < 1 for name in shape._fields):
-        raise _UnreadError("a size below 1")
+    if shape and any(not 1 <= getattr(args, name) <= MAX_INT for name in shape._fields):
+        raise _UnreadError("a size below 1 or above MAX_INT")  # the script's parser refuses it in its words
     return args
 
 

@@ -135,3 +135,8 @@ def test_every_script_says_importing_torch_after_its_refusals_and_before_torch(s
     refusals = [i for i, name in calls if name.startswith("refuse_")]
     assert len(said) == 1 and said[0] < torch_at
     assert all(i < said[0] for i in refusals)  # a refused run prints its error line alone
+
+
+@pytest.mark.parametrize("flag", ["--seq", "--batch", "--heads", "--head_dim"])
+def test_a_shape_flag_of_160_digits_is_left_to_the_scripts_parser(flag: str) -> None:
+    assert early.refuse_attention_memory("__main__", 3, ["--device", "cpu", flag, "9" * 160]) is None
