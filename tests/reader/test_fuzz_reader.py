@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.analysis import diff, summary
+from common.reader.roofline import ShapedOp, op_work
 
 COMMON = {"deadline": None, "suppress_health_check": list(HealthCheck), "report_multiple_bugs": False}
 settings.register_profile("default", max_examples=12, derandomize=True, **COMMON)  # CI: the same cases every run
@@ -251,7 +252,9 @@ KNOBS = {
 }
 UNMEASURABLE = {  # 0 µs kernels, shapes and figures no float holds, a number as a device name (issue 31 item 2)
     "times": st.one_of(TIMES, st.sampled_from([0, 0.0, 5e-324, 1e-320])),
-    "dims": st.lists(st.lists(st.one_of(st.integers(-1, 4096), st.sampled_from([2**40, 10**30, 10**400]))), max_size=3),
+    "dims": st.lists(
+        st.lists(st.one_of(st.integers(-1, 4096), st.sampled_from([2**40, 2**62, 10**30, 10**400]))), max_size=3
+    ),
     "input_types": st.sampled_from([["float"], None, 3]),
     "devices": st.sampled_from(["NVIDIA H200", 7, 1.5, None]),
     "figures": st.one_of(NASTY_NUMBERS),
@@ -348,3 +351,14 @@ def test_a_ranks_peak_memory_no_float_holds_is_no_figure(tmp_path, capsys):
         paths[-1].write_text(json.dumps(doc))
     code, out, err = command(summary.main, capsys, *paths)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("dims", [[2**62, 2**62], [2**62] * 24_000, [10**30], [3] * 40 + [2**40]])
+def test_dims_no_tensor_can_hold_are_no_shape_to_the_roofline(dims):
+    op = ShapedOp("aten::add", [dims, dims], ["float", "float"], ["", ""])
+    assert op_work(op) == (None, None)
+
+
+def test_a_zero_dim_among_huge_ones_is_an_empty_tensor_to_the_roofline():
+    op = ShapedOp("aten::add", [[0, 2**62, 2**62]] * 2, ["float", "float"], ["", ""])
+    assert op_work(op) == (0.0, 0.0)
