@@ -12,12 +12,12 @@ changed, the CPU ops added or removed, and the runtime calls whose counts change
 name first; then, within a family, by their short name, the instantiations of one template chosen among by their calls
 and time; then by a close name: more than half of the words that say what they compute in common (MulFunctor never
 pairs with FillFunctor, nor triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax
-kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. The rest are
-gone or new. Thousands of kernels of the same words (a recompiled model's renumbered `triton_poi_fused_add_mul_<n>`)
-pair in the order of their time, in memory linear in their number. The table shows both names of a pair of other names, and lists them in full under it. A copy pairs only
-with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one, and the headline calls a
-kernel whose template runs in both traces "one instantiation of", never gone or new. Different scripts or shapes are
-compared anyway, and said. No torch: it reads the JSON, an event at a time (one larger than 64 MiB is refused, naming
+kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. Thousands of
+kernels of the same words (a recompiled model's renumbered `triton_poi_fused_add_mul_<n>`) pair in the order of their
+time, in memory linear in their number. The rest are gone or new. The table shows both names of a pair of other
+names, and lists them in full under it. A copy pairs only with a copy the same way (never DtoH with DtoD), a backward
+kernel only with a backward one, and the headline calls a kernel whose template runs in both traces "one
+instantiation of", never gone or new. Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one larger than 64 MiB is refused, naming
 the byte where it starts).
 """
 
