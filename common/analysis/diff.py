@@ -17,8 +17,8 @@ kernels of the same words (a recompiled model's renumbered `triton_poi_fused_add
 time, in memory linear in their number. The rest are gone or new. The table shows both names of a pair of other
 names, and lists them in full under it. A copy pairs only with a copy the same way (never DtoH with DtoD), a backward
 kernel only with a backward one, and the headline calls a kernel whose template runs in both traces "one
-instantiation of", never gone or new. Different scripts or shapes are compared anyway, and said. No torch: it reads the JSON, an event at a time (one larger than 64 MiB is refused, naming
-the byte where it starts).
+instantiation of", never gone or new. Different scripts or shapes are compared anyway, and said. No torch: it reads
+the JSON, an event at a time (one larger than 64 MiB is refused, naming the byte where it starts).
 """
 
 from __future__ import annotations
