@@ -188,6 +188,12 @@ def test_shapes_that_cannot_fit_are_refused_before_allocating(tmp_path, capsys, 
     assert written(tmp_path) == []
 
 
+def test_an_active_count_whose_events_cannot_fit_is_refused_before_the_run(tmp_path, capsys):
+    err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "8", "--active", "2147483647"), capsys)
+    assert err.startswith("error: --active 2,147,483,647: about") and err.endswith(" fits") and len(err) <= 120
+    assert written(tmp_path) == []
+
+
 def test_absurd_integers_are_refused_when_parsed(tmp_path, capsys):
     assert "too large" in usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "9" * 23), capsys)
 
