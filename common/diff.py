@@ -3,16 +3,20 @@
 The signal handler goes in first, before the reader's modules load (0.1-1.3 s): a Ctrl-C while they do is the
 one `interrupted` line and exit 130, as later, never a KeyboardInterrupt's traceback."""
 
+import sys
+
 from common import interrupts
-from common.cli import cli
+from common.cli import Interrupted
 
 
-@cli
 def run(argv: list[str] | None = None) -> int:
     """common.analysis.diff's main, loaded after interrupts.install()."""
     interrupts.install()
-    from common.analysis.diff import main  # noqa: PLC0415 (after the handler)
-
+    try:
+        from common.analysis.diff import main  # noqa: PLC0415 (after the handler)
+    except Interrupted as exc:
+        print("interrupted", file=sys.stderr)
+        return 128 + exc.signum
     return main(argv)
 
 
