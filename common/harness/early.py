@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from common.cli import WIDTH, fail
+from common.cli import MAX_INT, WIDTH, fail
 from common.harness.machine import cpu_available_bytes, native_16bit
 
 FLASH_NEEDS_GPU = "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
@@ -68,6 +68,48 @@ def memory_refusal(need_bytes: float, what: str, have: float, on_gpu: bool) -> s
     return line
 
 
+# What a profiled step costs in memory at the least, to refuse a schedule that cannot fit: the fewest events a
+# script's step records (01_matmul_add at --size 8: ProfilerStep, its label, its ops; 811 events over 100 steps)
+# times the fewest bytes an event costs the run (350 in the trace's JSON alone; that run grew 6.8 KB an event).
+MIN_EVENTS_PER_STEP = 8
+EVENT_BYTES = 1_000
+
+
+def schedule_refusal(warmup_steps: int, active: int, have: float) -> str | None:
+    """The one line that refuses a schedule whose profiler events (warm-up and active steps, at the fewest
+    MIN_EVENTS_PER_STEP each) cannot fit in 90% of the `have` bytes free, saying how many steps would; else None."""
+    events = (warmup_steps + active) * MIN_EVENTS_PER_STEP
+    if events * EVENT_BYTES <= 0.9 * have:
+        return None
+    fit = max(int(0.9 * have) // (MIN_EVENTS_PER_STEP * EVENT_BYTES) - warmup_steps, 0)
+    need, free = gigabytes(events * EVENT_BYTES), gigabytes(have)
+    return f"--active {active:,}: about {need} of profiler events ({MIN_EVENTS_PER_STEP}+ a step), {free} free; " + (
+        f"--active {fit:,} fits"
+    )
+
+
+def refuse_schedule(name: str, argv: list[str] | None = None) -> None:
+    """In a script run as `__main__` (`name`), exit 2 with schedule_refusal's line when --warmup-steps and --active
+    cannot fit in the CPU memory free (where the profiler holds its events, on a GPU run too)."""
+    if name != "__main__":
+        return
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _Parser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--warmup-steps", type=int, default=1)
+    parser.add_argument("--active", type=int, default=3)
+    try:
+        if any(a in ("-h", "--help") for a in argv):
+            return
+        args, _ = parser.parse_known_args(argv)
+    except _UnreadError:
+        return
+    if not (0 <= args.warmup_steps <= MAX_INT and 1 <= args.active <= MAX_INT):
+        return  # the script's parser refuses it in its words
+    refusal = schedule_refusal(args.warmup_steps, args.active, cpu_available_bytes())
+    if refusal:
+        fail(refusal)
+
+
 def cuda_device_seen(root: Path = Path("/"), path: str | None = None) -> bool:
     """Whether this machine may have a CUDA device torch would use: an NVIDIA GPU in the driver's
     /proc/driver/nvidia/gpus, a /dev/nvidiaN node, ROCm's /dev/kfd, or `nvidia-smi` on PATH; False only when
@@ -106,8 +148,8 @@ def _flags(argv: list[str], shape: type[NamedTuple] | None = None, flags: tuple[
     for name, default in (shape._field_defaults if shape else {}).items():
         parser.add_argument(f"--{name}", type=int, default=default)
     args, _ = parser.parse_known_args(argv)
-    if shape and any(getattr(args, name) < 1 for name in shape._fields):
-        raise _UnreadError("a size below 1")
+    if shape and any(not 1 <= getattr(args, name) <= MAX_INT for name in shape._fields):
+        raise _UnreadError("a size below 1 or above MAX_INT")  # the script's parser refuses it in its words
     return args
 
 
@@ -152,7 +194,9 @@ IMPORTING_TORCH = "importing torch ..."  # the first line of a script's run: tor
 
 def importing_torch(name: str, argv: list[str] | None = None) -> None:
     """In a script run as `__main__` (`name`), say that torch is loading before it does, so a run never starts
-    with seconds of silence: not for --help (argparse's page alone), and under torchrun from rank 0 alone."""
+    with seconds of silence: not for --help (argparse's page alone), and under torchrun from rank 0 alone. A
+    schedule that cannot fit in memory (refuse_schedule) is refused first, in one line."""
+    refuse_schedule(name, argv)
     if name != "__main__" or os.environ.get("RANK", "0") != "0":
         return
     if any(a in ("-h", "--help") for a in (sys.argv[1:] if argv is None else argv)):

@@ -113,6 +113,35 @@ def temporary_beside(path: Path, made: list[Path] | None = None) -> Path:
     return Path(name)
 
 
+def _keep_earlier(final: Path) -> Path | None:
+    """The file under `final` (an earlier run's) kept under a hidden temporary beside it, a hard link or else a
+    copy, for TraceFiles.commit to put back; None where there is none."""
+    if not final.is_file():
+        return None
+    keeper = temporary_beside(final)
+    removed_on_hard_exit(keeper)
+    try:
+        keeper.unlink()
+        os.link(final, keeper)
+    except OSError:
+        shutil.copy2(final, keeper)  # a folder without hard links; its OSError ends the commit before the rename
+    return keeper
+
+
+def _put_back(done: list[tuple[Path, Path | None]]) -> None:
+    """Undo the renames `done` made, the last first: each final name gets its earlier file back, or loses the new
+    one where there was none. What cannot be undone stays as it is (the run's error line says which failed)."""
+    for final, earlier in reversed(done):
+        try:
+            if earlier is not None:
+                os.replace(earlier, final)
+                forget(earlier)
+            else:
+                final.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def add_metadata(trace: Path, out: Path, meta: dict) -> None:
     """Copy the Chrome trace `trace` to `out` with a top-level `"suite": meta` entry, streaming (any size).
 
@@ -199,13 +228,30 @@ class TraceFiles:
 
     def commit(self) -> None:
         """Rename the written temporaries into place, the table (and snapshot) first and the trace last, so
-        a new `.json` always has its own `.txt` beside it. The renames run inside `interrupts.atomic()`: a
-        signal cannot come between them (only a SIGKILL can: then the earlier `.json` keeps a new `.txt`)."""
+        a new `.json` always has its own `.txt` beside it. All or none: an earlier run's file under a final name
+        is kept as a hard link beside it (a copy where the folder takes no links) until the last rename is
+        made, and where a rename fails (EPERM, EXDEV) the names renamed before it get their earlier files back
+        (or lose the new ones, where there were none). The renames run inside `interrupts.atomic()`: a signal
+        cannot come between them (only a SIGKILL can: then the earlier `.json` keeps a new `.txt`)."""
+        done: list[tuple[Path, Path | None]] = []  # (final name, its earlier file's keeper) of each rename made
+        keepers: list[Path] = []
+        final = self.json
         try:
             with atomic():
-                for tmp, final in self.ready:
-                    os.replace(tmp, final)
-                    forget(tmp)
+                try:
+                    for tmp, final in self.ready:
+                        earlier = _keep_earlier(final)
+                        keepers += [earlier] if earlier else []
+                        os.replace(tmp, final)
+                        forget(tmp)
+                        done.append((final, earlier))
+                except OSError:
+                    _put_back(done)
+                    raise
+                finally:
+                    for keeper in keepers:  # those put back are gone already
+                        keeper.unlink(missing_ok=True)
+                        forget(keeper)
                 self.ready = []
         except OSError as exc:
             self.discard()

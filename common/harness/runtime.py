@@ -16,7 +16,7 @@ import torch
 from common import interrupts
 from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
 from common.harness.checks import reference_dtype
-from common.harness.early import memory_refusal
+from common.harness.early import memory_refusal, schedule_refusal
 from common.harness.estimate import phase
 from common.harness.machine import (
     EMULATED_COST,
@@ -308,6 +308,9 @@ def setup(
     `optimizer`: the script builds a torch.optim optimizer, whose constructor imports torch._dynamo (seconds on a
     laptop): imported here, after a line saying so, as a compiled run's compiler is."""
     interrupts.install()
+    refusal = schedule_refusal(args.warmup_steps, args.active, cpu_available_bytes())  # as before torch, in-process
+    if refusal:
+        raise SuiteError(refusal)
     torch.manual_seed(SEED)
     device = resolve_device(device or args.device)
     if device.type == "cuda":

@@ -34,6 +34,8 @@ REFUSED = [
     ("05_training_step", ["--device", "cpu", "--cudagraphs"], "--cudagraphs needs a CUDA GPU"),
     ("04_a_naive_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
     ("04_b_inplace_ops_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
+    ("01_matmul_add", ["--active", "2147483647"], "--active 2,147,483,647: about 17,180 GB of profiler events"),
+    ("06_ddp_training_step", ["--active", "2147483647"], "--active 2,147,483,647: about"),
 ]
 
 
@@ -135,3 +137,18 @@ def test_every_script_says_importing_torch_after_its_refusals_and_before_torch(s
     refusals = [i for i, name in calls if name.startswith("refuse_")]
     assert len(said) == 1 and said[0] < torch_at
     assert all(i < said[0] for i in refusals)  # a refused run prints its error line alone
+
+
+@pytest.mark.parametrize("flag", ["--seq", "--batch", "--heads", "--head_dim"])
+def test_a_shape_flag_of_160_digits_is_left_to_the_scripts_parser(flag: str) -> None:
+    assert early.refuse_attention_memory("__main__", 3, ["--device", "cpu", flag, "9" * 160]) is None
+
+
+def test_a_schedule_whose_events_cannot_fit_says_how_many_steps_would() -> None:
+    line = early.schedule_refusal(1, 2**31 - 1, have=10e9)
+    assert line is not None and line.endswith(f"--active {int(9e9) // 8_000 - 1:,} fits") and len(line) <= 113
+
+
+@pytest.mark.parametrize("active", [3, 20, 200, 20_000])
+def test_the_posts_schedules_fit_in_a_gigabyte(active: int) -> None:
+    assert early.schedule_refusal(1, active, have=1e9) is None
