@@ -270,6 +270,13 @@ LOOP_EDITS: dict[str, list[tuple[str, str]]] = {  # edit -> (regex, replacement)
     "schedule removed": [(r"\n *schedule=schedule\(.*\),", "")],
     "tensorboard_trace_handler": [(r"on_trace_ready=rec\.save", f"on_trace_ready={TENSORBOARD}(TB_DIR)")],
 }
+# The reader's edits of the model a script profiles: edit -> (regex, replacement) pairs, each matching once
+MODEL_EDITS: dict[str, list[tuple[str, str]]] = {
+    "gelu -> silu": [(re.escape('F.gelu(g, approximate="tanh")'), "F.silu(g)")],  # 03_simple_mlp's GeGLU
+    "x four times as tall": [  # 01_matmul_add's x and b stacked four times: [4N, N] @ [N, N] + [4N, N]
+        (r"\n(\s+)fn = torch\.compile", r"\n\1x, b = torch.cat([x] * 4), torch.cat([b] * 4)\n\1fn = torch.compile")
+    ],
+}
 # Small shapes each script runs on the CPU in well under a second a step
 TINY_FLAGS = {
     "01_matmul_add": ["--size", "16"],
@@ -310,7 +317,7 @@ def report_lines(out: str) -> dict[str, str]:
 
 def edit_loop(source: str, edit: str, tb_dir: Path) -> str:
     """`source` with `edit` (a key of LOOP_EDITS) applied; each of its patterns must match exactly once."""
-    for pattern, replacement in LOOP_EDITS[edit]:
+    for pattern, replacement in {**LOOP_EDITS, **MODEL_EDITS}[edit]:
         source, n = re.subn(pattern, replacement, source)
         assert n == 1, f"{edit}: {pattern!r} matched {n} times"
     return source.replace("(TB_DIR)", f"({str(tb_dir)!r})")

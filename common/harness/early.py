@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from common.cli import MAX_INT, WIDTH, fail
+from common.cli import MAX_INT, WIDTH, SuiteError, fail
+from common.harness.flags import check_flags
 from common.harness.machine import cpu_available_bytes, native_16bit
+from common.harness.ticker import PROGRESS_AFTER_S, PROGRESS_EVERY_S, Progress
 
 FLASH_NEEDS_GPU = "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
 CUDA_GRAPHS_NEED_GPU = (
@@ -190,15 +192,34 @@ def refuse_attention_memory(name: str, score_items: int, argv: list[str] | None 
 
 
 IMPORTING_TORCH = "importing torch ..."  # the first line of a script's run: torch takes 5-12 s to load on a laptop
+_TICKER: list[Progress] = []  # the import's progress line, until setup() says torch is in (torch_imported)
 
 
-def importing_torch(name: str, argv: list[str] | None = None) -> None:
-    """In a script run as `__main__` (`name`), say that torch is loading before it does, so a run never starts
-    with seconds of silence: not for --help (argparse's page alone), and under torchrun from rank 0 alone. A
-    schedule that cannot fit in memory (refuse_schedule) is refused first, in one line."""
-    refuse_schedule(name, argv)
-    if name != "__main__" or os.environ.get("RANK", "0") != "0":
+def importing_torch(name: str, parser: argparse.ArgumentParser | None = None, argv: list[str] | None = None) -> None:
+    """In a script run as `__main__` (`name`): parse and check every flag with the script's `parser` first (a typo
+    or a bad value is refused in a second, with the line main() would give after torch; --help prints its page
+    here), then say that torch is loading before it does, and every PROGRESS_EVERY_S while it goes on
+    (common.harness.ticker, stopped by torch_imported), so a run never starts with seconds of silence; under
+    torchrun rank 0 alone says it."""
+    if name != "__main__":
         return
-    if any(a in ("-h", "--help") for a in (sys.argv[1:] if argv is None else argv)):
+    argv = sys.argv[1:] if argv is None else argv
+    if parser is not None:
+        args = parser.parse_args(argv)  # OneLineParser: one error line and exit 2, or the help page and exit 0
+        try:
+            check_flags(args, Path(getattr(sys.modules["__main__"], "__file__", sys.argv[0])).stem)
+        except SuiteError as exc:
+            fail(str(exc))
+    refuse_schedule(name, argv)
+    if os.environ.get("RANK", "0") != "0" or any(a in ("-h", "--help") for a in argv):
         return
     print(IMPORTING_TORCH, flush=True)
+    ticker = Progress(IMPORTING_TORCH.removesuffix(" ..."), None, PROGRESS_AFTER_S, PROGRESS_EVERY_S)
+    ticker.start()
+    _TICKER.append(ticker)
+
+
+def torch_imported() -> None:
+    """Stop the import's progress line (common.harness.runtime.setup calls this as the run's own lines begin)."""
+    while _TICKER:
+        _TICKER.pop().stop()

@@ -180,6 +180,7 @@ class TraceFiles:
         self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
         self.memory: dict | None = None  # GPU memory over the steps (common.harness.memory), None on the CPU
         self.ready: list[tuple[Path, Path]] = []  # (whole temporary, its final name), in the order of the renames
+        self.written: dict = {}  # the `suite` metadata the trace's temporary holds (amend changes it)
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
@@ -208,7 +209,8 @@ class TraceFiles:
                 temporaries.append(kineto)
                 removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
-            add_metadata(raw, trace, self.metadata())
+            self.written = self.metadata()
+            add_metadata(raw, trace, self.written)
             table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
@@ -256,6 +258,31 @@ class TraceFiles:
         except OSError as exc:
             self.discard()
             raise SuiteError(f"cannot write {final}: {exc.strerror or exc}") from None
+
+    def amend(self, **entries: object) -> None:
+        """Add `entries` to the `suite` metadata of the trace written but not yet committed (a run whose output
+        turned out not to match its reference says so there): its temporary is copied with the new metadata."""
+        tmp = next((tmp for tmp, final in self.ready if final == self.json), None)
+        if tmp is None:
+            return
+        self.extra.update(entries)
+        skip = len(b'{"suite": ' + json.dumps(self.written).encode() + b",")
+        with atomic():
+            new = temporary_beside(self.json)
+            removed_on_hard_exit(new)
+        try:
+            self.written = self.metadata()
+            with tmp.open("rb") as src, new.open("wb") as dst:
+                src.seek(skip)
+                dst.write(b'{"suite": ' + json.dumps(self.written).encode() + b",")
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.chmod(new, normal_mode())
+            os.replace(new, tmp)
+        except OSError as exc:
+            raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
+        finally:
+            new.unlink(missing_ok=True)
+            forget(new)
 
     def metadata(self) -> dict:
         """What the summary reads back from the trace: the run's script, tag, label, device and physics."""

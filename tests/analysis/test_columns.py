@@ -65,7 +65,7 @@ def test_error_lines_fit(tmp_path, capsys, name, flags):
 
 def test_a_progress_line_past_a_long_estimate_fits(monkeypatch):
     """A run past its estimate says what is left, which for 05 is a long phase: wrapped, never wider than 120."""
-    import common.harness.estimate as estimate
+    import common.harness.ticker as estimate  # where the progress line lives
 
     what = "the reference: the block's forward in higher precision, then the profiled steps, then the reference"
     ticker = estimate.Progress(what, 123456.0, 0.0, 10.0)
