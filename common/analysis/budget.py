@@ -6,15 +6,12 @@ launch latency, a longer one a dependency: an event, another stream, a sync).
 
 from __future__ import annotations
 
-import bisect
 import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from common.reader.intervals import exposed_us, merged
 from common.reader.model import GpuOp, Trace, median_index
-from common.reader.naming import kernel_family
-from common.reader.timeline import SAME_TIME_US
+from common.reader.timeline import GpuTimeline, WindowParts
 from common.units import human_time
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay: 30, compared with the trace's µs timestamps
@@ -68,73 +65,50 @@ class Budget:
         return 100.0 * us / self.span if self.span > 0 else 0.0
 
 
-def _start(op: GpuOp) -> float:
-    return op.start  # type: ignore[return-value]
-
-
-def _length(spans: list[tuple[float, float]]) -> float:
-    return sum(end - start for start, end in merged(spans, SAME_TIME_US))
-
-
 def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: bool = True) -> Budget:
     """The budget of the GPU work `ops` over [start, end], each op cut to the window. With `edges`, the time before
     the first op and after the last counts as waiting for the host (nothing was launched yet, or nothing is left);
-    without, the window is the ops' own (HTA's temporal breakdown: first start to last end). Busy time and every
-    part of it are unions (common.reader.intervals.merged, the one union), on times taken from the window's start
-    so that each length stays exact on a clock near 1e12 µs."""
+    without, the window is the ops' own (HTA's temporal breakdown: first start to last end)."""
+    return window_budget(GpuTimeline(ops), start, end, number, edges)
+
+
+def window_budget(timeline: GpuTimeline, start: float, end: float, number: int = 0, edges: bool = True) -> Budget:
+    """The budget of [start, end] on `timeline`, counting every GPU op in it, whoever launched it."""
+    return _budget(timeline.window(start, end, edges), start, end, number, edges)
+
+
+def _budget(parts: WindowParts | None, start: float, end: float, number: int, edges: bool = True) -> Budget:
+    """The budget of a window from what the GPU did in it (common.reader.timeline: busy time and every part of it
+    from the one union, built once). Each gap is classed as HTA classes it: the host was late (the op that ended
+    it was launched after the gap began, or the window's tail), else a kernel waited (under KERNEL_WAIT_US: launch
+    latency; longer: a dependency)."""
     out = Budget(end - start)
-    timed = sorted((op for op in ops if op.start is not None and op.start <= end and op.start + op.us >= start),
-                   key=_start)  # fmt: skip
-    if not timed:
+    if parts is None:
         out.host_wait = max(0.0, end - start) if edges else 0.0
         return out
-    span = end - start
-    spans = [(max(op.start - start, 0.0), min(op.start - start + op.us, span)) for op in timed]
-    union = merged(spans, SAME_TIME_US)
-    out.busy = sum(b - a for a, b in union)
-    begins = [a for a, _ in spans]
-    gaps, waits = out.gaps, {"host": 0.0, "kernel": 0.0, "other": 0.0}
-    idle_from = 0.0 if edges else union[0][0]
-    for a, b in union:
-        if a > idle_from + SAME_TIME_US:  # a gap in the window: classed as HTA classes it
-            after = timed[bisect.bisect_left(begins, a)]
-            length = a - idle_from
-            launch = after.launch
-            if launch is None or launch.ts > start + idle_from:
-                kind = "host"
-            else:
-                kind = "kernel" if length < KERNEL_WAIT_US else "other"
-            waits[kind] += length
-            gaps.append(_new_gap((start + idle_from, start + a, kind, number, after)))
-        idle_from = b
-    if edges and idle_from < span:  # nothing left to run: the GPU waits for the host's next step
-        waits["host"] += span - idle_from
-        gaps.append(_new_gap((start + idle_from, end, "host", number, None)))
+    out.busy, gaps, waits = parts.busy, out.gaps, {"host": 0.0, "kernel": 0.0, "other": 0.0}
+    for a, b, after in parts.gaps:
+        length = b - a
+        launch = after.launch if after is not None else None
+        late = launch is None or launch.ts > start + a  # launched after the gap began: the host was late
+        kind = "host" if late else "kernel" if length < KERNEL_WAIT_US else "other"
+        waits[kind] += length
+        gaps.append(_new_gap((start + a, start + b, kind, number, after)))
     out.host_wait, out.kernel_wait, out.other_wait = waits["host"], waits["kernel"], waits["other"]
     out.longest_gap = max((g.end - g.start for g in gaps), default=0.0)
-    is_comm = [op.category == "kernel" and kernel_family(op.name) == "communication" for op in timed]
-    if any(is_comm):
-        others = [s for s, c in zip(spans, is_comm, strict=True) if not c]
-        out.comm = _length([s for s, c in zip(spans, is_comm, strict=True) if c])
-        out.compute = _length(
-            [s for s, op, c in zip(spans, timed, is_comm, strict=True) if not c and op.category == "kernel"]
-        )
-        out.non_compute = _length(others) - out.compute
-        out.comm_exposed = exposed_us([s for s, c in zip(spans, is_comm, strict=True) if c], others)
-    else:
-        kernels = [s for s, op in zip(spans, timed, strict=True) if op.category == "kernel"]
-        out.compute = out.busy if len(kernels) == len(spans) else _length(kernels)
-        out.non_compute = out.busy - out.compute
+    out.compute, out.comm = parts.compute, parts.comm
+    out.non_compute = parts.others - parts.compute
+    out.comm_exposed = parts.busy - parts.others if parts.comm else 0.0
     return out
 
 
 def step_budgets(trace: Trace) -> list[Budget]:
     """Each step's budget over its window on the GPU timeline (Trace.windows: they tile it), counting every GPU op
-    in the window, whoever launched it."""
-    timeline = trace.timeline
+    in the window, whoever launched it (Step.on_gpu: one sweep over the timeline)."""
     out = []
-    for w in trace.windows:
-        b = budget(timeline.ops_in(w.start, w.end), w.start, w.end, w.number)
+    for step, w in zip(trace.steps, trace.windows, strict=True):
+        parts = step.on_gpu if step.window is w else trace.timeline.window(w.start, w.end)
+        b = _budget(parts, w.start, w.end, w.number)
         b.window = w.kind
         out.append(b)
     return out

@@ -419,7 +419,7 @@ class _Collector:
         shaped, spans = self.shapes, self.shaped_spans
         if not shaped:
             return []
-        at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
+        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id of a shaped op, made if needed
         linked = broken = 0
         for _, _, op in self.gpu:
             launch, ext = op.launch, op.external
@@ -430,6 +430,8 @@ class _Collector:
             if tid == launch.tid and ts <= launch.ts <= end:
                 continue
             broken += 1
+            if not at:
+                at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
             thread = tree.threads.get(launch.tid)
             i = thread.innermost(launch.ts, frozenset({OP})) if thread is not None else -1
             while i >= 0 and (thread.tid, thread.starts[i]) not in at:  # type: ignore[union-attr]

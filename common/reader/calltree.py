@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from array import array
 from collections.abc import Iterator, Sequence
 
 from common.reader.kinds import CPU_KINDS, OP, ROLES, role_of
+
+FEW_THREADS = 8  # up to this many threads, a trace's events are grouped by thread a pass per thread, in C
 
 
 class Thread:
@@ -249,18 +252,22 @@ class CallTree:
         order. Each thread's are sorted by start, the longer first at one start (two C sorts, no Python per
         event), then nested in one pass."""
         by_tid: dict[object, list[int]] = {}
-        distinct = set(tids)
+        distinct = dict.fromkeys(tids)  # in order of first appearance
         if len(distinct) == 1:
             by_tid[next(iter(distinct))] = list(range(len(tids)))
+        elif len(distinct) <= FEW_THREADS:  # a pass per thread, in C
+            for tid in distinct:
+                by_tid[tid] = list(itertools.compress(itertools.count(), map(operator.eq, tids, itertools.repeat(tid))))
         else:
             for i, tid in enumerate(tids):
                 by_tid.setdefault(tid, []).append(i)
         threads = {}
         for tid, idx in by_tid.items():
-            idx.sort(key=durs.__getitem__, reverse=True)
-            idx.sort(key=starts.__getitem__)
+            idx.sort(key=starts.__getitem__)  # a trace's events come nearly in order: one sort, mostly merging runs
             begin = array("d", map(starts.__getitem__, idx))
-            end = array("d", (b + durs[i] for b, i in zip(begin, idx, strict=True)))
+            if any(map(operator.eq, begin, begin[1:])):  # events that start together: the longer first
+                _longer_first(idx, begin, durs)
+            end = array("d", map(operator.add, begin, map(durs.__getitem__, idx)))
             threads[tid] = Thread(
                 tid, begin, end, list(map(names.__getitem__, idx)), bytes(map(kinds.__getitem__, idx))
             )
@@ -347,6 +354,21 @@ class CallTree:
     def of_role(self, role: str) -> list[Node]:
         """Every node of kind of time `role`, in start order."""
         return [Node(thread, i) for thread, i in self._role_index(ROLES.index(role))[2]]
+
+
+def _longer_first(idx: list[int], begin: array, durs: Sequence[float]) -> None:
+    """Among the events of `idx` (sorted by start, `begin`) that start together, put the longer first, in place.
+    Only the runs of equal starts are visited (found in C): they are few."""
+    same = itertools.compress(itertools.count(1), map(operator.eq, begin, begin[1:]))  # j: begin[j] == begin[j - 1]
+    k = end = -1
+    for j in same:
+        if j != end + 1:  # a new run of equal starts, from j - 1
+            if end > k:
+                idx[k : end + 1] = sorted(idx[k : end + 1], key=durs.__getitem__, reverse=True)
+            k = j - 1
+        end = j
+    if end > k >= 0:
+        idx[k : end + 1] = sorted(idx[k : end + 1], key=durs.__getitem__, reverse=True)
 
 
 def positions(data: bytes, value: int) -> Iterator[int]:

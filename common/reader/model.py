@@ -24,7 +24,7 @@ from common.reader.kinds import GRAPH_LAUNCHES, KERNEL_LAUNCHES, LAUNCH_APIS
 from common.reader.naming import kernel_family
 from common.reader.occupancy import SmLimits, theoretical_occupancy
 from common.reader.roofline import ShapedOp
-from common.reader.timeline import GpuTimeline, Window, windows
+from common.reader.timeline import GpuTimeline, Window, WindowParts, windows
 
 CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
@@ -169,6 +169,10 @@ class Step:
     phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
     captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
     syncs: list[Launch] = field(default_factory=list)  # its SYNC_CALLS, in time order
+    # Its window on its trace's GPU timeline and what the GPU did in it (None: nothing ran), where Trace placed it;
+    # None for a step on its own.
+    window: Window | None = field(default=None, repr=False, compare=False)
+    on_gpu: WindowParts | None = field(default=None, repr=False, compare=False)
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -188,12 +192,16 @@ class Step:
     @property
     def gpu_busy_us(self) -> float:
         """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
-        intervals over every stream, not wall time). On one stream it is the sum of their durations. Kept once
-        found (the summary's tables and figures each ask for it), while `gpu` is the same list of the same length."""
+        intervals over every stream, not wall time). Placed on its trace's timeline (`window`), of every GPU op in the
+        step's window, whoever launched it (`on_gpu`); a step on its own, of its ops. Kept once found (the summary's
+        tables and figures each ask for it), while `gpu` is the same list of the same length."""
         ops, kept = self.gpu, self.__dict__.get("_busy")
         if kept is not None and kept[0] is ops and kept[1] == len(ops):
             return kept[2]
-        busy = busy_us(ops)
+        if self.window is not None:
+            busy = (self.on_gpu.busy if self.on_gpu is not None else 0.0) + sum(op.us for op in ops if op.start is None)
+        else:
+            busy = busy_us(ops)
         self._busy = (ops, len(ops), busy)
         return busy
 
@@ -216,6 +224,9 @@ class Step:
     def exposed_communication_us(self) -> float:
         """Communication kernel time (NCCL) during which no other GPU work ran on any stream: what the overlap with
         the backward did not hide (exposed_communication_us)."""
+        if self.window is not None:
+            parts = self.on_gpu
+            return parts.busy - parts.others if parts is not None and parts.comm else 0.0
         return exposed_communication_us(self.gpu)
 
     def calls(self, prefix: str | tuple[str, ...]) -> int:
@@ -290,10 +301,19 @@ class Trace:
     broken_links: bool = False  # some External ids named an op that does not enclose the launch (build.check_links)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
 
+    def __post_init__(self) -> None:
+        """Place the steps on the GPU timeline (Step.window, Step.on_gpu), where the reader gave the trace's GPU ops:
+        each step's busy time is then its window's, from one sweep over the timeline."""
+        if self.gpu:
+            parts = self.timeline.windows([(w.start, w.end) for w in self.windows])
+            for step, window, on_gpu in zip(self.steps, self.windows, parts, strict=True):
+                step.window, step.on_gpu = window, on_gpu
+
     @functools.cached_property
     def timeline(self) -> GpuTimeline:
-        """The GPU's timeline: every GPU op of the trace and their union over the streams, built once."""
-        return GpuTimeline(self.gpu)
+        """The GPU's timeline: every GPU op of the trace and their union over the streams, built once (of the
+        steps' ops, where the trace was made without its `gpu`)."""
+        return GpuTimeline(self.gpu or [op for step in self.steps for op in step.gpu])
 
     @functools.cached_property
     def windows(self) -> list[Window]:
