@@ -7,7 +7,6 @@ launch latency, a longer one a dependency: an event, another stream, a sync).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from common.reader.model import GpuOp, Trace, median_index
@@ -15,6 +14,7 @@ from common.reader.timeline import GpuTimeline, WindowParts
 from common.units import human_time
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay: 30, compared with the trace's µs timestamps
+FIGURES = ("busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
 
 
 class Gap(NamedTuple):
@@ -36,22 +36,53 @@ class Gap(NamedTuple):
 _new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
 
 
-@dataclass
 class Budget:
-    """One step's time, µs: its span, and how the GPU spent it."""
+    """One step's time, µs: its span, and how the GPU spent it. Its compute, copies and communication figures are
+    given, or worked out from the timeline (`parts`: common.reader.timeline.WindowParts) when first read."""
 
-    span: float
-    busy: float = 0.0  # union over streams of kernel, memcpy and memset
-    compute: float = 0.0  # union of compute kernels (all but communication)
-    non_compute: float = 0.0  # memcpy/memset not under a compute kernel
-    comm: float = 0.0  # union of communication kernels
-    comm_exposed: float = 0.0  # communication while no other GPU work ran
-    host_wait: float = 0.0
-    kernel_wait: float = 0.0
-    other_wait: float = 0.0
-    gaps: list[Gap] = field(default_factory=list)
-    longest_gap: float = 0.0  # the length of the longest of `gaps` (0: none)
-    window: str = "step"  # "step": the step's CPU span; "gpu": its GPU work's own window (the GPU ran behind)
+    __slots__ = ("span", "busy", "host_wait", "kernel_wait", "other_wait", "gaps", "longest_gap", "window", "parts",
+                 "given")  # fmt: skip
+
+    def __init__(self, span: float, *, parts: WindowParts | None = None, **figures: object) -> None:
+        self.span = span
+        self.busy = 0.0  # union over streams of kernel, memcpy and memset
+        self.host_wait = self.kernel_wait = self.other_wait = 0.0
+        self.gaps: list[Gap] = []
+        self.longest_gap = 0.0  # the length of the longest of `gaps` (0: none)
+        self.window = "step"  # "step": the step's CPU span; "gpu": its GPU work's own window (the GPU ran behind)
+        self.parts = parts
+        self.given: dict[str, float] = {}  # the compute, copies and communication figures set, not worked out
+        for name, value in figures.items():
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        figures = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIGURES)
+        return f"Budget(span={self.span!r}, {figures}, gaps={len(self.gaps)}, window={self.window!r})"
+
+    def _figure(self, name: str) -> float:
+        if name in self.given:
+            return self.given[name]
+        parts = self.parts
+        if parts is None:
+            return 0.0
+        if name == "compute":
+            return parts.compute
+        if name == "non_compute":
+            return parts.others - parts.compute
+        if name == "comm":
+            return parts.comm
+        return parts.busy - parts.others if parts.comm else 0.0  # comm_exposed
+
+    compute = property(lambda self: self._figure("compute"), lambda self, v: self.given.__setitem__("compute", v),
+                       doc="The union of compute kernels (all but communication).")  # fmt: skip
+    non_compute = property(lambda self: self._figure("non_compute"),
+                           lambda self, v: self.given.__setitem__("non_compute", v),
+                           doc="memcpy/memset not under a compute kernel.")  # fmt: skip
+    comm = property(lambda self: self._figure("comm"), lambda self, v: self.given.__setitem__("comm", v),
+                    doc="The union of communication kernels.")  # fmt: skip
+    comm_exposed = property(lambda self: self._figure("comm_exposed"),
+                            lambda self, v: self.given.__setitem__("comm_exposed", v),
+                            doc="Communication while no other GPU work ran.")  # fmt: skip
 
     @property
     def idle(self) -> float:
@@ -86,19 +117,23 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
     if parts is None:
         out.host_wait = max(0.0, end - start) if edges else 0.0
         return out
-    out.busy, gaps, waits = parts.busy, out.gaps, {"host": 0.0, "kernel": 0.0, "other": 0.0}
+    out.busy, gaps, add = parts.busy, out.gaps, out.gaps.append
+    host = kernel = other = 0.0
     for a, b, after in parts.gaps:
         length = b - a
         launch = after.launch if after is not None else None
-        late = launch is None or launch.ts > start + a  # launched after the gap began: the host was late
-        kind = "host" if late else "kernel" if length < KERNEL_WAIT_US else "other"
-        waits[kind] += length
-        gaps.append(_new_gap((start + a, start + b, kind, number, after)))
-    out.host_wait, out.kernel_wait, out.other_wait = waits["host"], waits["kernel"], waits["other"]
+        if launch is None or launch.ts > start + a:  # launched after the gap began: the host was late
+            host += length
+            add(_new_gap((start + a, start + b, "host", number, after)))
+        elif length < KERNEL_WAIT_US:
+            kernel += length
+            add(_new_gap((start + a, start + b, "kernel", number, after)))
+        else:
+            other += length
+            add(_new_gap((start + a, start + b, "other", number, after)))
+    out.host_wait, out.kernel_wait, out.other_wait = host, kernel, other
     out.longest_gap = max((g.end - g.start for g in gaps), default=0.0)
-    out.compute, out.comm = parts.compute, parts.comm
-    out.non_compute = parts.others - parts.compute
-    out.comm_exposed = parts.busy - parts.others if parts.comm else 0.0
+    out.parts = parts
     return out
 
 

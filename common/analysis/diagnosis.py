@@ -30,7 +30,7 @@ from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
-from common.reader.calltree import Node, Thread, positions
+from common.reader.calltree import Node, Thread
 from common.reader.kinds import COMPILER_LABELS, DATALOADER, GRAPH_LAUNCHES, LABEL, OP
 from common.reader.model import GpuOp, Launch, Step, Trace
 from common.reader.naming import kernel_family
@@ -106,7 +106,7 @@ def _made_in(trace: Trace, launch: Launch) -> str | None:
     if node is None:
         node = tree.innermost(launch.tid, launch.ts, MADE_IN_LABEL)
         while node is not None and node.role == "step":
-            node = node.parent
+            node = node.up
     return node.name if node is not None else None
 
 
@@ -206,9 +206,9 @@ def _scan(trace: Trace) -> _Scan:
         if by_op:
             groups.append(by_op)
     compiled = "triton" in families or any(
-        thread.names[i].startswith(COMPILER_LABELS)
+        name.startswith(COMPILER_LABELS)
         for thread in trace.tree.threads.values()
-        for i in positions(thread.mask(LABEL), 1)
+        for name in set(thread.layer(LABEL).names)
     )
     return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
 
@@ -284,7 +284,8 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
 
 def _labels_named(thread: Thread, names: set[str]) -> list[Node]:
     """The record_function labels of `thread` whose name is one of `names`."""
-    return [Node(thread, i) for i in positions(thread.mask(LABEL), 1) if thread.names[i] in names]
+    labels = thread.layer(LABEL)
+    return [Node(thread, labels, i) for i, name in enumerate(labels.names) if name in names]
 
 
 def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:

@@ -22,9 +22,11 @@ import bisect
 import contextlib
 import functools
 import gc
+import itertools
 import math
 import operator
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from itertools import compress
@@ -32,17 +34,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.reader import comms
-from common.reader.calltree import CallTree, Thread
+from common.reader.calltree import FEW_THREADS, CallTree, Layer, Thread
 from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
     COMPILER_LABELS,
     CPU_KINDS,
+    DRIVER,
     GPU_WORK,
     GRAPH_LAUNCHES,
     KERNEL_LAUNCHES,
     LABEL,
     OP,
+    PYTHON,
     RUNTIME,
     STEP,
     SYNC_CALLS,
@@ -149,6 +153,9 @@ def _correlation(args: Args | None) -> int | str | None:
 
 KEPT = {*CPU_KINDS, *GPU_WORK}  # the categories the reader uses
 KIND_CODE = {kind: code for code, kind in enumerate(CPU_KINDS)}
+NAME, TS, DUR, TID = (operator.itemgetter(i) for i in range(4))  # of an (name, ts, dur, tid) record
+LAUNCH_TID = operator.itemgetter(4)  # of a Launch
+_NO_THREAD = object()  # before the first event: no thread id is this
 _new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur, correlation, tid)), in C
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
@@ -186,16 +193,19 @@ class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        # Every CPU event (cpu_op, user_annotation, python_function, runtime and driver calls), most of a trace, in
-        # flat columns: the call tree (common.reader.calltree) is built from them once they are all read.
-        self.cpu_names: list[str] = []
-        self.cpu_ts: list[float] = []
-        self.cpu_dur: list[float] = []
-        self.cpu_tid: list[object] = []
-        self.cpu_kind = bytearray()  # a code of kinds.CPU_KINDS per event
+        # The CPU events, the nodes of the call tree (common.reader.calltree, built once they are all read). The
+        # cpu_ops, most of a trace, in flat columns, their threads as runs (index of the first, thread id); the
+        # others as the records the reader keeps of them anyway.
+        self.op_names: list[str] = []
+        self.op_ts = array("d")  # µs: flat doubles, not a float object each
+        self.op_dur = array("d")
+        self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
+        self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
         self.launches: list[Launch] = []  # cuda_runtime, cuda_driver
+        self.launch_kinds = bytearray()  # RUNTIME or DRIVER per launch
+        self.passed: set[str | None] = set()  # categories neither read nor of a device the reader does not model
         self.unmodelled: Counter = Counter()  # events of a device the reader does not model (MTIA): name -> count
         self.shaped_spans: dict[object, tuple[float, float, object]] = {}  # External id -> a shaped op's (ts, end, tid)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
@@ -214,25 +224,27 @@ class _Collector:
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
-        names, inf = self.names, math.inf
-        cpu_names, cpu_ts, cpu_dur, cpu_tid, cpu_kind = (
-            self.cpu_names, self.cpu_ts, self.cpu_dur, self.cpu_tid, self.cpu_kind
-        )  # fmt: skip
-        args_of, kind_code, tids = self.args_of, KIND_CODE, self.tids
+        names, inf, unmodelled, passed = self.names, math.inf, self.unmodelled, self.passed
+        add_name, add_ts, add_dur = self.op_names.append, self.op_ts.append, self.op_dur.append
+        args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
-        skipped = 0
+        skipped, last_tid, tid = 0, _NO_THREAD, None
+        op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
                 if cat == "Operator" and e.name is not None:
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
-                elif cat is not None and cat.startswith(UNMODELLED):
-                    self.unmodelled[cat] += 1
-                    continue
                 else:
-                    cat = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
-                if cat is None:
-                    continue
+                    old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                    if old is None:
+                        if cat not in passed:  # ac2g flows, gpu_user_annotation: looked at once per category
+                            if cat is not None and cat.startswith(UNMODELLED):
+                                unmodelled[cat] += 1
+                            else:
+                                passed.add(cat)
+                        continue
+                    cat = old
                 e.cat = cat
             if e.ph != "X" or e.name is None:
                 continue
@@ -240,28 +252,37 @@ class _Collector:
                 skipped += 1
                 continue
             name = names.setdefault(e.name, e.name)
+            if cat == "cpu_op":  # most of a trace: a node of the call tree, in the ops' columns
+                if e.tid != last_tid:  # one object per thread id
+                    last_tid = e.tid
+                    tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
+                if tid is not op_tid:
+                    self.op_tids.append((len(self.op_names), tid))
+                    op_tid = tid
+                add_name(name)
+                add_ts(ts)
+                add_dur(dur)
+                if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
+                    self.shaped(name, args, ts, dur, tid)
+                elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
+                    args = args_of(e.args) if name == comms.ISSUE_OP else None
+                    if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
+                        self.comms.append(issued)
+                continue
             code = kind_code.get(cat)
-            if code is not None:  # a CPU event: a node of the call tree
-                tid = e.tid
-                tid = tids.setdefault(tid, tid) if type(tid) in ID_TYPES else None  # one object per thread id
-                cpu_names.append(name)
-                cpu_ts.append(ts)
-                cpu_dur.append(dur)
-                cpu_tid.append(tid)
-                cpu_kind.append(code)
-                if code == OP:
-                    if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                        self.shaped(name, args, ts, dur, tid)
-                    elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
-                        args = args_of(e.args) if name == comms.ISSUE_OP else None
-                        if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
-                            self.comms.append(issued)
-                elif code == LABEL:
+            if code is not None:  # another CPU event: a node of the call tree, from the record kept of it
+                if e.tid != last_tid:
+                    last_tid = e.tid
+                    tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
+                if code == LABEL:
                     self.annotations.append((name, ts, dur, tid))
                 elif code >= RUNTIME:  # a runtime or driver call
                     typed = typed_args(e.args, launch_args)
                     corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
-                    self.launches.append(_new_launch((name, ts, dur, corr, tid)))
+                    launches.append(_new_launch((name, ts, dur, corr, tid)))
+                    self.launch_kinds.append(code)
+                else:
+                    self.python.append((name, ts, dur, tid))
             else:
                 e.name = name
                 typed = typed_args(e.args, gpu_args)
@@ -292,6 +313,44 @@ class _Collector:
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
         self.shapes[ext] = op
 
+    def call_tree(self) -> CallTree:
+        """The call tree of every CPU event kept, a Layer per thread and category: the ops from their columns (a
+        thread's ops most often one run of them, kept as read where they come in order), the labels,
+        python_function events and runtime and driver calls from their records, column by column in C. The ops'
+        columns are freed."""
+        layers: dict[object, dict[int, Layer]] = {}
+        runs = [*self.op_tids, (len(self.op_names), None)]
+        by_tid: dict[object, list[tuple[int, int]]] = {}
+        for (lo, tid), (hi, _) in itertools.pairwise(runs):
+            by_tid.setdefault(tid, []).append((lo, hi))
+        for tid, slices in by_tid.items():
+            if len(slices) == 1:  # a thread's ops in one run: the columns as they are
+                (lo, hi), whole = slices[0], slices[0] == (0, len(self.op_names))
+                starts = self.op_ts if whole else self.op_ts[lo:hi]
+                durs = self.op_dur if whole else self.op_dur[lo:hi]
+                names = self.op_names if whole else self.op_names[lo:hi]
+            else:
+                starts, durs, names = array("d"), array("d"), []
+                for lo, hi in slices:
+                    starts += self.op_ts[lo:hi]
+                    durs += self.op_dur[lo:hi]
+                    names += self.op_names[lo:hi]
+            ends = array("d", map(operator.add, starts, durs))
+            layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
+        self.op_names, self.op_ts, self.op_dur, self.op_tids = [], array("d"), array("d"), []
+        is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
+        runtime = list(compress(self.launches, is_runtime))
+        driver = list(compress(self.launches, map(operator.not_, is_runtime)))
+        for kind, records, tid_of in (
+            (LABEL, self.annotations, TID), (PYTHON, self.python, TID),
+            (RUNTIME, runtime, LAUNCH_TID), (DRIVER, driver, LAUNCH_TID),
+        ):  # fmt: skip
+            for tid, kept in _by_thread(records, tid_of).items():
+                starts = array("d", map(TS, kept))
+                ends = array("d", map(operator.add, starts, map(DUR, kept)))
+                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, list(map(NAME, kept)))
+        return CallTree({tid: Thread(tid, dict(sorted(by_kind.items()))) for tid, by_kind in layers.items()})
+
     def steps(self, path: Path | str, tree: CallTree, find_iterations: bool = True) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order; else the iterations its repeated labels give (`iterations`),
         where `find_iterations`; else one step over the whole trace (True). A trace the suite wrote is not searched:
@@ -302,8 +361,8 @@ class _Collector:
         )
         if steps:
             return steps, False
-        cpu_ts = self.cpu_ts
-        spans = [(min(cpu_ts), max(map(operator.add, cpu_ts, self.cpu_dur)))] if cpu_ts else []
+        layers = [layer for thread in tree.threads.values() for layer in thread.layers.values() if len(layer)]
+        spans = [(min(layer.starts[0] for layer in layers), max(max(layer.ends) for layer in layers))] if layers else []
         spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
         if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
@@ -322,13 +381,13 @@ class _Collector:
         end in iteration k, so what runs between two (a DataLoader's next batch) is in an iteration. None where no
         pattern repeats: the trace stays one window. The pattern's last label is kept in `self.iteration_mark`."""
         self.iteration_mark = None
-        masks = {tid: _label_mask(thread) for tid, thread in tree.threads.items()}
+        masks = {tid: _label_mask(thread.layer(LABEL)) for tid, thread in tree.threads.items()}
         if not any(mask.count(1) for mask in masks.values()):
             return None
         tid = max(masks, key=lambda t: masks[t].count(1))
-        thread = tree.threads[tid]
-        starts, ends, idx = thread.tops(masks[tid], "labels")
-        top = [(start, end, thread.names[i]) for start, end, i in zip(starts, ends, idx, strict=True)]
+        labels = tree.threads[tid].layer(LABEL)
+        starts, ends, idx = labels.tops(masks[tid], "labels")
+        top = [(start, end, labels.names[i]) for start, end, i in zip(starts, ends, idx, strict=True)]
         names = [name for _, _, name in top]
         period = next((p for p in range(1, len(names) // 2 + 1)
                        if len(names) % p == 0 and names == names[:p] * (len(names) // p)), None)  # fmt: skip
@@ -344,17 +403,17 @@ class _Collector:
         """Count the cpu_ops of each step and of each phase, on every thread: each thread's nodes are in start order,
         so a step's are one slice of them, its ops picked and counted in C (itertools.compress, Counter)."""
         for thread in tree.threads.values():
-            names, ops = thread.names, thread.mask(OP)
-            inside = step_at.slices(thread.starts)  # a phase counts the ops inside a step only
+            ops = thread.layer(OP)
+            names = ops.names
+            inside = step_at.slices(ops.starts)  # a phase counts the ops inside a step only
             his = [hi for _, hi in inside]
             for step, (lo, hi) in zip(step_at.items, inside, strict=True):
-                step.cpu_ops.update(compress(names[lo:hi], ops[lo:hi]))
-            for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(thread.starts), strict=True):
+                step.cpu_ops.update(names[lo:hi])
+            for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(ops.starts), strict=True):
                 for step_lo, step_hi in inside[bisect.bisect_right(his, lo) :]:
                     if step_lo >= hi:
                         break
-                    a, b = max(lo, step_lo), min(hi, step_hi)
-                    phase.cpu_ops.update(compress(names[a:b], ops[a:b]))
+                    phase.cpu_ops.update(names[max(lo, step_lo) : min(hi, step_hi)])
 
     @staticmethod
     def children(tree: CallTree, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
@@ -365,9 +424,9 @@ class _Collector:
         starts = [start for start, _, _ in outer]
         top: dict[tuple, list] = {}
         for tid, thread in tree.threads.items():
-            mask = _label_mask(thread, skip)
-            begins, ends, idx = thread.tops(mask, ("children", skip))
-            names = thread.names
+            labels = thread.layer(LABEL)
+            begins, ends, idx = labels.tops(_label_mask(labels, skip), ("children", skip))
+            names = labels.names
             for begin, end, i in zip(begins, ends, idx, strict=True):
                 k = bisect.bisect_right(starts, begin) - 1
                 if k >= 0 and end <= outer[k][1] and outer[k][2] in (None, tid):
@@ -419,7 +478,7 @@ class _Collector:
         shaped, spans = self.shapes, self.shaped_spans
         if not shaped:
             return []
-        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id of a shaped op, made if needed
+        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id, made where a link is broken
         linked = broken = 0
         for _, _, op in self.gpu:
             launch, ext = op.launch, op.external
@@ -433,10 +492,11 @@ class _Collector:
             if not at:
                 at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
             thread = tree.threads.get(launch.tid)
-            i = thread.innermost(launch.ts, frozenset({OP})) if thread is not None else -1
-            while i >= 0 and (thread.tid, thread.starts[i]) not in at:  # type: ignore[union-attr]
-                i = thread.ancestor(i, OP)  # type: ignore[union-attr]
-            op.external = at[thread.tid, thread.starts[i]] if i >= 0 else None  # type: ignore[union-attr]
+            layer = thread.layer(OP) if thread is not None else None
+            i = layer.innermost(launch.ts) if layer is not None else -1
+            while i >= 0 and (launch.tid, layer.starts[i]) not in at:  # type: ignore[union-attr]
+                i = layer.ancestor(i)  # type: ignore[union-attr]
+            op.external = at[launch.tid, layer.starts[i]] if i >= 0 else None  # type: ignore[union-attr]
         if not broken:
             return []
         return [f"{broken} of {linked} External ids name an op that does not enclose the launch: the op is taken from "
@@ -477,9 +537,8 @@ class _Collector:
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
-        tree = CallTree.build(self.cpu_names, self.cpu_ts, self.cpu_dur, self.cpu_tid, self.cpu_kind)
+        tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
-        self.cpu_names = self.cpu_ts = self.cpu_dur = self.cpu_tid = []  # the tree holds them now
         notes = []
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
@@ -608,18 +667,29 @@ class _Collector:
         )  # fmt: skip
 
 
-def _label_mask(thread: Thread, skip: str | None = None) -> bytes:
-    """A byte per node of `thread`: 1 for a record_function label that is not a step, not `skip`, and not one of
-    torch.compile's own annotations (COMPILER_LABELS)."""
-    mask = bytearray(thread.mask(LABEL))
-    names = thread.names
-    i = mask.find(1)
-    while i >= 0:
-        name = names[i]
-        if name == skip or name.startswith(COMPILER_LABELS) or STEP_NAME.match(name):
-            mask[i] = 0
-        i = mask.find(1, i + 1)
-    return bytes(mask)
+def _by_thread(records: list, tid_of: Callable) -> dict[object, list]:
+    """`records` grouped by their thread (`tid_of` gives it), each group in the records' order: a pass per thread in
+    C where the threads are few."""
+    tids = list(map(tid_of, records))
+    distinct = dict.fromkeys(tids)
+    if len(distinct) <= 1:
+        return {tid: records for tid in distinct}
+    if len(distinct) <= FEW_THREADS:
+        return {tid: list(compress(records, map(operator.eq, tids, itertools.repeat(tid)))) for tid in distinct}
+    out: dict[object, list] = {}
+    for record, tid in zip(records, tids, strict=True):
+        out.setdefault(tid, []).append(record)
+    return out
+
+
+def _label_mask(labels: Layer, skip: str | None = None) -> bytes:
+    """A byte per record_function label of a thread (`labels`): 1 for one that is not a step, not `skip`, and not
+    one of torch.compile's own annotations (COMPILER_LABELS). Once per distinct name."""
+    keep: dict[str, int] = {}
+    for name in labels.names:
+        if name not in keep:
+            keep[name] = int(not (name == skip or name.startswith(COMPILER_LABELS) or STEP_NAME.match(name)))
+    return bytes(map(keep.__getitem__, labels.names))
 
 
 @contextlib.contextmanager

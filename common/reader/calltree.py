@@ -2,13 +2,18 @@
 and driver call) a node with its start, end, name, kind, thread, parent and depth, and the kind of time it is
 (common.reader.kinds' roles: compiling, the DataLoader, the optimizer, a sync, a launch, a runtime call).
 
-Built once, in one pass per thread: the thread's events sorted by start (the longer first where two start
-together), then a stack of the nodes still open gives each its parent. The nodes live in flat arrays per thread,
-no object per node; a Node is made only for what a query returns. Every query is a binary search over a thread's
-sorted starts, then a walk up the parent links (as many steps as the tree is deep) or a slice: the innermost node
-open at a time, the top-level nodes of a kind in a window, the nodes of a kind of time overlapping a window, and
-each op's self time (its span less the ops it called). There is no look-back window: an op opened long before the
-time asked about is found through the parent links. Pure Python, no torch.
+Each thread's nodes are kept in layers, one per category (Layer): its nodes in start order (the longer first where
+two start together) as flat arrays, no object per node; a Node is made only for what a query returns. A trace's
+events of one category come in start order on their thread, so a layer is most often its columns as read, checked
+in C and not sorted. A layer's nesting (each node's parent among its kind: the op that called an op, the label
+around a label) is made when first needed, in one pass with a stack; the whole tree's, across the categories (an op
+inside a label inside a python_function), likewise, when a query asks for it. Every query is a binary search over
+a layer's sorted starts, then a walk up the parent links (as many steps as the tree is deep) or a slice: the
+innermost node open at a time, the top-level nodes of a kind in a window, the nodes of a kind of time overlapping a
+window, and each op's self time (its span less the ops it called). There is no look-back window: an op opened long
+before the time asked about is found through the parent links. The first few innermost queries of a layer whose
+nesting is not made yet scan back in C instead (at most the layer, once each), so that a reader asking three
+questions does not pay for a nesting of a million ops: amortised, the queries stay log-time. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -21,76 +26,103 @@ from collections.abc import Iterator, Sequence
 
 from common.reader.kinds import CPU_KINDS, OP, ROLES, role_of
 
-FEW_THREADS = 8  # up to this many threads, a trace's events are grouped by thread a pass per thread, in C
+SCANS_BEFORE_NESTING = 16  # innermost queries a layer answers by scanning back before it makes its nesting
+FEW_THREADS = 8  # up to this many threads, records are grouped by thread a pass per thread, in C
 
 
-class Thread:
-    """One CPU thread's nodes, in start order (a parent before its children): flat arrays, one entry per node."""
+class Layer:
+    """Nodes of one thread in start order (a parent before its children), as flat arrays, one entry per node: the
+    nodes of one category (`kind`), or of several merged (`kinds`, a code per node)."""
 
-    __slots__ = ("tid", "starts", "ends", "names", "kinds", "_roles", "_parents", "_self", "_tops", "_kind_mask")
+    __slots__ = ("kind", "starts", "ends", "names", "_kinds", "_parents", "_self", "_roles", "_tops", "_scans")
 
-    starts: array  # µs, ascending
-    ends: array
-    names: list[str]
-    kinds: bytes  # a category code per node (common.reader.kinds.CPU_KINDS)
-
-    def __init__(self, tid: object, starts: array, ends: array, names: list[str], kinds: bytes) -> None:
-        self.tid = tid
-        self.starts, self.ends, self.names, self.kinds = starts, ends, names, kinds
-        self._roles: bytes | None = None
+    def __init__(self, kind: int | None, starts: array, ends: array, names: list[str], kinds: bytes | None = None):
+        self.kind, self.starts, self.ends, self.names, self._kinds = kind, starts, ends, names, kinds
         self._parents: array | None = None
         self._self: array | None = None
-        self._tops: dict[object, tuple] = {}  # tops and subtrees, by their key
-        self._kind_mask: dict[int, bytes] = {}
+        self._roles: bytes | None = None
+        self._tops: dict[object, tuple[array, array, array]] = {}
+        self._scans = 0
 
-    @property
-    def roles(self) -> bytes:
-        """A kind-of-time code per node (common.reader.kinds.ROLES), typed once, when first asked for."""
-        if self._roles is None:
-            self._roles = bytes(map(role_of, self.kinds, self.names))
-        return self._roles
-
-    @property
-    def parents(self) -> array:
-        """The index of each node's parent (-1: a root), nested in one pass when first asked for (_nest)."""
-        if self._parents is None:
-            self._parents = _nest(self.starts, self.ends)
-        return self._parents
+    @classmethod
+    def of(cls, kind: int, starts: array, ends: array, names: list[str]) -> Layer:
+        """The layer of one category's nodes given as columns in any order: kept as they are where they come in
+        start order with no shorter node before a longer one at the same start (checked in C), else sorted."""
+        if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):  # in order, none starting together
+            return cls(kind, starts, ends, names)
+        if any(map(operator.gt, starts, itertools.islice(starts, 1, None))):  # out of order: sort by start
+            idx = sorted(range(len(starts)), key=starts.__getitem__)
+            begin = array("d", map(starts.__getitem__, idx))
+            _longer_first(idx, begin, ends)
+            return cls(kind, begin, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
+        idx = list(range(len(starts)))  # in order, some starting together: the longer first
+        _longer_first(idx, starts, ends)
+        return cls(kind, starts, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
 
     def __len__(self) -> int:
         return len(self.starts)
 
-    def innermost(self, t: float, kinds: frozenset[int] | None = None) -> int:
-        """The index of the innermost node open at `t` (start <= t <= end), of one of `kinds` where given; -1 where
-        none is. From the node started last at or before `t`, up its parent links: every node open at `t` is that
-        node or one of its ancestors. With `kinds`, the same over the nodes of those kinds alone (nested among
-        themselves once, when first asked: the innermost op open at `t` is the same in either tree)."""
-        if kinds is None:
-            starts, ends, parents, idx = self.starts, self.ends, self.parents, None
-        else:
-            starts, ends, parents, idx = self._subtree(kinds)
+    @property
+    def kinds(self) -> bytes:
+        """A category code per node (common.reader.kinds.CPU_KINDS)."""
+        if self._kinds is None:
+            self._kinds = bytes([self.kind]) * len(self)  # type: ignore[list-item]
+        return self._kinds
+
+    def kind_of(self, i: int) -> int:
+        return self.kind if self.kind is not None else self._kinds[i]  # type: ignore[index]
+
+    @property
+    def roles(self) -> bytes:
+        """A kind-of-time code per node (common.reader.kinds.ROLES), typed once, when first asked for: once per
+        distinct name and category."""
+        if self._roles is None:
+            typed: dict[tuple[int, str], int] = {}
+            self._roles = bytes(
+                typed[key] if (key := (kind, name)) in typed else typed.setdefault(key, role_of(kind, name))
+                for kind, name in zip(self.kinds, self.names, strict=True)
+            )
+        return self._roles
+
+    @property
+    def parents(self) -> array:
+        """The index of each node's parent in the layer (-1: a root), nested in one pass when first asked for."""
+        if self._parents is None:
+            self._parents = _nest(self.starts, self.ends)
+        return self._parents
+
+    def innermost(self, t: float) -> int:
+        """The index of the innermost node open at `t` (start <= t <= end); -1 where none is. From the node started
+        last at or before `t`, up its parent links: every node open at `t` is that node or one of its ancestors.
+        Before the nesting is made, the first SCANS_BEFORE_NESTING queries scan back for it instead."""
+        starts, ends = self.starts, self.ends
         i = bisect.bisect_right(starts, t) - 1
+        if i < 0 or ends[i] >= t:
+            return i
+        if self._parents is None and self._scans < SCANS_BEFORE_NESTING:
+            self._scans += 1
+            return self._scan_back(i, t)
+        parents = self.parents
         while i >= 0 and ends[i] < t:
             i = parents[i]
-        return i if idx is None or i < 0 else idx[i]
+        return i
 
-    def _subtree(self, kinds: frozenset[int]) -> tuple[array, array, array, array]:
-        """The nodes of `kinds` alone, nested among themselves: (starts, ends, parents, their indices)."""
-        found = self._tops.get(kinds)
-        if found is None:
-            idx = array("l", (i for kind in kinds for i in positions(self.mask(kind), 1)))
-            if len(kinds) > 1:
-                idx = array("l", sorted(idx))
-            starts = array("d", (self.starts[i] for i in idx))
-            ends = array("d", (self.ends[i] for i in idx))
-            found = self._tops[kinds] = (starts, ends, _nest(starts, ends), idx)  # type: ignore[assignment]
-        return found  # type: ignore[return-value]
+    def _scan_back(self, i: int, t: float) -> int:
+        """The last node at or before `i` still open at `t` (-1: none), in chunks that double going back, each
+        chunk's latest end found in C."""
+        ends, hi, size = self.ends, i + 1, 64
+        while hi > 0:
+            lo = max(0, hi - size)
+            if max(ends[lo:hi]) >= t:
+                return next(j for j in range(hi - 1, lo - 1, -1) if ends[j] >= t)
+            hi, size = lo, size * 2
+        return -1
 
-    def ancestor(self, i: int, kind: int) -> int:
-        """The nearest ancestor of node `i` of category code `kind`; -1 where none is."""
-        parents, kinds = self.parents, self.kinds
+    def ancestor(self, i: int, kind: int | None = None) -> int:
+        """The nearest ancestor of node `i` in the layer (of category code `kind`, where given); -1 where none is."""
+        parents = self.parents
         i = parents[i]
-        while i >= 0 and kinds[i] != kind:
+        while i >= 0 and kind is not None and self.kind_of(i) != kind:
             i = parents[i]
         return i
 
@@ -102,43 +134,41 @@ class Thread:
 
     def mask(self, kind: int) -> bytes:
         """A byte per node: 1 where the node is of category code `kind` (for itertools.compress, in C)."""
-        found = self._kind_mask.get(kind)
-        if found is None:
-            table = bytes(int(k == kind) for k in range(256))
-            found = self._kind_mask[kind] = self.kinds.translate(table)
-        return found
+        if self.kind is not None:
+            return (b"\x01" if self.kind == kind else b"\x00") * len(self)
+        return self.kinds.translate(bytes(int(k == kind) for k in range(256)))
 
-    def tops(self, mask: bytes, key: object) -> tuple[array, array, array]:
-        """The nodes marked in `mask` (a byte per node, as `mask` makes) inside no other marked node: (starts, ends,
-        indices), kept under `key`. They do not overlap, so their ends are in order too. In start order (a parent
-        before its children), a marked node is inside another marked one where it starts before the last top one
-        ends: one pass over the marked nodes alone."""
+    def tops(self, mask: bytes | None = None, key: object = None) -> tuple[array, array, array]:
+        """The nodes marked in `mask` (a byte per node; None: every node) inside no other marked node: (starts,
+        ends, indices), kept under `key`. They do not overlap, so their ends are in order too. In start order (a
+        parent before its children), a marked node is inside another marked one where it starts before the last
+        top one ends: one pass over the marked nodes alone."""
         found = self._tops.get(key)
         if found is None:
             starts, ends = self.starts, self.ends
             idx, last_end = array("l"), float("-inf")
-            for i in positions(mask, 1):
+            for i in range(len(self)) if mask is None else positions(mask, 1):
                 if starts[i] >= last_end:
                     idx.append(i)
                     last_end = ends[i]
-            found = self._tops[key] = (
-                array("d", (starts[i] for i in idx)),
-                array("d", (ends[i] for i in idx)),
-                idx,
-            )
+            found = (array("d", map(starts.__getitem__, idx)), array("d", map(ends.__getitem__, idx)), idx)
+            self._tops[key] = found
         return found
 
     def self_times(self) -> array:
-        """Each node's self time (µs): for an op, its span less the spans of the ops it called (the nearest ops
-        below it, whatever labels lie between); for another node, its span. One pass, kept."""
+        """Each node's self time (µs): its span less the spans of the nodes of its kind it called (an op: the
+        nearest ops below it, whatever labels lie between). One pass, kept."""
         if self._self is None:
-            starts, ends, kinds = self.starts, self.ends, self.kinds
-            own = array("d", (end - start for start, end in zip(starts, ends, strict=True)))
-            for i in range(len(own)):
-                if kinds[i] == OP and (a := self.ancestor(i, OP)) >= 0:
-                    own[a] -= ends[i] - starts[i]
+            starts, ends, parents = self.starts, self.ends, self.parents
+            own = array("d", map(operator.sub, ends, starts))
+            for i, parent in enumerate(parents):
+                if parent >= 0:
+                    own[parent] -= ends[i] - starts[i]
             self._self = own
         return self._self
+
+
+EMPTY = Layer(None, array("d"), array("d"), [], b"")
 
 
 def _nest(starts: array, ends: array) -> array:
@@ -165,30 +195,94 @@ def _nest(starts: array, ends: array) -> array:
     return parents
 
 
+def _longer_first(idx: list[int], begin: Sequence[float], ends: Sequence[float]) -> None:
+    """Among the entries of `idx` (sorted by start, `begin`) that start together, put the longer first, in place.
+    Only the runs of equal starts are visited (found in C): they are few."""
+    same = itertools.compress(itertools.count(1), map(operator.eq, begin, itertools.islice(begin, 1, None)))
+    k = end = -1
+    for j in same:  # begin[j] == begin[j - 1]
+        if j != end + 1:  # a new run of equal starts, from j - 1
+            if end > k:
+                idx[k : end + 1] = sorted(idx[k : end + 1], key=ends.__getitem__, reverse=True)
+            k = j - 1
+        end = j
+    if end > k >= 0:
+        idx[k : end + 1] = sorted(idx[k : end + 1], key=ends.__getitem__, reverse=True)
+
+
+class Thread:
+    """One CPU thread's nodes: a Layer per category, and the whole tree of several categories merged (made when a
+    query asks for it, kept)."""
+
+    __slots__ = ("tid", "layers", "_merged")
+
+    def __init__(self, tid: object, layers: dict[int, Layer]) -> None:
+        self.tid, self.layers = tid, layers
+        self._merged: dict[frozenset[int], tuple[Layer, list[tuple[int, int]]]] = {}
+
+    def __len__(self) -> int:
+        return sum(map(len, self.layers.values()))
+
+    def layer(self, kind: int) -> Layer:
+        """The nodes of category code `kind` (an empty layer where the thread has none)."""
+        return self.layers.get(kind, EMPTY)
+
+    def merged(self, kinds: frozenset[int] | None = None) -> tuple[Layer, list[tuple[int, int]]]:
+        """The nodes of `kinds` (None: every category) as one layer in start order, and for each of its nodes the
+        (category code, index in its own layer) it is: sorted when first asked for, kept."""
+        key = frozenset(self.layers) if kinds is None else kinds
+        found = self._merged.get(key)
+        if found is None:
+            parts = [(kind, layer) for kind, layer in sorted(self.layers.items()) if kind in key]
+            if len(parts) == 1:
+                kind, layer = parts[0]
+                found = (layer, [(kind, i) for i in range(len(layer))])
+            else:
+                source = [(kind, i) for kind, layer in parts for i in range(len(layer))]
+                starts = array("d", itertools.chain.from_iterable(layer.starts for _, layer in parts))
+                ends = array("d", itertools.chain.from_iterable(layer.ends for _, layer in parts))
+                names = list(itertools.chain.from_iterable(layer.names for _, layer in parts))
+                idx = sorted(range(len(source)), key=starts.__getitem__)
+                begin = array("d", map(starts.__getitem__, idx))
+                _longer_first(idx, begin, ends)
+                merged = Layer(
+                    None,
+                    begin,
+                    array("d", map(ends.__getitem__, idx)),
+                    list(map(names.__getitem__, idx)),
+                    bytes(source[i][0] for i in idx),
+                )
+                found = (merged, [source[i] for i in idx])
+            self._merged[key] = found
+        return found
+
+
 class Node:
-    """One node of the call tree, made on demand: a view of its thread's arrays at `index`."""
+    """One node of the call tree, made on demand: a view of its layer's arrays at `index`, on `thread`."""
 
-    __slots__ = ("thread", "index")
+    __slots__ = ("thread", "layer", "index")
 
-    def __init__(self, thread: Thread, index: int) -> None:
-        self.thread, self.index = thread, index
+    def __init__(self, thread: Thread, layer: Layer, index: int) -> None:
+        self.thread, self.layer, self.index = thread, layer, index
 
     def __repr__(self) -> str:
         return f"Node({self.name!r}, {self.kind}, {self.start}..{self.end}, tid={self.tid!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Node) and other.thread is self.thread and other.index == self.index
+        return isinstance(other, Node) and (other.thread, other.kind, other.start, other.end, other.name) == (
+            self.thread, self.kind, self.start, self.end, self.name
+        )  # fmt: skip
 
     def __hash__(self) -> int:
-        return hash((id(self.thread), self.index))
+        return hash((id(self.thread), self.kind, self.start, self.end, self.name))
 
     @property
     def start(self) -> float:
-        return self.thread.starts[self.index]
+        return self.layer.starts[self.index]
 
     @property
     def end(self) -> float:
-        return self.thread.ends[self.index]
+        return self.layer.ends[self.index]
 
     @property
     def us(self) -> float:
@@ -196,34 +290,53 @@ class Node:
 
     @property
     def name(self) -> str:
-        return self.thread.names[self.index]
+        return self.layer.names[self.index]
 
     @property
     def kind(self) -> str:
         """Its category: cpu_op, user_annotation, python_function, cuda_runtime or cuda_driver."""
-        return CPU_KINDS[self.thread.kinds[self.index]]
+        return CPU_KINDS[self.layer.kind_of(self.index)]
 
     @property
     def role(self) -> str:
         """The kind of time it is (common.reader.kinds.ROLES)."""
-        return ROLES[self.thread.roles[self.index]]
+        return ROLES[self.layer.roles[self.index]]
 
     @property
     def tid(self) -> object:
         return self.thread.tid
 
     @property
+    def up(self) -> Node | None:
+        """Its parent among the nodes of its own layer (the label around a label, the op that called an op)."""
+        parent = self.layer.parents[self.index]
+        return Node(self.thread, self.layer, parent) if parent >= 0 else None
+
+    def _in_tree(self) -> tuple[Layer, int]:
+        """The whole tree of its thread (every category merged) and its index there."""
+        merged, _ = self.thread.merged()
+        lo = bisect.bisect_left(merged.starts, self.start)
+        hi = bisect.bisect_right(merged.starts, self.start)
+        kind = self.layer.kind_of(self.index)
+        i = next(j for j in range(lo, hi) if merged.kinds[j] == kind and merged.names[j] == self.name)
+        return merged, i
+
+    @property
     def parent(self) -> Node | None:
-        parent = self.thread.parents[self.index]
-        return Node(self.thread, parent) if parent >= 0 else None
+        """The node it runs inside, of any category (the innermost enclosing node of its thread's whole tree)."""
+        merged, i = self._in_tree()
+        parent = merged.parents[i]
+        return Node(self.thread, merged, parent) if parent >= 0 else None
 
     @property
     def depth(self) -> int:
-        return self.thread.depth(self.index)
+        merged, i = self._in_tree()
+        return merged.depth(i)
 
     @property
     def self_us(self) -> float:
-        return self.thread.self_times()[self.index]
+        """Its span less the spans of the nodes of its kind it called (an op: the ops below it)."""
+        return self.layer.self_times()[self.index]
 
     def ancestors(self) -> Iterator[Node]:
         node = self.parent
@@ -239,38 +352,31 @@ class CallTree:
 
     def __init__(self, threads: dict[object, Thread]) -> None:
         self.threads = threads
-        self._roles: dict[int, tuple[array, array, list[tuple[Thread, int]]]] = {}
+        self._roles: dict[int, tuple[array, array, list[tuple[Thread, Layer, int]]]] = {}
 
     def __len__(self) -> int:
         return sum(map(len, self.threads.values()))
 
     @classmethod
     def build(
-        cls, names: list[str], starts: Sequence[float], durs: Sequence[float], tids: list[object], kinds: bytearray
+        cls, names: list[str], starts: Sequence[float], ends: Sequence[float], tids: list[object], kinds: bytes
     ) -> CallTree:
-        """The tree of the events given as parallel columns (name, start, duration, thread, category code), in any
-        order. Each thread's are sorted by start, the longer first at one start (two C sorts, no Python per
-        event), then nested in one pass."""
-        by_tid: dict[object, list[int]] = {}
-        distinct = dict.fromkeys(tids)  # in order of first appearance
-        if len(distinct) == 1:
-            by_tid[next(iter(distinct))] = list(range(len(tids)))
-        elif len(distinct) <= FEW_THREADS:  # a pass per thread, in C
-            for tid in distinct:
-                by_tid[tid] = list(itertools.compress(itertools.count(), map(operator.eq, tids, itertools.repeat(tid))))
-        else:
-            for i, tid in enumerate(tids):
-                by_tid.setdefault(tid, []).append(i)
+        """The tree of the events given as parallel columns (name, start, end, thread, category code), in any
+        order: each thread's and category's a Layer (Layer.of)."""
+        columns: dict[object, dict[int, list[int]]] = {}
+        for i, (tid, kind) in enumerate(zip(tids, kinds, strict=True)):
+            columns.setdefault(tid, {}).setdefault(kind, []).append(i)
         threads = {}
-        for tid, idx in by_tid.items():
-            idx.sort(key=starts.__getitem__)  # a trace's events come nearly in order: one sort, mostly merging runs
-            begin = array("d", map(starts.__getitem__, idx))
-            if any(map(operator.eq, begin, begin[1:])):  # events that start together: the longer first
-                _longer_first(idx, begin, durs)
-            end = array("d", map(operator.add, begin, map(durs.__getitem__, idx)))
-            threads[tid] = Thread(
-                tid, begin, end, list(map(names.__getitem__, idx)), bytes(map(kinds.__getitem__, idx))
-            )
+        for tid, by_kind in columns.items():
+            layers = {}
+            for kind, idx in sorted(by_kind.items()):
+                layers[kind] = Layer.of(
+                    kind,
+                    array("d", map(starts.__getitem__, idx)),
+                    array("d", map(ends.__getitem__, idx)),
+                    list(map(names.__getitem__, idx)),
+                )
+            threads[tid] = Thread(tid, layers)
         return cls(threads)
 
     def innermost(self, tid: object, t: float, kinds: frozenset[int] | None = None) -> Node | None:
@@ -278,61 +384,56 @@ class CallTree:
         thread = self.threads.get(tid)
         if thread is None:
             return None
-        i = thread.innermost(t, kinds)
-        return Node(thread, i) if i >= 0 else None
+        one = kinds is not None and len(kinds) == 1
+        layer = thread.layer(next(iter(kinds))) if one else thread.merged(kinds)[0]  # type: ignore[arg-type]
+        i = layer.innermost(t)
+        return Node(thread, layer, i) if i >= 0 else None
 
     def top_level(self, start: float, end: float, kind: int = OP) -> list[Node]:
         """The nodes of category code `kind` that overlap [start, end] and lie inside no other of that kind on their
         thread, in start order over every thread."""
         found: list[tuple[float, int, Node]] = []
         for n, thread in enumerate(self.threads.values()):
-            starts, ends, idx = thread.tops(thread.mask(kind), kind)
+            layer = thread.layer(kind)
+            starts, ends, idx = layer.tops()
             lo = bisect.bisect_right(ends, start)  # the first ending after `start`
             hi = bisect.bisect_left(starts, end)
-            found += [(starts[j], n, Node(thread, idx[j])) for j in range(lo, hi)]
+            found += [(starts[j], n, Node(thread, layer, idx[j])) for j in range(lo, hi)]
         found.sort(key=lambda item: item[:2])
         return [node for _, _, node in found]
 
     def starting(self, start: float, end: float, kind: int | None = None) -> Iterator[Node]:
         """The nodes (of category code `kind`, where given) that start in [start, end), thread by thread."""
         for thread in self.threads.values():
-            lo, hi = bisect.bisect_left(thread.starts, start), bisect.bisect_left(thread.starts, end)
+            layer = thread.layer(kind) if kind is not None else thread.merged()[0]
+            lo, hi = bisect.bisect_left(layer.starts, start), bisect.bisect_left(layer.starts, end)
             for i in range(lo, hi):
-                if kind is None or thread.kinds[i] == kind:
-                    yield Node(thread, i)
-
-    def names_in(self, thread: Thread, lo: int, hi: int, kind: int = OP) -> Iterator[str]:
-        """The names of `thread`'s nodes lo..hi-1 of category code `kind`, filtered in C (for a Counter)."""
-        return itertools.compress(thread.names[lo:hi], thread.mask(kind)[lo:hi])
+                yield Node(thread, layer, i)
 
     def self_us(self, start: float, end: float) -> dict[str, float]:
-        """name -> the summed self time of the ops that start in [start, end) (Thread.self_times), on every thread."""
+        """name -> the summed self time of the ops that start in [start, end) (Layer.self_times), on every thread."""
         own: dict[str, float] = {}
         for thread in self.threads.values():
-            times, names, kinds, starts = thread.self_times(), thread.names, thread.kinds, thread.starts
+            ops = thread.layer(OP)
+            times, names, starts = ops.self_times(), ops.names, ops.starts
             for i in range(bisect.bisect_left(starts, start), bisect.bisect_left(starts, end)):
-                if kinds[i] == OP:
-                    own[names[i]] = own.get(names[i], 0.0) + times[i]
+                own[names[i]] = own.get(names[i], 0.0) + times[i]
         return own
 
-    def _role_index(self, role: int) -> tuple[array, array, list[tuple[Thread, int]]]:
+    def _role_index(self, role: int) -> tuple[array, array, list[tuple[Thread, Layer, int]]]:
         """The nodes of `role` on every thread in start order: (starts, the running maximum of their ends, nodes)."""
         found = self._roles.get(role)
         if found is None:
             nodes = sorted(
-                ((thread.starts[i], n, i) for n, thread in enumerate(self.threads.values())
-                 for i in positions(thread.roles, role)),
-            )  # fmt: skip
-            threads = list(self.threads.values())
-            reach, most = array("d"), float("-inf")
-            for _, n, i in nodes:
-                most = max(most, threads[n].ends[i])
-                reach.append(most)
-            found = self._roles[role] = (
-                array("d", (start for start, _, _ in nodes)),
-                reach,
-                [(threads[n], i) for _, n, i in nodes],
+                (layer.starts[i], n, kind, i)
+                for n, thread in enumerate(self.threads.values())
+                for kind, layer in thread.layers.items()
+                for i in positions(layer.roles, role)
             )
+            threads = list(self.threads.values())
+            picked = [(threads[n], threads[n].layers[kind], i) for _, n, kind, i in nodes]
+            reach = array("d", itertools.accumulate((layer.ends[i] for _, layer, i in picked), max))
+            found = self._roles[role] = (array("d", (start for start, _, _, _ in nodes)), reach, picked)
         return found
 
     def overlapping(self, start: float, end: float, role: str) -> list[Node]:
@@ -340,35 +441,26 @@ class CallTree:
         order: a binary search over their running maximum end, then over their starts."""
         starts, reach, nodes = self._role_index(ROLES.index(role))
         lo, hi = bisect.bisect_right(reach, start), bisect.bisect_left(starts, end)
-        out = []
-        for thread, i in nodes[lo:hi]:
-            if thread.ends[i] > start:
-                out.append(Node(thread, i))
-        return out
+        return [Node(thread, layer, i) for thread, layer, i in nodes[lo:hi] if layer.ends[i] > start]
 
     def named(self, name: str, kind: int) -> list[Node]:
         """Every node called `name` of category code `kind`, thread by thread in start order."""
-        return [Node(thread, i) for thread in self.threads.values() for i in positions(thread.mask(kind), 1)
-                if thread.names[i] == name]  # fmt: skip
+        out = []
+        for thread in self.threads.values():
+            layer = thread.layer(kind)
+            out += [Node(thread, layer, i) for i, found in enumerate(layer.names) if found == name]
+        return out
 
     def of_role(self, role: str) -> list[Node]:
         """Every node of kind of time `role`, in start order."""
-        return [Node(thread, i) for thread, i in self._role_index(ROLES.index(role))[2]]
+        return [Node(thread, layer, i) for thread, layer, i in self._role_index(ROLES.index(role))[2]]
 
-
-def _longer_first(idx: list[int], begin: array, durs: Sequence[float]) -> None:
-    """Among the events of `idx` (sorted by start, `begin`) that start together, put the longer first, in place.
-    Only the runs of equal starts are visited (found in C): they are few."""
-    same = itertools.compress(itertools.count(1), map(operator.eq, begin, begin[1:]))  # j: begin[j] == begin[j - 1]
-    k = end = -1
-    for j in same:
-        if j != end + 1:  # a new run of equal starts, from j - 1
-            if end > k:
-                idx[k : end + 1] = sorted(idx[k : end + 1], key=durs.__getitem__, reverse=True)
-            k = j - 1
-        end = j
-    if end > k >= 0:
-        idx[k : end + 1] = sorted(idx[k : end + 1], key=durs.__getitem__, reverse=True)
+    def of_kind(self, kind: int) -> Iterator[Node]:
+        """Every node of category code `kind`, thread by thread in start order."""
+        for thread in self.threads.values():
+            layer = thread.layer(kind)
+            for i in range(len(layer)):
+                yield Node(thread, layer, i)
 
 
 def positions(data: bytes, value: int) -> Iterator[int]:

@@ -18,12 +18,16 @@ import math
 import operator
 import statistics
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any, NamedTuple
+
+from common.reader.intervals import merged, union_sorted
+from common.reader.naming import kernel_family
 
 GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
 
 OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
+START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
 
@@ -80,30 +84,50 @@ class Union:
         return out
 
 
-def union_of(starts: array, ends: Iterable[float]) -> tuple[Union, array]:
-    """The union of intervals given in start order (as `starts` and their `ends`), in C: an interval of the union
-    opens at each one that starts more than SAME_TIME_US after every earlier one has ended, and closes at the
-    latest end before the next one opens. With the index of the interval each one of the union opens with."""
-    if not starts:
-        return Union.of(array("d"), array("d")), array("l")
-    reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each: ascending
-    later = map(operator.gt, itertools.islice(starts, 1, None), map(SAME_TIME_US.__add__, reach))
-    firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
-    closes = itertools.chain(itertools.islice(firsts, 1, None), (len(starts),))
-    union = Union.of(array("d", map(starts.__getitem__, firsts)), array("d", (reach[j - 1] for j in closes)))
-    return union, firsts
+class WindowParts:
+    """What the GPU did in one window [lo, hi] (µs from the timeline's origin): the union's length (`busy`) and,
+    made when asked for, its idle gaps (`gaps`) and the lengths of the unions of compute kernels (every kernel but
+    communication), of every op but communication, and of communication (a summary asks them of its median step)."""
 
+    __slots__ = ("busy", "_timeline", "_lo", "_hi", "_first", "_last", "_edges", "_parts")
 
-class WindowParts(NamedTuple):
-    """What the GPU did in one window (µs, on the timeline's clock: from its origin): the union's length, the idle
-    gaps (start, end, the op that ended it; None: the window's tail), and the lengths of the unions of compute
-    kernels (every kernel but communication), of every op but communication, and of communication."""
+    def __init__(self, busy: float, timeline: GpuTimeline, lo: float, hi: float, first: int, last: int, edges: bool):
+        self.busy, self._timeline, self._lo, self._hi = busy, timeline, lo, hi
+        self._first, self._last, self._edges = first, last, edges  # the union's intervals in the window: first..last-1
+        self._parts: tuple[float, float, float] | None = None
 
-    busy: float
-    gaps: list[tuple[float, float, GpuOp | None]]
-    compute: float
-    others: float
-    comm: float
+    @property
+    def gaps(self) -> Iterator[tuple[float, float, GpuOp | None]]:
+        """The idle gaps in the window, as (start, end, the op that ended it; None: the window's tail), µs from the
+        window's start: before the first op and after the last too, with `edges`."""
+        union, ops, firsts, lo, hi = self._timeline.union, self._timeline.ops, self._timeline.firsts, self._lo, self._hi
+        starts, ends = union.starts, union.ends
+        idle_from = 0.0 if self._edges else max(starts[self._first], lo) - lo
+        for j in range(self._first, self._last):
+            a = max(starts[j], lo) - lo
+            if a > idle_from + SAME_TIME_US:
+                yield idle_from, a, ops[firsts[j]]
+            idle_from = min(ends[j], hi) - lo
+        if self._edges and idle_from < hi - lo:
+            yield idle_from, hi - lo, None
+
+    def _lengths(self) -> tuple[float, float, float]:
+        if self._parts is None:
+            self._parts = self._timeline.parts_in(self._lo, self._hi, self.busy)
+        return self._parts
+
+    @property
+    def compute(self) -> float:
+        return self._lengths()[0]
+
+    @property
+    def others(self) -> float:
+        return self._lengths()[1]
+
+    @property
+    def comm(self) -> float:
+        """Communication's union (0.0 at once on a timeline without communication)."""
+        return self._lengths()[2] if self._timeline.has_comm else 0.0
 
 
 class GpuTimeline:
@@ -112,17 +136,20 @@ class GpuTimeline:
     so each length stays exact on a clock near 1e12 µs (common.reader.intervals); the queries take and give the
     trace's own times."""
 
-    __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "_parts")
+    __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "__dict__")
 
     def __init__(self, ops: list[GpuOp]) -> None:
-        self.ops = sorted((op for op in ops if op.start is not None), key=_start)
+        timed = [op for op in ops if op.start is not None]
+        starts = list(map(START, timed))
+        in_order = not any(map(operator.gt, starts, itertools.islice(starts, 1, None)))  # a trace's most often are
+        self.ops = timed if in_order else sorted(timed, key=START)
         origin = self.origin = self.ops[0].start if self.ops else 0.0
-        self.starts = starts = array("d", (op.start - origin for op in self.ops))  # from the origin, ascending
-        ends = array("d", map(operator.add, starts, (op.us for op in self.ops)))
+        self.starts = starts = array("d", map(origin.__rsub__, map(START, self.ops)))  # from the origin, ascending
+        ends = array("d", map(operator.add, starts, map(US, self.ops)))
         self.reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each op: ascending
-        self.union, self.firsts = union_of(starts, ends)  # firsts: the op each interval of the union opens with
+        begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
+        self.union = Union.of(begins, lasts)
         self._ends = ends
-        self._parts: tuple[Union, Union, Union | None] | None = None
 
     def ops_in(self, start: float, end: float) -> list[GpuOp]:
         """The ops that run during (start, end), in start order: found by binary search over the running maximum
@@ -135,68 +162,55 @@ class GpuTimeline:
         """How long at least one GPU op runs in [start, end] (µs), from the trace's one union."""
         return self.union.length(start - self.origin, end - self.origin)
 
-    def parts(self) -> tuple[Union, Union, Union | None]:
-        """The unions of the compute kernels (every kernel but communication) and of every op but communication,
-        and of communication (None: the trace has none), made when first asked for. Where every op is a compute
-        kernel, each is the union itself."""
-        if self._parts is None:
-            comm = [op.category == "kernel" and op.family == "communication" for op in self.ops]
-            kernel = [op.category == "kernel" for op in self.ops]
-            if not any(comm) and all(kernel):
-                self._parts = (self.union, self.union, None)
-            else:
-                pick = functools.partial(itertools.compress, range(len(self.ops)))
-                not_comm = list(map(operator.not_, comm))
-                self._parts = (
-                    self._union_of(pick(map(operator.and_, kernel, not_comm))),
-                    self._union_of(pick(not_comm)) if any(comm) else self.union,
-                    self._union_of(pick(comm)) if any(comm) else None,
-                )
-        return self._parts
+    @functools.cached_property
+    def has_comm(self) -> bool:
+        """Whether any op is a communication kernel (NCCL, RCCL): once per distinct kernel name."""
+        kernels = itertools.compress(map(NAME, self.ops), map("kernel".__eq__, map(CATEGORY, self.ops)))
+        return any(_talks(name) for name in set(kernels))
 
-    def _union_of(self, picked: Iterable[int]) -> Union:
-        """The union of the ops at the indices `picked` (ascending)."""
-        idx = list(picked)
-        return union_of(array("d", map(self.starts.__getitem__, idx)), map(self._ends.__getitem__, idx))[0]
+    @functools.cached_property
+    def all_kernels(self) -> bool:
+        """Whether every op is a kernel (no memcpy, no memset)."""
+        return all(map("kernel".__eq__, map(CATEGORY, self.ops)))
+
+    def parts_in(self, lo: float, hi: float, busy: float) -> tuple[float, float, float]:
+        """In [lo, hi] (from the origin), whose union is `busy` long: the lengths of the unions of the compute kernels
+        (every kernel but communication), of every op but communication, and of communication, from the ops in it."""
+        if self.all_kernels and not self.has_comm:
+            return busy, busy, 0.0
+        first, last = bisect.bisect_right(self.reach, lo), bisect.bisect_left(self.starts, hi)
+        compute, others, comm = [], [], []
+        for i in range(first, last):
+            op, end = self.ops[i], self._ends[i]
+            if end <= lo:
+                continue
+            span = (max(self.starts[i], lo), min(end, hi))
+            if op.category == "kernel" and _talks(op.name):
+                comm.append(span)
+            else:
+                others.append(span)
+                if op.category == "kernel":
+                    compute.append(span)
+        return tuple(sum(b - a for a, b in merged(spans, SAME_TIME_US)) for spans in (compute, others, comm))
 
     def windows(self, bounds: list[tuple[float, float]], edges: bool = True) -> list[WindowParts | None]:
         """What the GPU did in each window of `bounds` (the steps' windows, in time order), as `window` says, in one
         sweep over the timeline."""
         origin = self.origin
         rel = [(start - origin, end - origin) for start, end in bounds]
-        union, ops, firsts = self.union, self.ops, self.firsts
-        starts, ends, n = union.starts, union.ends, len(union)
-        compute, others, comm = self.parts()
-        computes = None if compute is union else compute.lengths(rel)
-        other = None if others is union else others.lengths(rel)
-        comms = comm.lengths(rel) if comm is not None else None
+        starts, ends = self.union.starts, self.union.ends
         out: list[WindowParts | None] = []
         i, last = 0, -math.inf
-        for k, (lo, hi) in enumerate(rel):
-            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)
-            last, j, busy, gaps = lo, i, 0.0, []
-            idle_from = 0.0 if edges or i >= n else max(starts[i], lo) - lo
-            while j < n and starts[j] < hi:
-                a, b = max(starts[j], lo) - lo, min(ends[j], hi) - lo
-                busy += b - a
-                if a > idle_from + SAME_TIME_US:
-                    gaps.append((idle_from, a, ops[firsts[j]]))
-                idle_from = b
-                j += 1
-            if j == i:  # nothing ran in the window
+        for lo, hi in rel:
+            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
+            j = bisect.bisect_left(starts, hi, i)  # ... and the first starting at or after `hi`
+            last = lo
+            if j <= i:  # nothing ran in the window
                 out.append(None)
                 continue
-            if edges and idle_from < hi - lo:
-                gaps.append((idle_from, hi - lo, None))
-            out.append(
-                WindowParts(
-                    busy,
-                    gaps,
-                    busy if computes is None else computes[k],
-                    busy if other is None else other[k],
-                    0.0 if comms is None else comms[k],
-                )
-            )
+            busy = math.fsum(map(operator.sub, ends[i:j], starts[i:j]))  # in C, less what lies outside the window
+            busy -= max(lo - starts[i], 0.0) + max(ends[j - 1] - hi, 0.0)
+            out.append(WindowParts(busy, self, lo, hi, i, j, edges))
         return out
 
     def window(self, start: float, end: float, edges: bool = True) -> WindowParts | None:
@@ -207,8 +221,10 @@ class GpuTimeline:
         return self.windows([(start, end)], edges)[0]
 
 
-def _start(op: GpuOp) -> float:
-    return op.start  # type: ignore[return-value]
+@functools.cache
+def _talks(name: str) -> bool:
+    """Whether a kernel of this name is communication (common.reader.naming.kernel_family)."""
+    return kernel_family(name) == "communication"
 
 
 def windows(steps: list[Step]) -> list[Window]:
@@ -217,9 +233,15 @@ def windows(steps: list[Step]) -> list[Window]:
     window never starts before the one before it ends."""
     firsts, lasts = [], []
     for step in steps:
-        timed = [op for op in step.gpu if op.start is not None]
-        firsts.append(min((op.start for op in timed), default=None))
-        lasts.append(max((op.start + op.us for op in timed), default=None))
+        ops = step.gpu
+        try:  # in C where every op has a start, as the reader's have
+            firsts.append(min(map(START, ops)) if ops else None)
+            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
+        except TypeError:  # some op has no start time: left out
+            ops = [op for op in ops if op.start is not None]
+            del firsts[len(lasts) :]
+            firsts.append(min(map(START, ops)) if ops else None)
+            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
     behind = [
         first is not None and (first < s.start_us - OUTSIDE_SPAN_US or last > s.start_us + s.dur_us + OUTSIDE_SPAN_US)  # type: ignore[operator]
         for s, first, last in zip(steps, firsts, lasts, strict=True)
