@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from common.analysis.budget import step_budgets
 from common.analysis.diagnosis import _made_in, diagnose
+from common.analysis.efficiency import Efficiency, peak_cell
 from common.reader.build import parse
 from common.reader.intervals import merged, union_us
 
@@ -65,3 +66,38 @@ def test_the_last_window_is_the_steps_period_long_not_its_own_last_op():
     trace = parse(behind_trace(4.0))
     last = step_budgets(trace)[-1]
     assert last.span == 150.0 and last.busy == 4.0
+
+
+def mm(ts: float, dur: float, ext: int) -> dict:
+    """An aten::mm of 64 x 64 x 64 with its record_shapes, External id `ext`."""
+    shapes = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}
+    return ev("cpu_op", "aten::mm", ts, dur, **{"External id": ext}, **shapes)
+
+
+def linked_trace(kernel_ext: int) -> dict:
+    """Two shaped ops; the one launch runs inside the second (ext 2), its kernel naming `kernel_ext`."""
+    return {"traceEvents": [
+        ev("user_annotation", "ProfilerStep#1", 0, 100), mm(10, 10, 1), mm(30, 10, 2),
+        ev("cuda_runtime", "cudaLaunchKernel", 35, 2, correlation=5, **{"External id": 2}),
+        ev("kernel", "sgemm_64x64", 50, 4, tid=7, correlation=5, **{"External id": kernel_ext}),
+    ]}  # fmt: skip
+
+
+def test_an_external_id_naming_an_op_not_around_the_launch_yields_to_nesting():
+    trace = parse(linked_trace(kernel_ext=1))
+    [op] = trace.steps[0].gpu
+    assert op.external == 2 and trace.broken_links
+    assert "1 of 1 External ids name an op that does not enclose the launch" in " ".join(trace.notes)
+
+
+def test_an_external_id_that_agrees_with_the_nesting_is_kept_silently():
+    trace = parse(linked_trace(kernel_ext=2))
+    assert trace.steps[0].gpu[0].external == 2 and not trace.broken_links
+    assert not any("External id" in note for note in trace.notes)
+
+
+def test_no_rate_above_its_peak_is_printed_the_cell_names_the_suspect():
+    over = Efficiency(flops=363e6, us=1.0, peak_tflops=100.0)  # 363 TFLOP/s against 100: 363% of peak
+    assert peak_cell(over, broken_links=True) == "over: link?"
+    assert peak_cell(over, broken_links=False) == "over: peak?"
+    assert peak_cell(Efficiency(flops=50e6, us=1.0, peak_tflops=100.0), broken_links=False) == "50"
