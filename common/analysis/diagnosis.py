@@ -401,7 +401,7 @@ def cpu_context(trace: Trace, start: float, end: float) -> str:
         inside = [node for tid in tree.threads if (node := tree.innermost(tid, start, MADE_IN)) is not None]
         if inside:
             parts.append(f"inside {max(inside, key=lambda node: node.start).name} (the op open then)")
-    return "; ".join(parts) or "nothing the trace recorded"
+    return "; ".join(parts) or "in no op the trace recorded (Python between ops, or a wait)"
 
 
 def _gap_line(trace: Trace, gap: Gap) -> str:
