@@ -298,7 +298,7 @@ class Trace:
     tree: CallTree = field(default_factory=lambda: CallTree({}))  # every CPU event, nested (common.reader.calltree)
     gpu: list[GpuOp] = field(default_factory=list)  # every timed GPU op of the trace, in or out of the steps
     devices: list[str] = field(default_factory=list)  # devices whose events the reader does not model (MTIA)
-    broken_links: bool = False  # some External ids named an op that does not enclose the launch (build._Collector.check_links)
+    broken_links: bool = False  # an External id named an op not around its launch (build._Collector.check_links)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
 
     def __post_init__(self) -> None:
