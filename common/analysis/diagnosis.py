@@ -30,7 +30,9 @@ from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
-from common.reader.model import COMPILER_LABELS, GRAPH_LAUNCHES, GpuOp, Step, Trace
+from common.reader.calltree import Node, Thread
+from common.reader.kinds import COMPILER_LABELS, DATALOADER, GRAPH_LAUNCHES, LABEL, OP
+from common.reader.model import GpuOp, Launch, Step, Trace
 from common.reader.naming import kernel_family
 from common.units import human_time
 
@@ -78,7 +80,7 @@ class Diagnosis:
 # ---- the rules ----
 
 
-def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
+def _in_step_syncs(step: Step, last_launch: float | None) -> list[Launch]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize: the device-wide syncs after
     which no GPU work was launched (`last_launch`, the start of the step's last launch call), every one of them,
     so a bare trace's end (the user's torch.cuda.synchronize(), then the profiler's own at its exit) is not one."""
@@ -86,39 +88,26 @@ def _in_step_syncs(step: Step, last_launch: float | None) -> list[tuple]:
         return []
     syncs = list(step.syncs)
     device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    while syncs and syncs[-1][0] in device_wide and (last_launch is None or syncs[-1][1] > last_launch):
+    while syncs and syncs[-1].name in device_wide and (last_launch is None or syncs[-1].ts > last_launch):
         syncs.pop()
     return syncs
 
 
-def _op_before(trace: Trace, ts: float) -> str | None:
-    """The cpu_op started last at or before `ts` (the op a runtime call was made in, mostly)."""
-    starts, names = trace.cpu_starts
-    i = bisect.bisect_right(starts, ts)
-    return names[i - 1] if i > 0 else None
+MADE_IN = frozenset({OP})  # what a runtime call is made in: the innermost cpu_op open at it
+MADE_IN_LABEL = frozenset({LABEL})  # ... else the innermost record_function label (DDP's forward, say)
 
 
-LOOK_BACK = 4096  # cpu_ops _made_in looks back over for one still open (an op's ended children lie between)
-
-
-def _made_in(trace: Trace, ts: float, tid: object = None) -> str | None:
-    """What a runtime call at `ts` (on thread `tid`) was made in: the innermost cpu_op open then, else the innermost
-    record_function label open then on its thread (DDP's forward, say); None where neither is."""
-    starts, names = trace.cpu_starts
-    durs = trace.cpu_durs
-    i = bisect.bisect_right(starts, ts)
-    if len(durs) == len(starts):
-        for j in range(i - 1, max(-1, i - 1 - LOOK_BACK), -1):
-            if starts[j] + durs[j] >= ts:
-                return names[j]
-    elif (op := _op_before(trace, ts)) is not None:
-        return op  # no durations kept: the op started last
-    open_labels = [
-        (start, name)
-        for name, start, dur, thread in trace.labels
-        if start <= ts <= start + dur and (tid is None or thread == tid) and not name.startswith("ProfilerStep#")
-    ]
-    return max(open_labels)[1] if open_labels else None
+def _made_in(trace: Trace, launch: Launch) -> str | None:
+    """What the runtime call `launch` was made in: the innermost cpu_op open at its start on its thread, else the
+    innermost record_function label open then on its thread (not a step); None where neither is. A query on the
+    call tree: an op opened any number of ops before is found through the parent links."""
+    tree = trace.tree
+    node = tree.innermost(launch.tid, launch.ts, MADE_IN)
+    if node is None:
+        node = tree.innermost(launch.tid, launch.ts, MADE_IN_LABEL)
+        while node is not None and node.role == "step":
+            node = node.up
+    return node.name if node is not None else None
 
 
 def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
@@ -131,17 +120,15 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     read = SCALAR_READS[1]  # what .item() runs; aten::item only calls it
     for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
         reads_synced = 0
-        for name, ts, dur, *rest in _in_step_syncs(step, last_launch):
-            calls[name] += 1
-            us += dur
-            op = _made_in(trace, ts, rest[1] if len(rest) > 1 else None)
-            if op is not None and step.start_us <= ts:
+        for sync in _in_step_syncs(step, last_launch):
+            calls[sync.name] += 1
+            us += sync.dur
+            op = _made_in(trace, sync)
+            if op is not None and step.start_us <= sync.ts:
                 inside[op] += 1
                 reads_synced += op in SCALAR_READS
         gpu_reads = sum(
-            1
-            for op in step.memcpy
-            if op.launch and "DtoH" in op.name and _op_before(trace, op.launch[1]) in SCALAR_READS
+            1 for op in step.memcpy if op.launch and "DtoH" in op.name and _made_in(trace, op.launch) in SCALAR_READS
         )  # an .item() of a CPU tensor (AdamW's step count) copies nothing from the GPU and waits for nothing
         unrecorded = gpu_reads - reads_synced
         if unrecorded > 0:
@@ -207,18 +194,22 @@ def _scan(trace: Trace) -> _Scan:
             launch = op.launch
             kernel = op.category == "kernel"
             if launch is not None:
-                if last is None or launch[1] > last:
-                    last = launch[1]
-                if kernel and not launch[0].startswith(GRAPH_LAUNCHES):  # a replayed kernel's is its graph's
+                if last is None or launch.ts > last:
+                    last = launch.ts
+                if kernel and not launch.name.startswith(GRAPH_LAUNCHES):  # a replayed kernel's is its graph's
                     launched += 1
-                    if op.us < launch[2]:
+                    if op.us < launch.dur:
                         short.append(op)
             if kernel and shapes and (ext := op.external) in shapes:
                 by_op.setdefault(ext, []).append(op)
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    compiled = "triton" in families or any(name.startswith(COMPILER_LABELS) for name, *_ in trace.labels)
+    compiled = "triton" in families or any(
+        name.startswith(COMPILER_LABELS)
+        for thread in trace.tree.threads.values()
+        for name in set(thread.layer(LABEL).names)
+    )
     return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
 
 
@@ -257,7 +248,7 @@ def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
         return None
     n = len(trace.steps)
     median_kernel = statistics.median(op.us for op in short)
-    median_launch = statistics.median(op.launch[2] for op in short)
+    median_launch = statistics.median(op.launch.dur for op in short)
     return Rule(
         "kernels shorter than their launch",
         [
@@ -280,7 +271,8 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
     if not trace.phases:
         return idle
     wanted = set(trace.phases)
-    spans = sorted((ts, ts + dur, name) for name, ts, dur, _ in trace.labels if name in wanted)
+    spans = sorted((node.start, node.end, node.name) for thread in trace.tree.threads.values()
+                   for node in _labels_named(thread, wanted))  # fmt: skip
     starts = [start for start, _, _ in spans]
     for b in budgets:
         for gap in b.gaps:
@@ -290,25 +282,20 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
     return idle
 
 
-DATA_LOADING = "enumerate(DataLoader)"  # the label torch's DataLoader iterator opens around each __next__
+def _labels_named(thread: Thread, names: set[str]) -> list[Node]:
+    """The record_function labels of `thread` whose name is one of `names`."""
+    labels = thread.layer(LABEL)
+    return [Node(thread, labels, i) for i, name in enumerate(labels.names) if name in names]
 
 
 def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
-    """The cpu_ops that overlap [start, end] and sit inside no other overlapping one: (start, end, name)."""
-    starts, names = trace.cpu_starts
-    durs = trace.cpu_durs
-    if len(durs) != len(starts):
-        return []
-    hi = bisect.bisect_right(starts, end)
-    lo = bisect.bisect_left(starts, start)
-    # an op started before the window can still be open in it: look back over the ops started up to its start
-    back = max(0, lo - 64)
-    spans = sorted((starts[i], starts[i] + durs[i], names[i]) for i in range(back, hi) if starts[i] + durs[i] > start)
+    """The cpu_ops that overlap [start, end] and sit inside no other op (CallTree.top_level, on every thread), less
+    any that starts inside one taken before it on another thread: (start, end, name)."""
     top, last_end = [], -math.inf
-    for op_start, op_end, name in spans:
-        if op_start >= last_end:
-            top.append((op_start, op_end, name))
-            last_end = op_end
+    for node in trace.tree.top_level(start, end, OP):
+        if node.start >= last_end:
+            top.append((node.start, node.end, node.name))
+            last_end = node.end
     return top
 
 
@@ -318,19 +305,24 @@ def host_wait_causes(trace: Trace, budgets: list[Budget]) -> Counter:
     ("launches", "") for the short ops that launch the GPU's work one by one, ("no recorded op", "") for time in
     none (Python between ops)."""
     causes: Counter = Counter()
-    launched = sorted(op.launch[1] for step in trace.steps for op in step.gpu if op.launch is not None)
-    labels = [(ts, ts + dur, name) for name, ts, dur, _ in trace.labels
-              if name.startswith(DATA_LOADING) or name.startswith("Optimizer.step") or name in trace.phases
-              and "optim" in name.lower()]  # fmt: skip
+    launched = sorted(op.launch.ts for step in trace.steps for op in step.gpu if op.launch is not None)
+    tree = trace.tree
+    optimizer_phases = {name for name in trace.phases if "optim" in name.lower()}
     for b in budgets:
         for gap in b.gaps:
             if gap.kind != "host" or gap.us <= 0:
                 continue
             left = gap.us
-            for ts, end, name in labels:
+            labels = [
+                (node.start, node.end, node.name)
+                for role in ("DataLoader", "optimizer", "label")
+                for node in tree.overlapping(gap.start, gap.end, role)
+                if role != "label" or node.name in optimizer_phases
+            ]
+            for ts, end, name in sorted(labels):
                 inside = min(end, gap.end) - max(ts, gap.start)
                 if inside > 0:
-                    cause = "data loading" if name.startswith(DATA_LOADING) else "the optimizer"
+                    cause = "data loading" if name.startswith(DATALOADER) else "the optimizer"
                     causes[cause, _cut(name, 60)] += min(inside, left)
                     left -= min(inside, left)
             if left <= 0:
@@ -394,20 +386,22 @@ def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled
 def cpu_context(trace: Trace, start: float, end: float) -> str:
     """What the CPU ran during [start, end]: the innermost record_function label open at its start (on any
     thread) and the ops it started then, most frequent first."""
-    open_labels = [(ts, name) for name, ts, dur, _ in trace.labels if ts <= start < ts + dur]
-    label = max(open_labels)[1] if open_labels else None
-    starts, names = trace.cpu_starts
-    lo, hi = bisect.bisect_left(starts, start), bisect.bisect_right(starts, end)
-    ops = Counter(names[lo:hi])
+    tree = trace.tree
+    open_labels = [node for tid in tree.threads if (node := tree.innermost(tid, start, MADE_IN_LABEL)) is not None
+                   and node.end > start]  # fmt: skip
+    label = max(open_labels, key=lambda node: node.start).name if open_labels else None
+    ops = Counter(node.name for node in tree.starting(start, end + 1e-9, OP))
     parts = []
     if label:
         parts.append(f"in {_cut(label)!r}")
     if ops:
         listed = ", ".join(f"{name} ×{count}" for name, count in ops.most_common(3))
         parts.append(f"starting {sum(ops.values())} ops ({listed})")
-    elif lo > 0 and names:
-        parts.append(f"inside {names[lo - 1]} (the last op started before it)")
-    return "; ".join(parts) or "nothing the trace recorded"
+    else:
+        inside = [node for tid in tree.threads if (node := tree.innermost(tid, start, MADE_IN)) is not None]
+        if inside:
+            parts.append(f"inside {max(inside, key=lambda node: node.start).name} (the op open then)")
+    return "; ".join(parts) or "in no op the trace recorded (Python between ops, or a wait)"
 
 
 def _gap_line(trace: Trace, gap: Gap) -> str:
@@ -464,9 +458,9 @@ def _rule_first_step(trace: Trace) -> Rule | None:
     if usual <= 0 or first.dur_us < FIRST_STEP_SLOWER * usual:
         return None
     compile_labels = {
-        name
-        for name, ts, _, _ in trace.labels
-        if first.start_us <= ts <= first.start_us + first.dur_us and any(word in name for word in COMPILE_WORDS)
+        node.name
+        for node in trace.tree.starting(first.start_us, first.start_us + first.dur_us + 1e-9, LABEL)
+        if any(word in node.name for word in COMPILE_WORDS)
     }
     extra = trace.extra_calls(first)
     listed = ", ".join(f"{name} {count}" for name, count in sorted(extra.items(), key=lambda kv: -kv[1])[:3])
@@ -627,7 +621,10 @@ def _says_gpu(f: _Facts) -> str:
         flops = sum(e.flops for e in gemm)
         peak_us = sum(e.peak_tflops * e.us for e in gemm)  # the peak each kernel's time is measured against
         share = rate(flops, 1e6 * peak_us)  # FLOPs over what the peak does in their time: the share of peak
-        if share is not None:
+        if share is not None and share > 1:  # never a rate above the peak: a broken link or a wrong peak
+            why = "an External id link" if trace.broken_links else "the peak"
+            line += f"; the GEMM kernels' rate reads above the device's peak: {why} is wrong"
+        elif share is not None:
             kinds = [k for k in ("GEMM", "attention", "convolution") if any(e.kind == k for e in gemm)]
             line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
             line += f"{num(100 * share, 2)}% of peak"  # 0.019%, not "0%", for a GEMM far below its peak
@@ -653,6 +650,10 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
+    if trace.devices and not trace.gpu:  # a device the reader does not model: never "no GPU", never a bound
+        line = (f"no bound: the trace's device is {', '.join(trace.devices)}, which the reader does not model, so "
+                "nothing says how busy it was")  # fmt: skip
+        return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
@@ -667,7 +668,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 f"(kernels, memcpy, memset) in its steps, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
-    budgets = step_budgets(trace.steps)
+    budgets = step_budgets(trace)
     m = median_budget(budgets)
     assert m is not None
     if not m.span > 0:  # 0 µs (or a time no float holds): no share of it is a figure, so no rule may fire on one

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
+from common.analysis.efficiency import peak_cell
 from common.analysis.figures import Row, metadata_figure, summarize
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
@@ -70,7 +71,9 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
     if trace.has_gpu and trace.gpu_activity:
         stats = top_kernels(trace, args.top)
         roofs = kernel_roofs(op_roofs(trace, peak)) if args.wide else None
-        headers, cells = kernel_cells(stats, 200 if args.wide else 48, trace.sm, diagnosis.rates, roofs)
+        headers, cells = kernel_cells(
+            stats, 200 if args.wide else 48, trace.sm, diagnosis.rates, roofs, trace.broken_links
+        )
         if not args.markdown and not args.wide and cells:  # the kernel names take what is left of TEXT_WIDTH
             cells = fit_last_column(headers, cells, cut_name)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
@@ -138,11 +141,13 @@ def kernel_cells(
     sm: SmLimits | None = None,
     rates: dict | None = None,
     roofs: dict | None = None,
+    broken_links: bool = False,
 ) -> tuple[list[str], list[list[str]]]:
     """A top-kernels table as (headers, cells): time, calls and share, the TFLOP/s and % of peak its op's
     record_shapes give (`rates`: common.analysis.efficiency.efficiency; the columns only where some kernel has one),
     the MB per step its ops move and their bound (`roofs`: common.analysis.roofline_table.kernel_roofs; likewise),
-    then the launch figures (theoretical occupancy on a GPU of limits `sm`) and the name."""
+    then the launch figures (theoretical occupancy on a GPU of limits `sm`) and the name. No % of peak is above 100
+    (efficiency.peak_cell: over the peak, the cell says "link?" where `broken_links`, else "peak?")."""
     rates = {key: rates[key] for key in ((k.op.category, k.op.name) for k in stats) if key in rates} if rates else {}
     roofs = (
         {k.op.name: roofs[k.op.name] for k in stats if k.op.category == "kernel" and k.op.name in roofs}
@@ -159,7 +164,7 @@ def kernel_cells(
         elif rate and rate.helper:  # a helper kernel of an op: the op's rate is on its main kernel's row
             shaped = ["helper", DASH]
         else:
-            shaped = [num(rate.tflops) if rate else DASH, num(rate.pct_peak, 2) if rate else DASH]
+            shaped = [num(rate.tflops) if rate else DASH, peak_cell(rate, broken_links) if rate else DASH]
         cells.append([
             f"{k.us_per_step:.1f}",
             f"{k.calls_per_step:g}",

@@ -40,6 +40,19 @@ class Efficiency:
         return 100.0 * tflops / self.peak_tflops if tflops is not None and self.peak_tflops else None
 
 
+def peak_cell(e: Efficiency, broken_links: bool) -> str:
+    """The % of peak as a table prints it, never above 100: a rate over the peak is a broken link (the trace's
+    External ids disagreed with the nesting: Trace.broken_links) or a wrong peak, and the cell says which."""
+    from common.analysis.tables import DASH, num  # the table's own formatting
+
+    pct = e.pct_peak
+    if pct is None:
+        return DASH
+    if pct > 100:
+        return "over: link?" if broken_links else "over: peak?"
+    return num(pct, 2)
+
+
 def efficiency(trace: Trace, peak_tflops: float | None = None) -> dict[tuple[str, str], Efficiency]:
     """(category, name) -> the FLOPs and time of that kernel's launches whose op has shapes (record_shapes; an op's
     FLOPs on its main kernel, over all its kernels' time; its helpers none), and the peak it is measured against: the

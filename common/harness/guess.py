@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from common.analysis.tables import LAUNCH_HEADERS, LAUNCH_LEGEND, TEXT_WIDTH, launch_cells, text_table
 from common.cli import SuiteError
+from common.reader.kinds import LABEL
 from common.reader.model import Step, Trace
 from common.reader.naming import FAMILIES, short_name
 
@@ -155,7 +156,7 @@ def calls_per_step(trace: Trace) -> int:
     without `schedule=` records every step as one); 1 for a trace with steps or without the label."""
     if not trace.whole_trace or not trace.label:
         return 1
-    return max(1, sum(name == trace.label for name, *_ in trace.labels))
+    return max(1, len(trace.tree.named(trace.label, LABEL)))
 
 
 def check_guess(trace: Trace, guess: list[Expect]) -> list[Verdict]:

@@ -22,29 +22,37 @@ import bisect
 import contextlib
 import functools
 import gc
+import itertools
 import math
-import re
+import operator
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import compress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.reader import comms
-from common.reader.model import (
+from common.reader.calltree import FEW_THREADS, CallTree, Layer, Thread
+from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
     COMPILER_LABELS,
+    CPU_KINDS,
+    DRIVER,
     GPU_WORK,
     GRAPH_LAUNCHES,
     KERNEL_LAUNCHES,
-    LAUNCH_CATEGORIES,
+    LABEL,
+    OP,
+    PYTHON,
+    RUNTIME,
+    STEP,
     SYNC_CALLS,
-    GpuOp,
-    Phase,
-    Step,
-    Trace,
+    UNMODELLED_DEVICES,
 )
+from common.reader.model import GpuOp, Launch, Phase, Step, Trace
 from common.reader.occupancy import sm_limits
 from common.reader.roofline import SHAPED_OPS, ShapedOp
 from common.units import human_time
@@ -53,7 +61,7 @@ if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read:
     from common.reader.trace_json import Args, Event, GpuArgs
 
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,18})$")  # a longer number is not a step the profiler wrote
+STEP_NAME = STEP
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
 FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
@@ -143,11 +151,17 @@ def _correlation(args: Args | None) -> int | str | None:
     return None if args is None else _id(args.correlation)
 
 
-KEPT = {"user_annotation", "cpu_op", *LAUNCH_CATEGORIES, *GPU_WORK}  # the categories the reader uses
+KEPT = {*CPU_KINDS, *GPU_WORK}  # the categories the reader uses
+KIND_CODE = {kind: code for code, kind in enumerate(CPU_KINDS)}
+NAME, TS, DUR, TID = (operator.itemgetter(i) for i in range(4))  # of an (name, ts, dur, tid) record
+LAUNCH_TID = operator.itemgetter(4)  # of a Launch
+_NO_THREAD = object()  # before the first event: no thread id is this
+_new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur, correlation, tid)), in C
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
 # record_function label, what today's traces call user_annotation.
+UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
 
@@ -179,12 +193,21 @@ class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
     def __init__(self) -> None:
-        self.op_names: list[str] = []  # cpu_op events, most of a trace: names and starts in two flat lists
-        self.op_ts: list[float] = []
-        self.op_dur: list[float] = []
-        self.ops_end = -math.inf  # the last cpu_op's end
+        # The CPU events, the nodes of the call tree (common.reader.calltree, built once they are all read). The
+        # cpu_ops, most of a trace, in flat columns, their threads as runs (index of the first, thread id); the
+        # others as the records the reader keeps of them anyway.
+        self.op_names: list[str] = []
+        self.op_ts = array("d")  # µs: flat doubles, not a float object each
+        self.op_dur = array("d")
+        self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
+        self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
-        self.launches: list[tuple] = []  # cuda_runtime, cuda_driver: (name, ts, dur, corr, tid)
+        self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
+        self.launches: list[Launch] = []  # cuda_runtime, cuda_driver
+        self.launch_kinds = bytearray()  # RUNTIME or DRIVER per launch
+        self.passed: set[str | None] = set()  # categories neither read nor of a device the reader does not model
+        self.unmodelled: Counter = Counter()  # events of a device the reader does not model (MTIA): name -> count
+        self.shaped_spans: dict[object, tuple[float, float, object]] = {}  # External id -> a shaped op's (ts, end, tid)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
@@ -201,19 +224,27 @@ class _Collector:
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
-        names, op_names, op_ts, op_dur, inf = self.names, self.op_names, self.op_ts, self.op_dur, math.inf
-        args_of = self.args_of
+        names, inf, unmodelled, passed = self.names, math.inf, self.unmodelled, self.passed
+        add_name, add_ts, add_dur = self.op_names.append, self.op_ts.append, self.op_dur.append
+        args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
-        ops_end, skipped = self.ops_end, 0
+        skipped, last_tid, tid = 0, _NO_THREAD, None
+        op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
                 if cat == "Operator" and e.name is not None:
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
-                    cat = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
-                if cat is None:
-                    continue
+                    old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                    if old is None:
+                        if cat not in passed:  # ac2g flows, gpu_user_annotation: looked at once per category
+                            if cat is not None and cat.startswith(UNMODELLED):
+                                unmodelled[cat] += 1
+                            else:
+                                passed.add(cat)
+                        continue
+                    cat = old
                 e.cat = cat
             if e.ph != "X" or e.name is None:
                 continue
@@ -221,21 +252,38 @@ class _Collector:
                 skipped += 1
                 continue
             name = names.setdefault(e.name, e.name)
-            if cat == "cpu_op":
-                op_names.append(name)
-                op_ts.append(ts)
-                op_dur.append(dur)
-                if ts + dur > ops_end:
-                    ops_end = ts + dur
+            if cat == "cpu_op":  # most of a trace: a node of the call tree, in the ops' columns
+                if e.tid != last_tid:  # one object per thread id
+                    last_tid = e.tid
+                    tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
+                if tid is not op_tid:
+                    self.op_tids.append((len(self.op_names), tid))
+                    op_tid = tid
+                add_name(name)
+                add_ts(ts)
+                add_dur(dur)
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                    self.shaped(name, args)
+                    self.shaped(name, args, ts, dur, tid)
                 elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
-                    if (issued := comms.issued(name, ts, dur, _id(e.tid), args)) is not None:
+                    if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
                         self.comms.append(issued)
-            elif cat == "user_annotation":
-                self.annotations.append((name, ts, dur, _id(e.tid)))
-            elif cat in GPU_WORK:
+                continue
+            code = kind_code.get(cat)
+            if code is not None:  # another CPU event: a node of the call tree, from the record kept of it
+                if e.tid != last_tid:
+                    last_tid = e.tid
+                    tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
+                if code == LABEL:
+                    self.annotations.append((name, ts, dur, tid))
+                elif code >= RUNTIME:  # a runtime or driver call
+                    typed = typed_args(e.args, launch_args)
+                    corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
+                    launches.append(_new_launch((name, ts, dur, corr, tid)))
+                    self.launch_kinds.append(code)
+                else:
+                    self.python.append((name, ts, dur, tid))
+            else:
                 e.name = name
                 typed = typed_args(e.args, gpu_args)
                 if typed is not None:
@@ -243,18 +291,15 @@ class _Collector:
                 else:
                     args = args_of(e.args)
                     self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
-            else:
-                typed = typed_args(e.args, launch_args)
-                corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
-                self.launches.append((name, ts, dur, corr, _id(e.tid)))
-        self.ops_end, self.skipped = ops_end, self.skipped + skipped
+        self.skipped += skipped
 
-    def shaped(self, name: str, args: object) -> None:
+    def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> None:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
         the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
         if _id(ext) is None:
             return
+        self.shaped_spans[ext] = (ts, ts + dur, tid)
         types, concrete = args.types, args.concrete
         key = (
             name,
@@ -268,7 +313,45 @@ class _Collector:
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
         self.shapes[ext] = op
 
-    def steps(self, path: Path | str, find_iterations: bool = True) -> tuple[list[Step], bool]:
+    def call_tree(self) -> CallTree:
+        """The call tree of every CPU event kept, a Layer per thread and category: the ops from their columns (a
+        thread's ops most often one run of them, kept as read where they come in order), the labels,
+        python_function events and runtime and driver calls from their records, column by column in C. The ops'
+        columns are freed."""
+        layers: dict[object, dict[int, Layer]] = {}
+        runs = [*self.op_tids, (len(self.op_names), None)]
+        by_tid: dict[object, list[tuple[int, int]]] = {}
+        for (lo, tid), (hi, _) in itertools.pairwise(runs):
+            by_tid.setdefault(tid, []).append((lo, hi))
+        for tid, slices in by_tid.items():
+            if len(slices) == 1:  # a thread's ops in one run: the columns as they are
+                (lo, hi), whole = slices[0], slices[0] == (0, len(self.op_names))
+                starts = self.op_ts if whole else self.op_ts[lo:hi]
+                durs = self.op_dur if whole else self.op_dur[lo:hi]
+                names = self.op_names if whole else self.op_names[lo:hi]
+            else:
+                starts, durs, names = array("d"), array("d"), []
+                for lo, hi in slices:
+                    starts += self.op_ts[lo:hi]
+                    durs += self.op_dur[lo:hi]
+                    names += self.op_names[lo:hi]
+            ends = array("d", map(operator.add, starts, durs))
+            layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
+        self.op_names, self.op_ts, self.op_dur, self.op_tids = [], array("d"), array("d"), []
+        is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
+        runtime = list(compress(self.launches, is_runtime))
+        driver = list(compress(self.launches, map(operator.not_, is_runtime)))
+        for kind, records, tid_of in (
+            (LABEL, self.annotations, TID), (PYTHON, self.python, TID),
+            (RUNTIME, runtime, LAUNCH_TID), (DRIVER, driver, LAUNCH_TID),
+        ):  # fmt: skip
+            for tid, kept in _by_thread(records, tid_of).items():
+                starts = array("d", map(TS, kept))
+                ends = array("d", map(operator.add, starts, map(DUR, kept)))
+                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, list(map(NAME, kept)))
+        return CallTree({tid: Thread(tid, dict(sorted(by_kind.items()))) for tid, by_kind in layers.items()})
+
+    def steps(self, path: Path | str, tree: CallTree, find_iterations: bool = True) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order; else the iterations its repeated labels give (`iterations`),
         where `find_iterations`; else one step over the whole trace (True). A trace the suite wrote is not searched:
         the harness checks it per call of its own label."""
@@ -278,19 +361,19 @@ class _Collector:
         )
         if steps:
             return steps, False
-        spans = [(ts, ts + dur) for _, ts, dur, *_ in (*self.annotations, *self.launches)]
-        spans += [(min(self.op_ts), self.ops_end)] if self.op_ts else []
+        layers = [layer for thread in tree.threads.values() for layer in thread.layers.values() if len(layer)]
+        spans = [(min(layer.starts[0] for layer in layers), max(max(layer.ends) for layer in layers))] if layers else []
         spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
         if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
             raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")
         start = min(s for s, _ in spans)
-        found = self.iterations(start) if find_iterations else None
+        found = self.iterations(start, tree) if find_iterations else None
         if found:
             return found, False
         return [Step(0, start, max(e for _, e in spans) - start)], True
 
-    def iterations(self, start: float) -> list[Step] | None:
+    def iterations(self, start: float, tree: CallTree) -> list[Step] | None:
         """The iterations of a trace without ProfilerStep#N, where its top-level labels repeat: on the thread with
         the most labels, the sequence of labels not nested in another (torch's own `Optimizer.step#AdamW.step` and
         `Optimizer.zero_grad#…` count, compiler labels do not) that is one pattern two or more times over. Iteration
@@ -298,18 +381,13 @@ class _Collector:
         end in iteration k, so what runs between two (a DataLoader's next batch) is in an iteration. None where no
         pattern repeats: the trace stays one window. The pattern's last label is kept in `self.iteration_mark`."""
         self.iteration_mark = None
-        by_tid: dict[object, list[tuple[float, float, str]]] = {}
-        for name, ts, dur, tid in self.annotations:
-            if not name.startswith(COMPILER_LABELS):
-                by_tid.setdefault(tid, []).append((ts, -dur, name))
-        if not by_tid:
+        masks = {tid: _label_mask(thread.layer(LABEL)) for tid, thread in tree.threads.items()}
+        if not any(mask.count(1) for mask in masks.values()):
             return None
-        labels = sorted(max(by_tid.values(), key=len))
-        top, last_end = [], -math.inf
-        for ts, neg_dur, name in labels:
-            if ts >= last_end:  # not nested in the label before it
-                top.append((ts, ts - neg_dur, name))
-                last_end = ts - neg_dur
+        tid = max(masks, key=lambda t: masks[t].count(1))
+        labels = tree.threads[tid].layer(LABEL)
+        starts, ends, idx = labels.tops(masks[tid], "labels")
+        top = [(start, end, labels.names[i]) for start, end, i in zip(starts, ends, idx, strict=True)]
         names = [name for _, _, name in top]
         period = next((p for p in range(1, len(names) // 2 + 1)
                        if len(names) % p == 0 and names == names[:p] * (len(names) // p)), None)  # fmt: skip
@@ -320,54 +398,51 @@ class _Collector:
         bounds = [start, *ends]
         return [Step(k + 1, bounds[k], bounds[k + 1] - bounds[k]) for k in range(len(ends))]
 
-    def count_ops(self, step_at: _Spans, phase_at: _Spans) -> tuple[list[float], list[str], list[float]]:
-        """Count the cpu_ops of each step and of each phase. Sorted by start time once, each step's ops are one
-        slice of the list, counted by Counter in C: no Python work per event. The starts, names and durations in
-        time order."""
-        ts, names, durs = sorted(self.op_ts), self.op_names, self.op_dur
-        if ts != self.op_ts:  # not written in time order: put the names in the same order as the times
-            order = sorted(range(len(self.op_ts)), key=self.op_ts.__getitem__)
-            names, durs = [names[i] for i in order], [durs[i] for i in order]
-        in_ts: list[float] = []  # the ops inside some step, in time order
-        in_names: list[str] = []
-        for step, (lo, hi) in zip(step_at.items, step_at.slices(ts), strict=True):
-            step.cpu_ops.update(names[lo:hi])
-            if phase_at.items:
-                in_ts += ts[lo:hi]
-                in_names += names[lo:hi]
-        for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(in_ts), strict=True):
-            phase.cpu_ops.update(in_names[lo:hi])
-        return ts, names, durs
+    @staticmethod
+    def count_ops(tree: CallTree, step_at: _Spans, phase_at: _Spans) -> None:
+        """Count the cpu_ops of each step and of each phase, on every thread: each thread's nodes are in start order,
+        so a step's are one slice of them, its ops picked and counted in C (itertools.compress, Counter)."""
+        for thread in tree.threads.values():
+            ops = thread.layer(OP)
+            names = ops.names
+            inside = step_at.slices(ops.starts)  # a phase counts the ops inside a step only
+            his = [hi for _, hi in inside]
+            for step, (lo, hi) in zip(step_at.items, inside, strict=True):
+                step.cpu_ops.update(names[lo:hi])
+            for phase, (lo, hi) in zip(phase_at.items, phase_at.slices(ops.starts), strict=True):
+                for step_lo, step_hi in inside[bisect.bisect_right(his, lo) :]:
+                    if step_lo >= hi:
+                        break
+                    phase.cpu_ops.update(names[max(lo, step_lo) : min(hi, step_hi)])
 
-    def children(self, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
+    @staticmethod
+    def children(tree: CallTree, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
         """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
-        each thread apart: (span index, tid) -> [(start, -duration, name)] of its top-level labels, in time order.
-        Steps, the label `skip` itself and torch.compile's own annotations are no labels here."""
+        each thread apart: (span index, tid) -> [(start, -duration, name)] of its top-level labels, in time order,
+        from the call tree. Steps, the label `skip` itself and torch.compile's own annotations are no labels here:
+        a label inside one of them is still directly inside the span."""
         starts = [start for start, _, _ in outer]
-        inside: dict[tuple, list[tuple[float, float, str]]] = {}
-        for name, ts, dur, tid in self.annotations:
-            if name == skip or STEP_NAME.match(name) or name.startswith(COMPILER_LABELS):
-                continue
-            i = bisect.bisect_right(starts, ts) - 1
-            if i >= 0 and ts + dur <= outer[i][1] and outer[i][2] in (None, tid):
-                inside.setdefault((i, tid), []).append((ts, -dur, name))
         top: dict[tuple, list] = {}
-        for key, labels in inside.items():
-            last_end = -math.inf
-            for ts, neg_dur, name in sorted(labels):
-                if ts >= last_end:  # not nested in the label before it
-                    top.setdefault(key, []).append((ts, neg_dur, name))
-                    last_end = ts - neg_dur
+        for tid, thread in tree.threads.items():
+            labels = thread.layer(LABEL)
+            begins, ends, idx = labels.tops(_label_mask(labels, skip), ("children", skip))
+            names = labels.names
+            for begin, end, i in zip(begins, ends, idx, strict=True):
+                k = bisect.bisect_right(starts, begin) - 1
+                if k >= 0 and end <= outer[k][1] and outer[k][2] in (None, tid):
+                    top.setdefault((k, tid), []).append((begin, begin - end, names[i]))
         return top
 
-    def outline(self, steps: list[Step], whole: bool) -> tuple[str | None, list[tuple[float, float, object]]]:
+    def outline(
+        self, tree: CallTree, steps: list[Step], whole: bool
+    ) -> tuple[str | None, list[tuple[float, float, object]]]:
         """Where a step's phases are, without a named label: inside the one label that wraps every step's work
         (train_step, if each step holds that label alone), else directly inside the steps. (that label or None,
         its spans or the steps' spans as (start, end, tid))."""
         tids = {(ts, dur): tid for name, ts, dur, tid in self.annotations if STEP_NAME.match(name)}
         outer = [(s.start_us, s.start_us + s.dur_us, None if whole else tids.get((s.start_us, s.dur_us)))
                  for s in steps]  # fmt: skip
-        tops = self.children(outer, None)
+        tops = self.children(tree, outer, None)
         names = {name for labels in tops.values() for _, _, name in labels}
         if len(names) == 1 and all(len(labels) == 1 for labels in tops.values()):
             [wrapper] = names
@@ -379,13 +454,13 @@ class _Collector:
         return sorted((ts, ts + dur, tid) for name, ts, dur, tid in self.annotations if name == label)
 
     def phase_spans(
-        self, outer: list[tuple[float, float, object]], label: str | None, step_at: _Spans
+        self, tree: CallTree, outer: list[tuple[float, float, object]], label: str | None, step_at: _Spans
     ) -> list[tuple[float, float, Phase]]:
         """The record_function labels directly inside each span of `outer` ((start, end, tid): the spans of
         `label`, or the steps) on its thread: (start, end, phase), one Phase per step and name, its CPU time
         summed over its spans."""
         spans: list[tuple[float, float, Phase]] = []
-        for labels in self.children(outer, label).values():
+        for labels in self.children(tree, outer, label).values():
             for ts, neg_dur, name in labels:
                 step = step_at(ts)
                 if step is None:
@@ -394,6 +469,38 @@ class _Collector:
                 phase.cpu_us += -neg_dur
                 spans.append((ts, ts - neg_dur, phase))
         return spans
+
+    def check_links(self, tree: CallTree) -> list[str]:
+        """Check each kernel's External id link to a shaped op (Trace.shapes: what its FLOPs are read from) against
+        the time nesting: the op it names must enclose the kernel's launch call on its thread. Where it does not,
+        the op is taken from the nesting (the innermost enclosing shaped op, else none) and the note says how many
+        disagreed, once."""
+        shaped, spans = self.shapes, self.shaped_spans
+        if not shaped:
+            return []
+        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id, made where a link is broken
+        linked = broken = 0
+        for _, _, op in self.gpu:
+            launch, ext = op.launch, op.external
+            if launch is None or ext not in shaped or op.category != "kernel":
+                continue
+            linked += 1
+            ts, end, tid = spans[ext]
+            if tid == launch.tid and ts <= launch.ts <= end:
+                continue
+            broken += 1
+            if not at:
+                at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
+            thread = tree.threads.get(launch.tid)
+            layer = thread.layer(OP) if thread is not None else None
+            i = layer.innermost(launch.ts) if layer is not None else -1
+            while i >= 0 and (launch.tid, layer.starts[i]) not in at:  # type: ignore[union-attr]
+                i = layer.ancestor(i)  # type: ignore[union-attr]
+            op.external = at[launch.tid, layer.starts[i]] if i >= 0 else None  # type: ignore[union-attr]
+        if not broken:
+            return []
+        return [f"{broken} of {linked} External ids name an op that does not enclose the launch: the op is taken from "
+                "the time nesting"]  # fmt: skip
 
     def capture_windows(self) -> Callable[[object, float], bool] | None:
         """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
@@ -430,7 +537,8 @@ class _Collector:
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
-        steps, whole = self.steps(path, find_iterations=not meta)  # the suite's own: per call of its label
+        tree = self.call_tree()
+        steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = []
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
@@ -446,13 +554,12 @@ class _Collector:
             outer, parent = self.spans_of(label), label
         else:
             cpu = "window" if whole else "iteration" if self.iteration_mark is not None else "step"
-            parent, outer = self.outline(steps, whole)
+            parent, outer = self.outline(tree, steps, whole)
             for step in steps:
                 step.region_us = step.dur_us
-        spans = self.phase_spans(outer, parent, step_at)
+        spans = self.phase_spans(tree, outer, parent, step_at)
         phase_at = _Spans(spans)
-
-        *cpu_starts, cpu_durs = self.count_ops(step_at, phase_at)
+        self.count_ops(tree, step_at, phase_at)
         if label:
             for name, ts, dur, _ in self.annotations:
                 if name == label and (step := step_at(ts)) is not None:
@@ -460,7 +567,7 @@ class _Collector:
             if region and all(step.region_us is None for step in steps):
                 notes.append(f"record_function {region!r} (--region) is in no profiled step: no CPU figure")
         launch_step: dict[object, Step] = {}
-        launch_of: dict[object, tuple] = {}
+        launch_of: dict[object, Launch] = {}
         launch_phase: dict[object, Phase] = {}
         launched_outside: dict[object, float] = {}
         starts, ends, items, find = step_at.starts, step_at.ends, step_at.items, bisect.bisect_right
@@ -495,13 +602,13 @@ class _Collector:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
         left_out: list[tuple[object, GpuOp]] = []
         for ts, corr, op in self.gpu:
+            op.launch = launch_of.get(corr)
             step = step_at(ts) if by_time else launch_step.get(corr)
             if step is None:
                 if step_at(ts) is not None:  # ran inside a step, launched outside every step
                     left_out.append((corr, op))
                 continue
             step.gpu.append(op)
-            op.launch = launch_of.get(corr)
             phase = launch_phase.get(corr)
             if phase is not None:
                 phase.gpu.append(op)
@@ -525,6 +632,13 @@ class _Collector:
                     f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between "
                     "steps?): not counted"
                 )
+        link_notes = self.check_links(tree)
+        notes += link_notes
+        devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
+        if devices:
+            count = sum(self.unmodelled.values())
+            notes.append(f"the trace holds {count} events of {', '.join(devices)}, a device the reader does not model: "
+                         "its work is not read, so the figures say nothing of it")  # fmt: skip
         props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
@@ -543,14 +657,39 @@ class _Collector:
         distributed = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
         phases = list(dict.fromkeys(name for step in steps for name in step.phases))
         for step in steps:
-            step.syncs.sort(key=lambda launch: launch[1])
+            step.syncs.sort(key=lambda launch: launch.ts)
         return Trace(
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
-            cpu_starts=tuple(cpu_starts), labels=self.annotations, cpu_durs=cpu_durs,
+            tree=tree, gpu=[op for _, _, op in self.gpu], devices=devices, broken_links=bool(link_notes),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip
+
+
+def _by_thread(records: list, tid_of: Callable) -> dict[object, list]:
+    """`records` grouped by their thread (`tid_of` gives it), each group in the records' order: a pass per thread in
+    C where the threads are few."""
+    tids = list(map(tid_of, records))
+    distinct = dict.fromkeys(tids)
+    if len(distinct) <= 1:
+        return {tid: records for tid in distinct}
+    if len(distinct) <= FEW_THREADS:
+        return {tid: list(compress(records, map(operator.eq, tids, itertools.repeat(tid)))) for tid in distinct}
+    out: dict[object, list] = {}
+    for record, tid in zip(records, tids, strict=True):
+        out.setdefault(tid, []).append(record)
+    return out
+
+
+def _label_mask(labels: Layer, skip: str | None = None) -> bytes:
+    """A byte per record_function label of a thread (`labels`): 1 for one that is not a step, not `skip`, and not
+    one of torch.compile's own annotations (COMPILER_LABELS). Once per distinct name."""
+    keep: dict[str, int] = {}
+    for name in labels.names:
+        if name not in keep:
+            keep[name] = int(not (name == skip or name.startswith(COMPILER_LABELS) or STEP_NAME.match(name)))
+    return bytes(map(keep.__getitem__, labels.names))
 
 
 @contextlib.contextmanager

@@ -124,9 +124,9 @@ def timed(found: list[Collective], gpu: list, labels: list[tuple[str, float, flo
     work: dict[int, list] = {}
     for op in gpu:
         launch = op.launch
-        if launch is None or op.start is None or launch[4] not in by_tid:
+        if launch is None or op.start is None or launch.tid not in by_tid:
             continue
-        tid, ts = launch[4], launch[1]
+        tid, ts = launch.tid, launch.ts
         k = bisect.bisect_right(starts[tid], ts) - 1
         if k >= 0:
             c = found[by_tid[tid][k]]

@@ -8,26 +8,52 @@ about 1e-3 µs: subtract the first start before building the intervals, so each 
 
 from __future__ import annotations
 
+import itertools
+import operator
+from array import array
 from collections.abc import Iterable
 
 Interval = tuple[float, float]
+FIRST, SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
-def merged(intervals: Iterable[Interval]) -> list[Interval]:
-    """The union of `intervals` as disjoint (start, end) pairs in time order; intervals that overlap or touch
+def merged(intervals: Iterable[Interval], touch: float = 0.0) -> list[Interval]:
+    """The union of `intervals` as disjoint (start, end) pairs in time order: the one union of the reader and the
+    analysis (union_sorted, once they are sorted). Intervals that overlap, touch, or lie less than `touch` apart
     become one."""
-    out: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(start, end) for start, end in out]
+    spans = sorted(intervals)
+    starts, ends, _ = union_sorted(array("d", map(FIRST, spans)), array("d", map(SECOND, spans)), touch)
+    return list(zip(starts, ends, strict=True))
+
+
+def union_sorted(
+    starts: array, ends: array, touch: float = 0.0, reach: array | None = None
+) -> tuple[array, array, array]:
+    """The union of intervals given in start order (`starts`, `ends`; `reach`, the running maximum of the ends,
+    where known), in C: an interval of the union opens at each one that starts more than `touch` after every
+    earlier one has ended, and closes at the latest end before the next one opens. (starts, ends, and the index of
+    the interval each one of the union opens with.)"""
+    if not starts:
+        return array("d"), array("d"), array("l")
+    if reach is None:
+        reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each: ascending
+    later = map(operator.gt, itertools.islice(starts, 1, None), map(touch.__add__, reach))
+    firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
+    closes = itertools.chain(itertools.islice(firsts, 1, None), (len(starts),))  # the index after each interval
+    lasts = array("d", map(reach.__getitem__, map((-1).__add__, closes)))
+    return array("d", map(starts.__getitem__, firsts)), lasts, firsts
 
 
 def union_us(intervals: Iterable[Interval]) -> float:
     """How long at least one of `intervals` is open (µs): the length of their union."""
     return sum(end - start for start, end in merged(intervals))
+
+
+def exposed_us(these: Iterable[Interval], others: Iterable[Interval]) -> float:
+    """How long at least one of `these` is open while none of `others` is (µs): communication no other GPU work
+    hides, say. The union of both less the union of `others`."""
+    others = list(others)
+    return union_us([*these, *others]) - union_us(others)
 
 
 def overlap_us(groups: Iterable[Iterable[Interval]]) -> float:

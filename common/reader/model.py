@@ -14,38 +14,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from common.cli import shown
 from common.reader import comms
-from common.reader.intervals import merged as merged_intervals
-from common.reader.intervals import overlap_us, union_us
+from common.reader.calltree import CallTree
+from common.reader.intervals import exposed_us, overlap_us, union_us
+from common.reader.kinds import GRAPH_LAUNCHES, KERNEL_LAUNCHES, LAUNCH_APIS
 from common.reader.naming import kernel_family
 from common.reader.occupancy import SmLimits, theoretical_occupancy
 from common.reader.roofline import ShapedOp
+from common.reader.timeline import GpuTimeline, Window, WindowParts, windows
 
-GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
-LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
-# The kernel launch APIs PyTorch traces show (name prefixes): CUDA runtime and driver, cooperative, HIP.
-KERNEL_LAUNCHES = (
-    "cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchCooperativeKernel",
-    "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",
-    "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
-)  # fmt: skip
-GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
-# The launch APIs told apart (Step.launch_apis): a call counts under the longest of these its name starts with, so
-# cudaLaunchKernelExC is a cudaLaunchKernel and cuLaunchKernelEx is not a cuLaunchKernel.
-LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reverse=True))
-# Between these, on one thread, launches record into a CUDA (HIP) graph and run nothing: they are counted apart.
-CAPTURE_BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")  # _v10000, _ptsz, ToGraph: the same call
-CAPTURE_END = ("cudaStreamEndCapture", "hipStreamEndCapture")
-COMPILER_LABELS = ("## ", "Torch-Compiled Region")  # annotations torch.compile adds: not phases
-# Runtime and driver calls that block the CPU until the GPU has caught up (a plain cudaMemcpy is synchronous).
-SYNC_CALLS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",
-    "hipMemcpyWithStream",  # ROCm's copy for .item() and .cpu(): it returns once the copy is done
-})  # fmt: skip
 CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) is the span of
     "suite": "the suite's record_function label",  # the label in the trace's `suite` metadata
     "region": "the record_function label named by --region",
@@ -53,6 +33,22 @@ CPU_SOURCES = {  # Trace.cpu_source -> what a step's CPU time (Step.region_us) i
     "iteration": "an iteration's span (no ProfilerStep#N: from one end of its repeated labels to the next)",
     "window": "the whole profiled window",  # ... without steps
 }
+
+
+class Launch(NamedTuple):
+    """One runtime or driver call of the CPU side (a kernel launch, a graph launch, a copy, a sync): the record that
+    ties it to its GPU work (by `correlation`) and, through the call tree, to the op that made it
+    (CallTree.innermost on its thread at its start). A named tuple: a trace has one per kernel."""
+
+    name: str
+    ts: float  # µs, the trace's clock
+    dur: float
+    correlation: int | str | None
+    tid: object  # its CPU thread
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass is built 5x slower, and a trace has millions of these
@@ -73,7 +69,7 @@ class GpuOp:
     start: float | None = None  # µs, the trace's clock: when it began on the GPU
     stream: int | str | None = None  # the GPU stream it ran on (the event's tid in Kineto's traces)
     external: int | str | None = None  # the External id of the cpu_op that launched it (record_shapes' link)
-    launch: tuple | None = None  # its runtime/driver launch: (name, ts, dur, correlation, tid); None where unknown
+    launch: Launch | None = None  # its runtime/driver launch call; None where unknown
 
     @property
     def family(self) -> str:
@@ -97,32 +93,24 @@ def intervals(ops: list[GpuOp]) -> list[tuple[float, float]]:
 
 def busy_us(ops: list[GpuOp]) -> float:
     """GPU busy time of `ops` (µs): the union of their intervals over every stream, the time at least one stream
-    is busy (common.reader.intervals); an op without a start time adds its duration. Ops in start order (a step's are)
-    take one pass, group by group, with the same intervals and sums as union_us: the same figure, to the bit."""
-    total = untimed = group_start = group_end = 0.0
-    first, last = None, -math.inf
+    is busy (common.reader.intervals); an op without a start time adds its duration."""
+    return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
+
+
+def exposed_communication_us(ops: list[GpuOp]) -> float:
+    """Communication kernel time (NCCL) during which no other GPU work (compute, memcpy, memset) ran on any stream:
+    what the overlap did not hide (intervals.exposed_us); a communication op without a start time adds its duration.
+    The budget's `comm_exposed` is this figure over its window."""
+    comm, others = [], []
+    first = min((op.start for op in ops if op.start is not None), default=0.0)
+    untimed = 0.0
     for op in ops:
-        start = op.start
-        if start is None:
-            untimed += op.us
+        is_comm = op.category == "kernel" and op.family == "communication"
+        if op.start is None:
+            untimed += op.us if is_comm else 0.0
             continue
-        if start < last:  # not in start order: sort them
-            return union_us(intervals(ops)) + sum(op.us for op in ops if op.start is None)
-        last = start
-        if first is None:
-            first, group_end = start, -math.inf
-        begin = start - first
-        end = begin + op.us
-        if begin <= group_end:
-            if end > group_end:
-                group_end = end
-        else:
-            if group_end > -math.inf:
-                total += group_end - group_start
-            group_start, group_end = begin, end
-    if first is not None:
-        total += group_end - group_start
-    return total + untimed
+        (comm if is_comm else others).append((op.start - first, op.start - first + op.us))
+    return exposed_us(comm, others) + untimed if comm or untimed else 0.0
 
 
 def stream_overlap_us(ops: list[GpuOp]) -> float:
@@ -180,7 +168,11 @@ class Step:
     runtime: Counter = field(default_factory=Counter)  # cudaLaunchKernel, cuLaunchKernelEx, ... -> calls
     phases: dict[str, Phase] = field(default_factory=dict)  # in order of first appearance
     captured: Counter = field(default_factory=Counter)  # kernel launch calls made during stream capture -> calls
-    syncs: list[tuple] = field(default_factory=list)  # its SYNC_CALLS: (name, ts, dur, correlation, tid), in time order
+    syncs: list[Launch] = field(default_factory=list)  # its SYNC_CALLS, in time order
+    # Its window on its trace's GPU timeline and what the GPU did in it (None: nothing ran), where Trace placed it;
+    # None for a step on its own.
+    window: Window | None = field(default=None, repr=False, compare=False)
+    on_gpu: WindowParts | None = field(default=None, repr=False, compare=False)
 
     def _of(self, category: str) -> list[GpuOp]:
         return [op for op in self.gpu if op.category == category]
@@ -200,12 +192,16 @@ class Step:
     @property
     def gpu_busy_us(self) -> float:
         """GPU busy time: the time at least one stream runs a kernel, memcpy or memset (the union of their
-        intervals over every stream, not wall time). On one stream it is the sum of their durations. Kept once
-        found (the summary's tables and figures each ask for it), while `gpu` is the same list of the same length."""
+        intervals over every stream, not wall time). Placed on its trace's timeline (`window`), of every GPU op in the
+        step's window, whoever launched it (`on_gpu`); a step on its own, of its ops. Kept once found (the summary's
+        tables and figures each ask for it), while `gpu` is the same list of the same length."""
         ops, kept = self.gpu, self.__dict__.get("_busy")
         if kept is not None and kept[0] is ops and kept[1] == len(ops):
             return kept[2]
-        busy = busy_us(ops)
+        if self.window is not None:
+            busy = (self.on_gpu.busy if self.on_gpu is not None else 0.0) + sum(op.us for op in ops if op.start is None)
+        else:
+            busy = busy_us(ops)
         self._busy = (ops, len(ops), busy)
         return busy
 
@@ -226,22 +222,12 @@ class Step:
 
     @property
     def exposed_communication_us(self) -> float:
-        """Communication kernel time (NCCL) during which no compute kernel ran on any stream: what the
-        overlap with the backward did not hide. Compute intervals are merged first, so each moment counts once."""
-        merged = merged_intervals(
-            (op.start, op.start + op.us) for op in self.gpu if op.family != "communication" and op.start is not None
-        )
-        exposed = 0.0
-        for op in self.gpu:
-            if op.family != "communication":
-                continue
-            if op.start is None:
-                exposed += op.us
-                continue
-            begin, end = op.start, op.start + op.us
-            hidden = sum(max(0.0, min(end, b) - max(begin, a)) for a, b in merged)
-            exposed += op.us - hidden
-        return exposed
+        """Communication kernel time (NCCL) during which no other GPU work ran on any stream: what the overlap with
+        the backward did not hide (exposed_communication_us)."""
+        if self.window is not None:
+            parts = self.on_gpu
+            return parts.busy - parts.others if parts is not None and parts.comm else 0.0
+        return exposed_communication_us(self.gpu)
 
     def calls(self, prefix: str | tuple[str, ...]) -> int:
         """How many runtime/driver calls in this step have a name starting with `prefix` (or one of them). Which
@@ -309,10 +295,30 @@ class Trace:
     phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
     gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
     shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
-    cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
-    labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
-    cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
+    tree: CallTree = field(default_factory=lambda: CallTree({}))  # every CPU event, nested (common.reader.calltree)
+    gpu: list[GpuOp] = field(default_factory=list)  # every timed GPU op of the trace, in or out of the steps
+    devices: list[str] = field(default_factory=list)  # devices whose events the reader does not model (MTIA)
+    broken_links: bool = False  # an External id named an op not around its launch (build._Collector.check_links)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
+
+    def __post_init__(self) -> None:
+        """Place the steps on the GPU timeline (Step.window, Step.on_gpu), where the reader gave the trace's GPU ops:
+        each step's busy time is then its window's, from one sweep over the timeline."""
+        if self.gpu:
+            parts = self.timeline.windows([(w.start, w.end) for w in self.windows])
+            for step, window, on_gpu in zip(self.steps, self.windows, parts, strict=True):
+                step.window, step.on_gpu = window, on_gpu
+
+    @functools.cached_property
+    def timeline(self) -> GpuTimeline:
+        """The GPU's timeline: every GPU op of the trace and their union over the streams, built once (of the
+        steps' ops, where the trace was made without its `gpu`)."""
+        return GpuTimeline(self.gpu or [op for step in self.steps for op in step.gpu])
+
+    @functools.cached_property
+    def windows(self) -> list[Window]:
+        """Each step's window on the GPU timeline; they tile it (common.reader.timeline.windows)."""
+        return windows(self.steps)
 
     @property
     def cpu_what(self) -> str:

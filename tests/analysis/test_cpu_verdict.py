@@ -6,9 +6,8 @@ import json
 
 from helpers import ev
 
-from common.analysis.cpu_bound import self_us
 from common.analysis.diagnosis import diagnose
-from common.reader.build import read_trace
+from common.reader.build import parse, read_trace
 
 
 def cpu_trace(tmp_path, mm: tuple[float, float], matmul: tuple[float, float]) -> object:
@@ -30,7 +29,8 @@ def cpu_trace(tmp_path, mm: tuple[float, float], matmul: tuple[float, float]) ->
 
 def test_self_time_is_the_span_less_the_ops_it_called():
     ops = [(0, 90, 1, "aten::matmul"), (2, 86, 1, "aten::mm"), (2, 1, 1, "aten::empty"), (50, 5, 2, "aten::add")]
-    assert self_us(ops, 0, 100) == {"aten::matmul": 4, "aten::mm": 85, "aten::empty": 1, "aten::add": 5}
+    trace = parse({"traceEvents": [ev("cpu_op", name, ts, dur, tid=tid) for ts, dur, tid, name in ops]})
+    assert trace.tree.self_us(0, 100) == {"aten::matmul": 4, "aten::mm": 85, "aten::empty": 1, "aten::add": 5}
 
 
 def test_a_step_inside_one_op_is_compute_bound_with_its_rate(tmp_path):

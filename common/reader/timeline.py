@@ -1,0 +1,267 @@
+"""The GPU's timeline: every GPU op of the trace (kernel, memcpy, memset) on one clock, whoever launched it, and the
+steps' windows on it.
+
+Built once for the whole trace: the ops in start order, the running maximum of their ends (so the ops open in a
+window are found by binary search, with no look-back) and their union over every stream (common.reader.intervals).
+Each step's window is a slice of it, and the windows tile the timeline without overlap: a step's CPU span where
+its GPU work ran inside it; on a GPU that runs behind its CPU, from the first GPU op the step launched to the first
+the next step launched, and for the last step as long as the steps' period (the median of the windows before it,
+else its CPU span), not to its own last op. Pure Python, no torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import math
+import operator
+import statistics
+from array import array
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from common.reader.intervals import merged, union_sorted
+from common.reader.naming import kernel_family
+
+GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
+
+OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
+START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
+SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
+
+
+class Window(NamedTuple):
+    """A step's window on the GPU timeline: [start, end] µs, and whether it is the step's CPU span ("step") or the
+    GPU's own window of a GPU running behind ("gpu")."""
+
+    start: float
+    end: float
+    kind: str
+    number: int  # the step's number
+
+
+class Union:
+    """Disjoint (start, end) intervals in time order, µs from the timeline's origin, as two arrays (for bisect)."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        self.starts = array("d", (a for a, _ in intervals))
+        self.ends = array("d", (b for _, b in intervals))
+
+    @classmethod
+    def of(cls, starts: array, ends: array) -> Union:
+        """The union whose intervals are given as two arrays."""
+        union = cls.__new__(cls)
+        union.starts, union.ends = starts, ends
+        return union
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def between(self, start: float, end: float) -> range:
+        """The indices of the intervals that overlap (start, end): those ending after `start` and starting before
+        `end`, by two binary searches."""
+        return range(bisect.bisect_right(self.ends, start), bisect.bisect_left(self.starts, end))
+
+    def length(self, start: float, end: float) -> float:
+        """How long the union covers [start, end] (µs), each interval cut to the window."""
+        return self.lengths([(start, end)])[0]
+
+    def lengths(self, bounds: list[tuple[float, float]]) -> list[float]:
+        """How long the union covers each window of `bounds` (µs), each interval cut to it: one sweep where the
+        windows come in time order (each binary search starts where the last one ended)."""
+        starts, ends, n = self.starts, self.ends, len(self.starts)
+        out, i, last = [], 0, -math.inf
+        for lo, hi in bounds:
+            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
+            last, total, j = lo, 0.0, i
+            while j < n and starts[j] < hi:
+                total += min(ends[j], hi) - max(starts[j], lo)
+                j += 1
+            out.append(total)
+        return out
+
+
+class WindowParts:
+    """What the GPU did in one window [lo, hi] (µs from the timeline's origin): the union's length (`busy`) and,
+    made when asked for, its idle gaps (`gaps`) and the lengths of the unions of compute kernels (every kernel but
+    communication), of every op but communication, and of communication (a summary asks them of its median step)."""
+
+    __slots__ = ("busy", "_timeline", "_lo", "_hi", "_first", "_last", "_edges", "_parts")
+
+    def __init__(self, busy: float, timeline: GpuTimeline, lo: float, hi: float, first: int, last: int, edges: bool):
+        self.busy, self._timeline, self._lo, self._hi = busy, timeline, lo, hi
+        self._first, self._last, self._edges = first, last, edges  # the union's intervals in the window: first..last-1
+        self._parts: tuple[float, float, float] | None = None
+
+    @property
+    def gaps(self) -> Iterator[tuple[float, float, GpuOp | None]]:
+        """The idle gaps in the window, as (start, end, the op that ended it; None: the window's tail), µs from the
+        window's start: before the first op and after the last too, with `edges`."""
+        union, ops, firsts, lo, hi = self._timeline.union, self._timeline.ops, self._timeline.firsts, self._lo, self._hi
+        starts, ends = union.starts, union.ends
+        idle_from = 0.0 if self._edges else max(starts[self._first], lo) - lo
+        for j in range(self._first, self._last):
+            a = max(starts[j], lo) - lo
+            if a > idle_from + SAME_TIME_US:
+                yield idle_from, a, ops[firsts[j]]
+            idle_from = min(ends[j], hi) - lo
+        if self._edges and idle_from < hi - lo:
+            yield idle_from, hi - lo, None
+
+    def _lengths(self) -> tuple[float, float, float]:
+        if self._parts is None:
+            self._parts = self._timeline.parts_in(self._lo, self._hi, self.busy)
+        return self._parts
+
+    @property
+    def compute(self) -> float:
+        return self._lengths()[0]
+
+    @property
+    def others(self) -> float:
+        return self._lengths()[1]
+
+    @property
+    def comm(self) -> float:
+        """Communication's union (0.0 at once on a timeline without communication)."""
+        return self._lengths()[2] if self._timeline.has_comm else 0.0
+
+
+class GpuTimeline:
+    """Every timed GPU op of a trace in start order, with the union of their intervals over every stream (and of
+    its parts: compute kernels, communication), built once. Times are kept from the first op's start (`origin`),
+    so each length stays exact on a clock near 1e12 µs (common.reader.intervals); the queries take and give the
+    trace's own times."""
+
+    __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "__dict__")
+
+    def __init__(self, ops: list[GpuOp]) -> None:
+        timed = [op for op in ops if op.start is not None]
+        starts = list(map(START, timed))
+        in_order = not any(map(operator.gt, starts, itertools.islice(starts, 1, None)))  # a trace's most often are
+        self.ops = timed if in_order else sorted(timed, key=START)
+        origin = self.origin = self.ops[0].start if self.ops else 0.0
+        self.starts = starts = array("d", map(origin.__rsub__, map(START, self.ops)))  # from the origin, ascending
+        ends = array("d", map(operator.add, starts, map(US, self.ops)))
+        self.reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each op: ascending
+        begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
+        self.union = Union.of(begins, lasts)
+        self._ends = ends
+
+    def ops_in(self, start: float, end: float) -> list[GpuOp]:
+        """The ops that run during (start, end), in start order: found by binary search over the running maximum
+        end (the first op that can still be open at `start`) and over the starts."""
+        lo = bisect.bisect_right(self.reach, start - self.origin)
+        hi = bisect.bisect_left(self.starts, end - self.origin)
+        return [op for op in self.ops[lo:hi] if op.start + op.us > start]
+
+    def busy_us(self, start: float, end: float) -> float:
+        """How long at least one GPU op runs in [start, end] (µs), from the trace's one union."""
+        return self.union.length(start - self.origin, end - self.origin)
+
+    @functools.cached_property
+    def has_comm(self) -> bool:
+        """Whether any op is a communication kernel (NCCL, RCCL): once per distinct kernel name."""
+        kernels = itertools.compress(map(NAME, self.ops), map("kernel".__eq__, map(CATEGORY, self.ops)))
+        return any(_talks(name) for name in set(kernels))
+
+    @functools.cached_property
+    def all_kernels(self) -> bool:
+        """Whether every op is a kernel (no memcpy, no memset)."""
+        return all(map("kernel".__eq__, map(CATEGORY, self.ops)))
+
+    def parts_in(self, lo: float, hi: float, busy: float) -> tuple[float, float, float]:
+        """In [lo, hi] (from the origin), whose union is `busy` long: the lengths of the unions of the compute kernels
+        (every kernel but communication), of every op but communication, and of communication, from the ops in it."""
+        if self.all_kernels and not self.has_comm:
+            return busy, busy, 0.0
+        first, last = bisect.bisect_right(self.reach, lo), bisect.bisect_left(self.starts, hi)
+        compute, others, comm = [], [], []
+        for i in range(first, last):
+            op, end = self.ops[i], self._ends[i]
+            if end <= lo:
+                continue
+            span = (max(self.starts[i], lo), min(end, hi))
+            if op.category == "kernel" and _talks(op.name):
+                comm.append(span)
+            else:
+                others.append(span)
+                if op.category == "kernel":
+                    compute.append(span)
+        return tuple(sum(b - a for a, b in merged(spans, SAME_TIME_US)) for spans in (compute, others, comm))
+
+    def windows(self, bounds: list[tuple[float, float]], edges: bool = True) -> list[WindowParts | None]:
+        """What the GPU did in each window of `bounds` (the steps' windows, in time order), as `window` says, in one
+        sweep over the timeline."""
+        origin = self.origin
+        rel = [(start - origin, end - origin) for start, end in bounds]
+        starts, ends = self.union.starts, self.union.ends
+        out: list[WindowParts | None] = []
+        i, last = 0, -math.inf
+        for lo, hi in rel:
+            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
+            j = bisect.bisect_left(starts, hi, i)  # ... and the first starting at or after `hi`
+            last = lo
+            if j <= i:  # nothing ran in the window
+                out.append(None)
+                continue
+            busy = math.fsum(map(operator.sub, ends[i:j], starts[i:j]))  # in C, less what lies outside the window
+            busy -= max(lo - starts[i], 0.0) + max(ends[j - 1] - hi, 0.0)
+            out.append(WindowParts(busy, self, lo, hi, i, j, edges))
+        return out
+
+    def window(self, start: float, end: float, edges: bool = True) -> WindowParts | None:
+        """What the GPU did in [start, end] (a step's window): its busy time and parts, and its idle gaps, each
+        with the op that ended it. With `edges`, the time before the first op and after the last is a gap too
+        (nothing was launched yet, or nothing is left); without, the window is the ops' own. Times relative to
+        `start`; None where no op ran in the window."""
+        return self.windows([(start, end)], edges)[0]
+
+
+@functools.cache
+def _talks(name: str) -> bool:
+    """Whether a kernel of this name is communication (common.reader.naming.kernel_family)."""
+    return kernel_family(name) == "communication"
+
+
+def windows(steps: list[Step]) -> list[Window]:
+    """The steps' windows on the GPU timeline, tiling it: a step's CPU span where its GPU work ran inside it, else
+    from its first GPU op to the next step's first (a GPU running behind), the last one the steps' period long. A
+    window never starts before the one before it ends."""
+    firsts, lasts = [], []
+    for step in steps:
+        ops = step.gpu
+        try:  # in C where every op has a start, as the reader's have
+            firsts.append(min(map(START, ops)) if ops else None)
+            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
+        except TypeError:  # some op has no start time: left out
+            ops = [op for op in ops if op.start is not None]
+            del firsts[len(lasts) :]
+            firsts.append(min(map(START, ops)) if ops else None)
+            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
+    behind = [
+        first is not None and (first < s.start_us - OUTSIDE_SPAN_US or last > s.start_us + s.dur_us + OUTSIDE_SPAN_US)  # type: ignore[operator]
+        for s, first, last in zip(steps, firsts, lasts, strict=True)
+    ]
+    begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
+    out: list[Window] = []
+    periods: list[float] = []
+    for k, step in enumerate(steps):
+        begin = begins[k] if not out else max(begins[k], out[-1].end)  # type: ignore[type-var]
+        if not behind[k]:
+            end = step.start_us + step.dur_us
+            if k + 1 < len(steps) and behind[k + 1]:
+                end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
+            out.append(Window(begin, max(end, begin), "step", step.number))
+            continue
+        if k + 1 < len(steps):
+            end = max(begins[k + 1], begin)  # type: ignore[type-var]
+            periods.append(end - begin)
+        else:  # the last: as long as the steps' period, not to its own last op
+            period = statistics.median(periods) if periods else step.dur_us
+            end = begin + max(period, 0.0)
+        out.append(Window(begin, end, "gpu", step.number))  # type: ignore[arg-type]
+    return out

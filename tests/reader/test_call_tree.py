@@ -1,0 +1,103 @@
+"""The reader's one model (issue 45): the call tree, the GPU timeline's windows, the one union, other devices."""
+
+from __future__ import annotations
+
+from helpers import ev
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common.analysis.budget import step_budgets
+from common.analysis.diagnosis import _made_in, diagnose
+from common.analysis.efficiency import Efficiency, peak_cell
+from common.reader.build import parse
+from common.reader.intervals import merged, union_us
+
+
+@given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=30))
+def test_the_union_covers_each_moment_once(pairs):
+    spans = [(float(a), float(a + d)) for a, d in pairs]
+    union = merged(spans)
+    assert all(b[0] > a[1] for a, b in zip(union, union[1:], strict=False))
+    covered = {t for a, b in spans for t in range(int(a), int(b))}
+    assert union_us(spans) == len(covered)
+
+
+def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100_000), ev("cpu_op", "aten::outer", 1, 99_000)]
+    events += [ev("cpu_op", "aten::add", 2 + 10 * i, 5) for i in range(5000)]
+    events.append(ev("cuda_runtime", "cudaStreamSynchronize", 60_000, 10, correlation=1))
+    trace = parse({"traceEvents": events})
+    assert _made_in(trace, trace.steps[0].syncs[0]) == "aten::outer"
+
+
+def test_a_trace_of_python_function_events_alone_is_read():
+    trace = parse({"traceEvents": [ev("python_function", "forward", 0, 50), ev("python_function", "f", 1, 5)]})
+    assert len(trace.steps) == 1 and trace.tree.innermost(1, 2).name == "f"
+
+
+def test_an_mtia_trace_is_a_device_not_modelled_and_gets_no_bound():
+    events = [ev("cpu_op", "aten::mm", 0, 10), ev("mtia_ccp_events", "kernel", 2, 5)]
+    trace = parse({"traceEvents": events})
+    d = diagnose(trace)
+    assert trace.devices == ["MTIA"] and d.bound == "—" and "MTIA" in d.verdict
+
+
+def behind_trace(last_kernel_us: float) -> dict:
+    """Three 100 µs steps whose kernels (150 µs each, one per step) run behind the CPU."""
+    events = []
+    for k in range(3):
+        events += [
+            ev("user_annotation", f"ProfilerStep#{k}", 100 * k, 100),
+            ev("cuda_runtime", "cudaLaunchKernel", 100 * k + 10, 5, correlation=k),
+        ]
+        us = last_kernel_us if k == 2 else 150.0
+        events.append(ev("kernel", "k", 20 + 150 * k, us, correlation=k, tid=7))
+    return {"traceEvents": events}
+
+
+def test_windows_of_a_gpu_running_behind_tile_the_timeline():
+    trace = parse(behind_trace(150.0))
+    windows = trace.windows
+    assert all(a.end <= b.start for a, b in zip(windows, windows[1:], strict=False))
+    assert all(b.busy == b.span for b in step_budgets(trace))
+
+
+def test_the_last_window_is_the_steps_period_long_not_its_own_last_op():
+    trace = parse(behind_trace(4.0))
+    last = step_budgets(trace)[-1]
+    assert last.span == 150.0 and last.busy == 4.0
+
+
+def mm(ts: float, dur: float, ext: int) -> dict:
+    """An aten::mm of 64 x 64 x 64 with its record_shapes, External id `ext`."""
+    shapes = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"], "Concrete Inputs": ["", ""]}
+    return ev("cpu_op", "aten::mm", ts, dur, **{"External id": ext}, **shapes)
+
+
+def linked_trace(kernel_ext: int) -> dict:
+    """Two shaped ops; the one launch runs inside the second (ext 2), its kernel naming `kernel_ext`."""
+    return {"traceEvents": [
+        ev("user_annotation", "ProfilerStep#1", 0, 100), mm(10, 10, 1), mm(30, 10, 2),
+        ev("cuda_runtime", "cudaLaunchKernel", 35, 2, correlation=5, **{"External id": 2}),
+        ev("kernel", "sgemm_64x64", 50, 4, tid=7, correlation=5, **{"External id": kernel_ext}),
+    ]}  # fmt: skip
+
+
+def test_an_external_id_naming_an_op_not_around_the_launch_yields_to_nesting():
+    trace = parse(linked_trace(kernel_ext=1))
+    [op] = trace.steps[0].gpu
+    assert op.external == 2 and trace.broken_links
+    assert "1 of 1 External ids name an op that does not enclose the launch" in " ".join(trace.notes)
+
+
+def test_an_external_id_that_agrees_with_the_nesting_is_kept_silently():
+    trace = parse(linked_trace(kernel_ext=2))
+    assert trace.steps[0].gpu[0].external == 2 and not trace.broken_links
+    assert not any("External id" in note for note in trace.notes)
+
+
+def test_no_rate_above_its_peak_is_printed_the_cell_names_the_suspect():
+    over = Efficiency(flops=363e6, us=1.0, peak_tflops=100.0)  # 363 TFLOP/s against 100: 363% of peak
+    assert peak_cell(over, broken_links=True) == "over: link?"
+    assert peak_cell(over, broken_links=False) == "over: peak?"
+    assert peak_cell(Efficiency(flops=50e6, us=1.0, peak_tflops=100.0), broken_links=False) == "50"
