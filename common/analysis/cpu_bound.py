@@ -42,10 +42,11 @@ def is_compute(name: str) -> bool:
     return (name.startswith("aten::") and name not in NOT_COMPUTE) or name.startswith(COMPILED)
 
 
-def _lever(names: list[str]) -> str:
-    """What to try where the compute ops `names` (the busiest first) hold the step."""
-    gemm = sum(1 for name in names[:3] if name.startswith(GEMM_LIKE))
-    if gemm and names[0].startswith(GEMM_LIKE):
+def _lever(ranked: list[tuple[float, str]]) -> str:
+    """What to try where the compute ops `ranked` ((self µs, name), the busiest first) hold the step: for GEMMs and
+    convolutions (half of the compute or more), the cores and the precision; else fewer passes over memory."""
+    gemm = sum(us for us, name in ranked if name.startswith(GEMM_LIKE))
+    if gemm >= 0.5 * sum(us for us, _ in ranked):
         return ("→ try every physical core (torch.set_num_threads), channels_last for convolutions, bf16 only where "
                 "the CPU has it natively (avx512_bf16, AMX), or less work per step")  # fmt: skip
     return ("→ try fewer passes over memory: fuse the pointwise, softmax and copy passes (torch.compile), or a fused "
@@ -74,7 +75,7 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = trace.meta.get("flops")
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if isinstance(flops, (int, float)) and top_us > 0 else ""
-    lever = _lever([n for _, n in ranked])
+    lever = _lever(ranked)
     if share >= COMPUTE_SHARE:
         return f"{KINDS[0]} on the CPU: {share:.0%} of the step inside {top}{rate}; {spent} {lever}"
     if together >= COMPUTE_TOGETHER:
