@@ -76,6 +76,7 @@ CAPTURE_CALLS = (
     "cuGraphInstantiate",
 )  # a graph's capture: once
 CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
+HOST_ASIDE = 0.2  # a busy GPU that still waits this share of the step for a host cause with its own lever: named
 BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused backend, as the trace names it
@@ -867,8 +868,24 @@ def _says_balanced(f: _Facts) -> str:
     )
 
 
+def _says_gpu_and_host(f: _Facts) -> str:
+    """A busy GPU's verdict, and where the GPU still waits HOST_ASIDE of the step or more for a host cause with a
+    lever of its own (the DataLoader, the optimizer, a CPU op, a sync, a runtime call), that cause beside it."""
+    line = _says_gpu(f)
+    if f.m.host_wait < HOST_ASIDE * f.m.span:
+        return line
+    causes = Counter()
+    for (cause, _), us in host_wait_causes(f.trace, [f.m]).items():
+        causes[cause] += us
+    top = max(causes, key=causes.__getitem__, default=None)
+    if top not in ("data loading", "the optimizer", "CPU op", "a sync", "runtime call"):
+        return line
+    return (f"{line}; and the GPU waits for the host {percent(f.m.pct(f.m.host_wait))} of it"
+            f"{_host_story(f.trace, f.budgets, None, f.scan.compiled, f.m)}")  # fmt: skip
+
+
 _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says_idle, "copies": _says_copies,
-         "GPU": _says_gpu, "balanced": _says_balanced}  # fmt: skip
+         "GPU": _says_gpu_and_host, "balanced": _says_balanced}  # fmt: skip
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
