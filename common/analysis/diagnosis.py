@@ -31,7 +31,18 @@ from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
 from common.reader.calltree import Node, Thread
-from common.reader.kinds import COMPILER_LABELS, DATALOADER, GRAPH_LAUNCHES, LABEL, OP
+from common.reader.kinds import (
+    CAPTURE_BEGIN,
+    CAPTURE_END,
+    COMPILER_LABELS,
+    DATALOADER,
+    DRIVER,
+    GRAPH_LAUNCHES,
+    LABEL,
+    MULTIPROCESSING_LOADER,
+    OP,
+    RUNTIME,
+)
 from common.reader.model import GpuOp, Launch, Step, Trace
 from common.reader.naming import kernel_family
 from common.units import human_time
@@ -49,7 +60,23 @@ FAR_SHARE = 0.05  # ... and listed when its kernels take this share of GPU busy 
 OPTIMIZER_IDLE = 0.25  # the optimizer phase holds this share of the GPU idle time: a fused optimizer is the lever
 FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU busy: fusing them is the lever
 CPU_OP_US = 200.0  # a top-level CPU op this long during a host wait is CPU work (randn, a copy); shorter ones launch
+ONE_TIME_FACTOR = 10.0  # a runtime call or op this many times its kind's usual length: a one-time cost
+ONE_TIME_US = 1000.0  # ... and at least this long
+ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
+ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
+ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
+CAPTURE_CALLS = (
+    "cudaStreamBeginCapture",
+    "cudaStreamEndCapture",
+    "cudaGraphInstantiate",
+    "hipStreamBeginCapture",
+    "hipStreamEndCapture",
+    "hipGraphInstantiate",
+    "cuGraphInstantiate",
+)  # a graph's capture: once
 CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
+HOST_ASIDE = 0.2  # a busy GPU that still waits this share of the step for a host cause with its own lever: named
 BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused backend, as the trace names it
@@ -299,77 +326,211 @@ def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, floa
     return top
 
 
-def host_wait_causes(trace: Trace, budgets: list[Budget]) -> Counter:
-    """Where the host-wait idle went, µs over all steps, by what the CPU did during each such gap:
-    ("data loading", label), ("the optimizer", label), ("CPU op", name) for a top-level op of CPU_OP_US or more,
-    ("launches", "") for the short ops that launch the GPU's work one by one, ("no recorded op", "") for time in
-    none (Python between ops)."""
+class _Claims:
+    """A gap's time not yet given a cause, as disjoint (start, end) pieces: each cause takes what its spans cover of
+    what is left, so every microsecond of the gap falls in exactly one cause."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.free = [(start, end)] if end > start else []
+
+    def take(self, start: float, end: float) -> float:
+        """Take [start, end] out of what is left; how long that was (µs)."""
+        taken, left = 0.0, []
+        for a, b in self.free:
+            lo, hi = max(a, start), min(b, end)
+            if lo >= hi:
+                left.append((a, b))
+                continue
+            taken += hi - lo
+            left += [piece for piece in ((a, lo), (hi, b)) if piece[1] > piece[0]]
+        self.free = left
+        return taken
+
+    @property
+    def left(self) -> float:
+        return sum(b - a for a, b in self.free)
+
+
+class _Usual:
+    """The usual length of a runtime call of each kind of time (launch, sync, other runtime call) and of each op
+    name over the whole trace (medians), for telling a one-time cost: ONE_TIME_FACTOR times its usual length."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.kinds: dict[str, float] = {}
+        self.ops: dict[str, float] = {}
+
+    def of_kind(self, role: str) -> float:
+        if role not in self.kinds:
+            lengths = [node.us for node in self.trace.tree.of_role(role)]
+            self.kinds[role] = statistics.median(lengths) if lengths else 0.0
+        return self.kinds[role]
+
+    def of_op(self, name: str) -> float:
+        if name not in self.ops:
+            lengths = [node.us for node in self.trace.tree.named(name, OP)]
+            self.ops[name] = statistics.median(lengths) if lengths else 0.0
+        return self.ops[name]
+
+    def once(self, us: float, usual: float) -> bool:
+        return us >= ONE_TIME_US and us >= ONE_TIME_FACTOR * usual
+
+
+def _captures(trace: Trace) -> list[tuple[float, float]]:
+    """The spans of CUDA (HIP) graph capture, from each cudaStreamBeginCapture to the next cudaStreamEndCapture on
+    its thread: what runs then is recorded into a graph, once."""
+    spans = []
+    for thread in trace.tree.threads.values():
+        calls = []
+        for kind in (RUNTIME, DRIVER):
+            layer = thread.layer(kind)
+            marks = CAPTURE_BEGIN + CAPTURE_END
+            calls += [(layer.starts[i], layer.ends[i], name.startswith(CAPTURE_BEGIN))
+                      for i, name in enumerate(layer.names) if name.startswith(marks)]  # fmt: skip
+        begin = None
+        for start, end, begins in sorted(calls):
+            if begins:
+                begin = start if begin is None else begin
+            elif begin is not None:
+                spans.append((begin, end))
+                begin = None
+    return spans
+
+
+def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0) -> Counter:
+    """Where the host-wait idle went, µs over `budgets`, by what the CPU did during each such gap, from the call
+    tree. Each microsecond falls in exactly one cause, taken in this order: ("compiling", label) for Dynamo,
+    Inductor, autotuning or graph capture; ("one-time", name) for a runtime call or an op ONE_TIME_FACTOR times its
+    kind's usual length (a first launch that loads a module, a library's initialisation) or a CUDA graph's
+    capture; ("data loading", label), ("the optimizer", label); ("a sync", the op it was made in) for a call that
+    blocks until the GPU catches up (a wait, not work); ("runtime call", name) for another runtime call of CPU_OP_US
+    or more (an allocator's cudaFree); ("CPU op", name) for a top-level op of CPU_OP_US or more that launched
+    nothing meanwhile; ("launches", "") for the short ops that launch the GPU's work one by one; ("no recorded op",
+    "") for time in none (Python between ops). Gaps of `shortest` µs or less are left out."""
     causes: Counter = Counter()
     launched = sorted(op.launch.ts for step in trace.steps for op in step.gpu if op.launch is not None)
-    tree = trace.tree
+    tree, usual = trace.tree, _Usual(trace)
+    captures = _captures(trace)
     optimizer_phases = {name for name in trace.phases if "optim" in name.lower()}
     for b in budgets:
         for gap in b.gaps:
-            if gap.kind != "host" or gap.us <= 0:
+            if gap.kind != "host" or gap.us <= max(shortest, 0.0):
                 continue
-            left = gap.us
-            labels = [
-                (node.start, node.end, node.name)
-                for role in ("DataLoader", "optimizer", "label")
-                for node in tree.overlapping(gap.start, gap.end, role)
-                if role != "label" or node.name in optimizer_phases
-            ]
-            for ts, end, name in sorted(labels):
-                inside = min(end, gap.end) - max(ts, gap.start)
-                if inside > 0:
-                    cause = "data loading" if name.startswith(DATALOADER) else "the optimizer"
-                    causes[cause, _cut(name, 60)] += min(inside, left)
-                    left -= min(inside, left)
-            if left <= 0:
-                continue
-            covered = 0.0
+            claims = _Claims(gap.start, gap.end)
+            for node in tree.overlapping(gap.start, gap.end, "compiling"):
+                causes["compiling", _cut(node.name, 60)] += claims.take(node.start, node.end)
+            for start, end in captures:
+                if start < gap.end and end > gap.start:
+                    causes["one-time", "CUDA graph capture"] += claims.take(start, end)
+            for role in ("launch", "runtime call", "sync"):
+                for node in tree.overlapping(gap.start, gap.end, role):
+                    if node.name.startswith(CAPTURE_CALLS) or usual.once(node.us, usual.of_kind(role)):
+                        causes["one-time", node.name] += claims.take(node.start, node.end)
+            for node in tree.top_level(gap.start, gap.end, OP):
+                if usual.once(node.us, usual.of_op(node.name)):
+                    causes["one-time", f"first {node.name}"] += claims.take(node.start, node.end)
+            for role in ("DataLoader", "optimizer", "label"):
+                for node in tree.overlapping(gap.start, gap.end, role):
+                    if role != "label" or node.name in optimizer_phases:
+                        cause = "data loading" if node.name.startswith(DATALOADER) else "the optimizer"
+                        causes[cause, _cut(node.name, 60)] += claims.take(node.start, node.end)
+            for node in tree.overlapping(gap.start, gap.end, "sync"):
+                made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+                causes["a sync", made] += claims.take(node.start, node.end)
+            for node in tree.overlapping(gap.start, gap.end, "runtime call"):
+                if node.us >= CPU_OP_US:
+                    causes["runtime call", node.name] += claims.take(node.start, node.end)
             for op_start, op_end, name in _top_level(trace, gap.start, gap.end):
-                inside = min(op_end, gap.end) - max(op_start, gap.start)
-                if inside <= 0:
-                    continue
                 long = op_end - op_start >= CPU_OP_US
                 if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
                     long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
-                key = ("CPU op", name) if long else ("launches", "")
-                causes[key] += inside * left / gap.us
-                covered += inside
-            causes["no recorded op", ""] += max(0.0, gap.us - covered) * left / gap.us
-    return causes
+                causes[("CPU op", name) if long else ("launches", "")] += claims.take(op_start, op_end)
+            causes["no recorded op", ""] += claims.left
+    return +causes
+
+
+def _applied(trace: Trace) -> dict[str, str]:
+    """The levers the trace shows applied already, each with its evidence: "workers" (the DataLoader's iterator is
+    _MultiProcessingDataLoaderIter), "fused optimizer" (a Fused* optimizer, or fused optimizer ops/kernels),
+    "foreach optimizer", "CUDA graphs" (graph launches in the steps), "torch.compile" (compiled code ran)."""
+    found: dict[str, str] = {}
+    labels = {node.name for node in trace.tree.of_role("DataLoader")} | {
+        node.name for node in trace.tree.of_role("optimizer")
+    }
+    loaders = [name for name in labels if name.startswith(DATALOADER)]
+    if any(MULTIPROCESSING_LOADER in name for name in loaders):
+        found["workers"] = MULTIPROCESSING_LOADER
+    steps_ops = Counter()
+    for step in trace.steps:
+        steps_ops.update(step.cpu_ops)
+    kernels = {op.name for step in trace.steps for op in step.gpu if op.category == "kernel"}
+    fused = next((name for name in labels if "Fused" in name and not name.startswith(DATALOADER)), None)
+    fused = fused or next((name for name in steps_ops if name.startswith("aten::_fused_")), None)
+    fused = fused or next((name for name in kernels if "multi_tensor_apply" in name and "adam" in name.lower()), None)
+    if fused:
+        found["fused optimizer"] = fused
+    elif any(name.startswith("aten::_foreach_") for name in steps_ops):
+        found["foreach optimizer"] = "aten::_foreach_* ops"
+    graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    if graphs:
+        found["CUDA graphs"] = f"{num(graphs)} graph launch{'' if graphs == 1 else 'es'} per step"
+    return found
 
 
 def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled: bool) -> str:
+    """The lever for a cause of the host wait, from the table of levers and what the trace shows applied: an
+    applied lever is never offered again; the next one is, saying what is on already."""
+    applied = _applied(trace)
     if cause == "data loading":
+        if "workers" in applied:
+            return ("the DataLoader has workers already (_MultiProcessingDataLoaderIter): raise num_workers or "
+                    "prefetch_factor, or make __getitem__ and collate cheaper")  # fmt: skip
         return "DataLoader workers (num_workers > 0) with pin_memory=True, so the next batch is ready"
     if cause == "the optimizer":
+        if "fused optimizer" in applied:
+            return (f"the optimizer is fused already ({_cut(applied['fused optimizer'])}): capture its step in the "
+                    "CUDA graph, or step it less often (gradient accumulation)")  # fmt: skip
+        if "CUDA graphs" in applied:
+            return "capture the optimizer step in the CUDA graph too, or a fused optimizer (AdamW(..., fused=True))"
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
+    if cause == "a sync":
+        return (f"keep values on the GPU inside the step: the sync in {_cut(what)} (.item(), .cpu(), a tensor from "
+                "host data) waits for the GPU; synchronize once, at the step's end")  # fmt: skip
+    if cause == "runtime call":
+        if what.lower().replace("hip", "cuda").startswith(("cudafree", "cudamalloc")):
+            return (f"keep memory cached: {what} in the step means the caching allocator frees and allocates "
+                    "(fixed tensor sizes, no torch.cuda.empty_cache() in the loop)")  # fmt: skip
+        return f"fewer {what} calls in the step"
     if cause == "CPU op":
         return (f"moving {what} off the CPU: make that tensor on the GPU (device='cuda'), or in DataLoader "
                 "workers with pin_memory=True")  # fmt: skip
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     if cause == "no recorded op" and not graphs:
+        if compiled:
+            return ("CUDA graphs (torch.compile mode=\"reduce-overhead\") to replace the Python between the "
+                    "compiled ops, or with_stack=True to see where it runs")  # fmt: skip
         return ("taking the Python between the ops out of the step (no op was recorded then; with_stack=True "
                 "shows where): CUDA graphs or torch.compile replace it")  # fmt: skip
     return _cpu_lever(trace, phase, compiled)
 
 
-def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled: bool) -> str:
-    """'; N of each step's host wait is X → try LEVER' for the largest cause (two where they are close)."""
+def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled: bool, m: Budget) -> str:
+    """'; N of each step's host wait is X → try LEVER (saves up to …)' for the largest cause of the median step
+    `m` (two where they are close), each figure the median step's own, levers ranked by what they save; then the
+    one-time costs of the whole trace, apart."""
     by: Counter = Counter()
     names: dict[str, Counter] = {}
-    for (cause, what), us in host_wait_causes(trace, budgets).items():
+    for (cause, what), us in host_wait_causes(trace, [m]).items():
+        if cause in ONE_TIME:
+            continue
         by[cause] += us
         names.setdefault(cause, Counter())[what] += us
     ranked = [(c, us) for c, us in by.most_common() if us > 0]
     if not ranked:
         return f" → try {_cpu_lever(trace, phase, compiled)}"
-    n = len(trace.steps) or 1
     picked = ranked[:2] if len(ranked) > 1 and ranked[1][1] >= CLOSE_SHARE * ranked[0][1] else ranked[:1]
-    said, levers = [], []
+    unit = _unit(trace)
+    said, saves = [], {}
     one_launch = (trace.per_step(lambda s: s.launches) or 0) <= 1
     for cause, us in picked:
         what = names[cause].most_common(1)[0][0]
@@ -377,10 +538,59 @@ def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled
             cause = "launches"
         label = {"data loading": f"the DataLoader ({what})", "the optimizer": f"the optimizer ({what})",
                  "CPU op": f"{what} on the CPU", "launches": "launching the GPU's work op by op",
-                 "no recorded op": "in no recorded op (Python)"}[cause]  # fmt: skip
-        said.append(f"{human_time(us / n)} {label}")
-        levers.append(_host_lever(cause, what, trace, phase, compiled))
-    return f"; of the host wait per step, {' and '.join(said)} → try {'; and '.join(dict.fromkeys(levers))}"
+                 "no recorded op": "in no recorded op (Python)", "a sync": f"waiting in a sync in {_cut(what)}",
+                 "runtime call": f"in {what} calls"}[cause]  # fmt: skip
+        said.append(f"{human_time(us)} {label}")
+        lever = _host_lever(cause, what, trace, phase, compiled)
+        saves[lever] = saves.get(lever, 0.0) + us  # two causes with one lever: it saves both
+    tried = "; and ".join(f"{lever} (saves up to {human_time(us)} of the {human_time(m.span)} {unit})"
+                          for lever, us in sorted(saves.items(), key=lambda kv: -kv[1]))  # fmt: skip
+    return f"; of the host wait per {unit}, {' and '.join(said)} → try {tried}"
+
+
+def _one_time_items(trace: Trace, budgets: list[Budget]) -> Counter:
+    """What ran once in `budgets` -> its µs: a first step FIRST_STEP_SLOWER times the others' median or more counts
+    its excess over them (what it pays for start-up: compiling, autotuning, first launches); in the other windows,
+    the one-time causes of their host-wait gaps of ONE_TIME_US or more (host_wait_causes)."""
+    items: Counter = Counter()
+    rest = budgets
+    if len(budgets) >= 2 and len(trace.steps) == len(budgets):
+        usual = statistics.median(b.span for b in budgets[1:])
+        first = budgets[0]
+        if usual > 0 and first.span >= FIRST_STEP_SLOWER * usual:
+            step = trace.steps[0]
+            compiled = any(
+                True for _ in trace.tree.overlapping(step.start_us, step.start_us + step.dur_us, "compiling")
+            )
+            items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += first.span - usual
+            rest = budgets[1:]
+    for (cause, what), us in host_wait_causes(trace, rest, ONE_TIME_US).items():
+        if cause in ONE_TIME:
+            items[what if cause == "one-time" else f"compiling ({what})"] += us
+    return items
+
+
+def _one_time_parts(trace: Trace, budgets: list[Budget]) -> tuple[str, str]:
+    """The one-time costs of `budgets` (the three largest, with their times) and their lever, with what it saves."""
+    items = _one_time_items(trace, budgets)
+    listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3))
+    total = sum(b.span for b in budgets)
+    saves = f"saves up to {human_time(sum(items.values()))} of the {human_time(total)} profiled"
+    return listed, f"warm up before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps ({saves})"
+
+
+def _one_time(trace: Trace, budgets: list[Budget]) -> str:
+    """'; one-time, not counted in the bound: 1.27 s compiling, 497 ms cudaLaunchKernel → warm up …' over the
+    whole trace, where they hold ONE_TIME_SHOWN of its windows or more; else ''."""
+    once = sum(_one_time_items(trace, budgets).values())
+    if once < ONE_TIME_SHOWN * sum(b.span for b in budgets) or once <= 0:
+        return ""
+    listed, lever = _one_time_parts(trace, budgets)
+    return f"; one-time, not counted in the bound: {listed} → {lever}"
+
+
+def _unit(trace: Trace) -> str:
+    return {"iteration": "iteration", "window": "window"}.get(trace.cpu_source, "step")
 
 
 def cpu_context(trace: Trace, start: float, end: float) -> str:
@@ -555,6 +765,19 @@ def bound_of(m: Budget) -> str:
     return "balanced" if m.host_wait >= BALANCED_IDLE * m.span else "GPU"
 
 
+def _steady(m: Budget, once: float) -> Budget:
+    """The median step's budget less its one-time host wait (`once` µs): the steady state the bound is decided on
+    (the budget itself where they are under ONE_TIME_SHOWN of it)."""
+    if once < ONE_TIME_SHOWN * m.span or once <= 0:
+        return m
+    steady = Budget(max(m.span - once, 0.0), parts=m.parts, busy=m.busy, window=m.window)
+    steady.gaps, steady.longest_gap = m.gaps, m.longest_gap
+    steady.host_wait, steady.kernel_wait, steady.other_wait = max(m.host_wait - once, 0.0), m.kernel_wait, m.other_wait
+    for name in ("compute", "non_compute", "comm", "comm_exposed"):
+        setattr(steady, name, getattr(m, name))
+    return steady
+
+
 class _Facts(NamedTuple):
     """What the verdict's wording reads, found once in _diagnose."""
 
@@ -595,7 +818,7 @@ def _says_idle(f: _Facts) -> str:
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
                 f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
-                f"{_host_story(trace, f.budgets, phase, f.scan.compiled)}")  # fmt: skip
+                f"{_host_story(trace, f.budgets, phase, f.scan.compiled, m)}")  # fmt: skip
     return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
             f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
             f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
@@ -641,12 +864,28 @@ def _says_balanced(f: _Facts) -> str:
     gpu_part = _says_gpu(f).removeprefix("bound by the GPU: ")
     return (
         f"balanced between the GPU and the host: {gpu_part}; and the GPU waits for the host "
-        f"{percent(f.m.pct(f.m.host_wait))} of it{_host_story(f.trace, f.budgets, None, f.scan.compiled)}"
+        f"{percent(f.m.pct(f.m.host_wait))} of it{_host_story(f.trace, f.budgets, None, f.scan.compiled, f.m)}"
     )
 
 
+def _says_gpu_and_host(f: _Facts) -> str:
+    """A busy GPU's verdict, and where the GPU still waits HOST_ASIDE of the step or more for a host cause with a
+    lever of its own (the DataLoader, the optimizer, a CPU op, a sync, a runtime call), that cause beside it."""
+    line = _says_gpu(f)
+    if f.m.host_wait < HOST_ASIDE * f.m.span:
+        return line
+    causes = Counter()
+    for (cause, _), us in host_wait_causes(f.trace, [f.m]).items():
+        causes[cause] += us
+    top = max(causes, key=causes.__getitem__, default=None)
+    if top not in ("data loading", "the optimizer", "CPU op", "a sync", "runtime call"):
+        return line
+    return (f"{line}; and the GPU waits for the host {percent(f.m.pct(f.m.host_wait))} of it"
+            f"{_host_story(f.trace, f.budgets, None, f.scan.compiled, f.m)}")  # fmt: skip
+
+
 _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says_idle, "copies": _says_copies,
-         "GPU": _says_gpu, "balanced": _says_balanced}  # fmt: skip
+         "GPU": _says_gpu_and_host, "balanced": _says_balanced}  # fmt: skip
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
@@ -684,9 +923,25 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    bound = bound_of(m)
-    facts = _Facts(trace, budgets, m, where, longest_gaps[0] if longest_gaps else None, scan, eff)
+    once = sum(us for (cause, _), us in host_wait_causes(trace, [m]).items() if cause in ONE_TIME)
+    once_all = sum(_one_time_items(trace, budgets).values())
+    total = sum(b.span for b in budgets)
+    steady = _steady(m, once)
+    if steady is not m:
+        where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
+    facts = _Facts(trace, budgets, steady, where, longest_gaps[0] if longest_gaps else None, scan, eff)
+    bound = bound_of(steady)
     line = _SAYS[bound](facts)
+    if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
+        listed, lever = _one_time_parts(trace, budgets)
+        share = percent(100 * once_all / total)
+        head = f"one-time costs hold {share} of the profiled {_unit(trace)}s: {listed} → {lever}"
+        if steady.span < (1 - ONE_TIME_LEFT) * m.span or steady.span <= 0:
+            line = f"{head}; too little is left of them to bound a steady state"
+        else:
+            line = f"{head}; the steady state: {line}"
+    else:
+        line += _one_time(trace, budgets)
     rules = [
         r
         for r in (

@@ -41,10 +41,15 @@ UNMODELLED_DEVICES = {"mtia": "MTIA"}
 ROLES = ("op", "label", "python", "runtime call", "launch", "sync", "compiling", "DataLoader", "optimizer", "step")
 R_OP, R_LABEL, R_PYTHON, R_RUNTIME, R_LAUNCH, R_SYNC, R_COMPILING, R_DATALOADER, R_OPTIMIZER, R_STEP = range(len(ROLES))
 # Labels (record_function, python_function) of compiling: Dynamo, Inductor, autotuning, CUDA graph capture.
+# Only what runs while compiling: not the compiled code running (output_code.py's __call__, "Torch-Compiled
+# Region"), nor Dynamo's guard check every call ("TorchDynamo Cache Lookup"), nor torch/_compile.py's wrapper.
 COMPILING = re.compile(
-    r"dynamo_timed|compile_inner|call_user_compiler|_compile\.|compile_fx|fx_codegen|[Ii]nductor|TorchDynamo|"
-    r"[Aa]utotun|async_compile|[Cc]ompile[_ ]?[Tt]ime|CUDAGraph\w*\.(?:record|warmup)|graph[_ ]capture"
+    r"dynamo_timed|compile_inner|call_user_compiler|convert_frame\.py\(\d+\): _compile|compile_fx|fx_codegen|"
+    r"codegen_and_compile|[Aa]utotun|async_compile|[Cc]ompile[_ ]?[Tt]ime|CUDAGraph\w*\.(?:record|warmup)|"
+    r"graph[_ ]capture|[Ii]nductor[_ ]?[Cc]ompil"
 )
+# Inductor's compile worker pool: its threads wait on their pipes all run long, compiling or not.
+COMPILE_POOL = ("torch/_inductor/compile_worker", "_inductor/compile_worker")
 DATALOADER = "enumerate(DataLoader)"  # the label torch's DataLoader iterator opens around each __next__
 MULTIPROCESSING_LOADER = "_MultiProcessingDataLoaderIter"  # in that label's name: the workers are on already
 OPTIMIZER = ("Optimizer.step", "Optimizer.zero_grad")  # torch's own labels: Optimizer.step#AdamW.step
@@ -66,7 +71,7 @@ def role_of(kind: int, name: str) -> int:
         return R_OPTIMIZER
     if STEP.match(name):
         return R_STEP
-    if COMPILING.search(name):
+    if COMPILING.search(name) and not name.startswith(COMPILE_POOL):
         return R_COMPILING
     return R_LABEL if kind == LABEL else R_PYTHON
 

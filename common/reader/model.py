@@ -317,8 +317,12 @@ class Trace:
 
     @functools.cached_property
     def windows(self) -> list[Window]:
-        """Each step's window on the GPU timeline; they tile it (common.reader.timeline.windows)."""
-        return windows(self.steps)
+        """Each step's window on the GPU timeline; they tile it (common.reader.timeline.windows), the last one not
+        past the end of what the trace recorded (its last CPU event or GPU op)."""
+        ends = [max(layer.ends) for thread in self.tree.threads.values() for layer in thread.layers.values() if layer]
+        reach = self.timeline.reach
+        recorded = max([*ends, reach[-1] + self.timeline.origin] if reach else ends, default=math.inf)
+        return windows(self.steps, recorded)
 
     @property
     def cpu_what(self) -> str:

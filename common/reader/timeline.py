@@ -6,7 +6,7 @@ window are found by binary search, with no look-back) and their union over every
 Each step's window is a slice of it, and the windows tile the timeline without overlap: a step's CPU span where
 its GPU work ran inside it; on a GPU that runs behind its CPU, from the first GPU op the step launched to the first
 the next step launched, and for the last step as long as the steps' period (the median of the windows before it,
-else its CPU span), not to its own last op. Pure Python, no torch.
+else its CPU span), not to its own last op, nor past `until`, the end of what the trace recorded. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def _talks(name: str) -> bool:
     return kernel_family(name) == "communication"
 
 
-def windows(steps: list[Step]) -> list[Window]:
+def windows(steps: list[Step], until: float = math.inf) -> list[Window]:
     """The steps' windows on the GPU timeline, tiling it: a step's CPU span where its GPU work ran inside it, else
     from its first GPU op to the next step's first (a GPU running behind), the last one the steps' period long. A
     window never starts before the one before it ends."""
@@ -260,8 +260,8 @@ def windows(steps: list[Step]) -> list[Window]:
         if k + 1 < len(steps):
             end = max(begins[k + 1], begin)  # type: ignore[type-var]
             periods.append(end - begin)
-        else:  # the last: as long as the steps' period, not to its own last op
+        else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
             period = statistics.median(periods) if periods else step.dur_us
-            end = begin + max(period, 0.0)
+            end = begin + max(min(period, until - begin), 0.0)
         out.append(Window(begin, end, "gpu", step.number))  # type: ignore[arg-type]
     return out

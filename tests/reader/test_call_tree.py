@@ -42,9 +42,10 @@ def test_an_mtia_trace_is_a_device_not_modelled_and_gets_no_bound():
     assert trace.devices == ["MTIA"] and d.bound == "—" and "MTIA" in d.verdict
 
 
-def behind_trace(last_kernel_us: float) -> dict:
-    """Three 100 µs steps whose kernels (150 µs each, one per step) run behind the CPU."""
-    events = []
+def behind_trace(last_kernel_us: float, recorded_until: float = 600.0) -> dict:
+    """Three 100 µs steps whose kernels (150 µs each, one per step) run behind the CPU; the profiler records until
+    `recorded_until` (an op of its own then)."""
+    events = [ev("cpu_op", "aten::empty", recorded_until - 1, 1)]
     for k in range(3):
         events += [
             ev("user_annotation", f"ProfilerStep#{k}", 100 * k, 100),
@@ -101,3 +102,9 @@ def test_no_rate_above_its_peak_is_printed_the_cell_names_the_suspect():
     assert peak_cell(over, broken_links=True) == "over: link?"
     assert peak_cell(over, broken_links=False) == "over: peak?"
     assert peak_cell(Efficiency(flops=50e6, us=1.0, peak_tflops=100.0), broken_links=False) == "50"
+
+
+def test_the_last_window_stops_where_the_recording_stops():
+    trace = parse(behind_trace(4.0, recorded_until=400.0))
+    last = step_budgets(trace)[-1]
+    assert last.span == 400.0 - 320.0 and last.busy == 4.0

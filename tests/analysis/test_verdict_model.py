@@ -1,0 +1,107 @@
+"""The verdict stands on the call tree (issue 46): each case a real trace showed, as a small trace of its shape.
+Each test fails on the verdict before it (b39b738): compile time called Python, a first launch called per-step
+launch overhead, levers already applied offered again, a wait called work, a mean mixed with the median step, a CPU
+step of several compute ops called overhead."""
+
+from __future__ import annotations
+
+import re
+
+from helpers import ev
+
+from common.analysis.diagnosis import diagnose
+from common.reader.build import parse
+
+
+def window(inside: list[dict], us: float = 100_000.0) -> list[dict]:
+    """One GPU op at each end of a window of `us` µs (so the time between is a host-wait gap), and `inside`."""
+    return [
+        ev("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+        ev("kernel", "k_first", 6, 10, tid=7, correlation=1),
+        ev("cuda_runtime", "cudaLaunchKernel", us - 30, 5, correlation=2),
+        ev("kernel", "k_last", us - 20, 10, tid=7, correlation=2),
+        *inside,
+    ]
+
+
+def launches(start: float, count: int, every: float = 50.0, first_corr: int = 10) -> list[dict]:
+    """`count` ops, each launching a 5 µs kernel (9 µs to launch), one each `every` µs from `start`."""
+    out = []
+    for k in range(count):
+        t = start + k * every
+        corr = first_corr + k
+        out += [ev("cpu_op", "aten::add", t, every - 2),
+                ev("cuda_runtime", "cudaLaunchKernel", t + 1, 9, correlation=corr),
+                ev("kernel", "add_kernel", t + 11, 5, tid=7, correlation=corr)]  # fmt: skip
+    return out
+
+
+def steps(inside: list[list[dict]], us: float = 10_000.0) -> dict:
+    """One ProfilerStep#k of `us` µs per entry of `inside` (its events, times from the step's start), each step
+    launching a kernel at its start and its end."""
+    events = []
+    for k, extra in enumerate(inside):
+        t0 = k * us
+        events += [ev("user_annotation", f"ProfilerStep#{k + 1}", t0, us)]
+        for e in window(extra, us):
+            args = dict(e["args"])
+            if "correlation" in args:
+                args["correlation"] += 100 * k  # each step's own launches
+            events.append({**e, "ts": e["ts"] + t0, "args": args})
+    return {"traceEvents": events}
+
+
+def test_compile_time_in_a_gap_is_compiling_not_python():
+    compile_label = ev("user_annotation", "compile_inner (dynamo_timed)", 100, 60_000)
+    trace = parse({"traceEvents": window([compile_label, *launches(61_000, 700, every=55)])})
+    line = diagnose(trace).verdict
+    assert "60.0 ms compiling (compile_inner (dynamo_timed))" in line and "(Python)" not in line, line
+
+
+def test_a_first_launch_that_loads_a_module_is_one_time_not_launch_overhead():
+    first = ev("cuda_runtime", "cudaLaunchKernel", 100, 60_000, correlation=5)
+    trace = parse({"traceEvents": window([first, *launches(61_000, 200, every=150)])})
+    line = diagnose(trace).verdict
+    assert line.startswith("one-time costs hold 60% of the profiled windows: 60.0 ms cudaLaunchKernel"), line
+    launching = re.search(r"([\d.]+) ms launching the GPU's work op by op", line)
+    assert launching and float(launching.group(1)) < 40, line  # the 200 short launches' time, not the first one
+
+
+def test_a_dataloader_with_workers_is_not_told_to_use_workers():
+    loader = ev("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 100, 80_000)
+    trace = parse(steps([[loader]] * 3, us=100_000))
+    line = diagnose(trace).verdict
+    assert "workers already" in line and "num_workers > 0" not in line, line
+
+
+def test_a_fused_optimizer_is_not_told_to_fuse_it():
+    step = ev("user_annotation", "Optimizer.step#FusedAdam.step", 100, 80_000)
+    trace = parse({"traceEvents": window([step]), "schemaVersion": 1})
+    line = diagnose(trace).verdict
+    assert "fused already (Optimizer.step#FusedAdam.step)" in line and "fused=True" not in line, line
+
+
+def test_a_blocking_copy_is_a_wait_in_its_op_not_launch_work():
+    item = ev("cpu_op", "aten::item", 100, 80_000)
+    sync = ev("cuda_runtime", "cudaStreamSynchronize", 200, 79_800)
+    trace = parse({"traceEvents": window([item, ev("cpu_op", "aten::_local_scalar_dense", 150, 79_900), sync])})
+    line = diagnose(trace).verdict
+    assert "waiting in a sync in aten::_local_scalar_dense" in line and "launching" not in line, line
+
+
+def test_the_per_step_figures_are_the_median_steps_own_not_a_mean():
+    stall = [ev("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 6_000)]
+    long = [ev("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 9_800)]
+    trace = parse(steps([stall, stall, long], us=10_000))
+    line = diagnose(trace).verdict
+    assert "6.00 ms the DataLoader" in line and "saves up to 6.00 ms of the 10.0 ms step" in line, line
+
+
+def test_a_cpu_step_of_several_compute_ops_is_compute_bound_with_a_fusing_lever():
+    ops = [("aten::bmm", 0, 38), ("aten::_softmax", 40, 19), ("aten::mul", 60, 16), ("aten::copy_", 77, 14),
+           ("aten::view", 92, 1)]  # fmt: skip
+    events = [ev("user_annotation", f"ProfilerStep#{k}", 100 * k, 100) for k in range(3)]
+    events += [ev("cpu_op", name, 100 * k + t, us) for k in range(3) for name, t, us in ops]
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("compute-bound on the CPU: 87% of the step in its ops' own work (aten::bmm 38%"), line
+    assert "fewer passes over memory" in line
