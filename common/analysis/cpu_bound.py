@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from common.analysis.figures import step_flops
 from common.reader.model import Trace
 from common.units import human_time
 
@@ -82,8 +83,8 @@ def cpu_verdict(trace: Trace) -> str:
         return f"bound by the CPU: no GPU activity in the trace; {spent}"
     top, top_us = max(own.items(), key=lambda kv: kv[1])
     share = min(1.0, max(0.0, top_us) / cpu)
-    flops = trace.meta.get("flops")
-    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if isinstance(flops, (int, float)) and top_us > 0 else ""
+    flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
+    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     if share < COMPUTE_SHARE:
         return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%} of the step{rate}, the rest "
                 f"dispatch and Python; {spent}")  # fmt: skip

@@ -46,7 +46,7 @@ from common.reader.model import (
     Trace,
 )
 from common.reader.occupancy import sm_limits
-from common.reader.roofline import SHAPED_OPS, ShapedOp
+from common.reader.roofline import SHAPED_OPS, TENSOR_CORE_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read: msgspec's import would slow `--help`
@@ -190,6 +190,7 @@ class _Collector:
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        self.shaped_calls: list[tuple[float, float, object, ShapedOp]] = []  # a GEMM/attention op's (ts, dur, tid)
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
         self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
         from common.reader import trace_json
@@ -228,7 +229,9 @@ class _Collector:
                 if ts + dur > ops_end:
                     ops_end = ts + dur
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                    self.shaped(name, args)
+                    op = self.shaped(name, args)
+                    if name in TENSOR_CORE_OPS:
+                        self.shaped_calls.append((ts, dur, _id(e.tid), op))
                 elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, _id(e.tid), args)) is not None:
@@ -249,12 +252,11 @@ class _Collector:
                 self.launches.append((name, ts, dur, corr, _id(e.tid)))
         self.ops_end, self.skipped = ops_end, self.skipped + skipped
 
-    def shaped(self, name: str, args: object) -> None:
-        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
-        the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
+    def shaped(self, name: str, args: object) -> ShapedOp:
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), and
+        return them. Ops of the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes
+        many times."""
         ext, key_of = args.external, self.raw_key
-        if _id(ext) is None:
-            return
         types, concrete = args.types, args.concrete
         key = (
             name,
@@ -266,7 +268,9 @@ class _Collector:
         if op is None:
             get = self.decoded
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
-        self.shapes[ext] = op
+        if _id(ext) is not None:
+            self.shapes[ext] = op
+        return op
 
     def steps(self, path: Path | str, find_iterations: bool = True) -> tuple[list[Step], bool]:
         """The ProfilerStep#N steps in time order; else the iterations its repeated labels give (`iterations`),
@@ -548,6 +552,7 @@ class _Collector:
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
+            shaped_calls=sorted(self.shaped_calls, key=lambda c: (c[0], -c[1])),
             cpu_starts=tuple(cpu_starts), labels=self.annotations, cpu_durs=cpu_durs,
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip

@@ -309,6 +309,8 @@ class Trace:
     phase_parent: str | None = None  # the label the phases sit inside; None: directly inside the steps
     gpu_activity: bool = True  # False: runtime calls but no GPU event (kernel, memcpy, memset) in the whole trace
     shapes: dict[object, ShapedOp] = field(default_factory=dict)  # External id -> a GEMM/attention op's shapes
+    # each call of a GEMM, attention or convolution op with shapes: (ts, dur, tid, its shapes), in time order
+    shaped_calls: list[tuple[float, float, object, ShapedOp]] = field(default_factory=list)
     cpu_starts: tuple[list[float], list[str]] = ([], [])  # every cpu_op's start and name, in time order
     labels: list[tuple[str, float, float, object]] = field(default_factory=list)  # user_annotation (name, ts, dur, tid)
     cpu_durs: list[float] = field(default_factory=list)  # each cpu_op's duration, in the order of cpu_starts
