@@ -21,7 +21,7 @@ def cpu_kind(verdict: str) -> str | None:
     return next((kind for kind in KINDS if verdict.startswith(f"{kind} on the CPU")), None)
 
 
-def _cpu_ops(trace: Trace) -> list[tuple[float, float, object, str]]:
+def cpu_ops(trace: Trace) -> list[tuple[float, float, object, str]]:
     """Every complete cpu_op event of the trace's file: (ts, dur, tid, name)."""
     from common.reader.trace_json import stream_json  # where a trace is read: msgspec's import would slow `--help`
 
@@ -73,7 +73,7 @@ def cpu_verdict(trace: Trace) -> str:
            else "per iteration" if trace.cpu_source == "iteration" else "per step")  # fmt: skip
     spent = f"{human_time(cpu)} of CPU {per}" if cpu else f"no CPU time {per}"
     try:  # the ops' spans are read again from the file: the reader keeps only their starts and names
-        ops = _cpu_ops(trace) if cpu else []
+        ops = cpu_ops(trace) if cpu else []
     except ValueError:  # a trace parsed from memory (common.reader.build.parse), or a file gone since: the plain line
         ops = []
     per_step = [self_us(ops, s.start_us, s.start_us + s.dur_us) for s in trace.steps]
