@@ -451,8 +451,8 @@ def speed_line(a: Trace, b: Trace, times_a: dict, times_b: dict, calls_a: dict, 
         return None
     ops = "the op" if len(common) == 1 else f"the {len(common)} ops"
     pct = _signed(100 * (mid_b / mid_a - 1), 2)
-    return (f"speed: {ops} in both took {human_time(mid_a)} → {human_time(mid_b)} a step ({pct}%), past their spread "
-            f"over steps ({human_time(spread)}): the speeds differ")  # fmt: skip
+    return (f"speed: {ops} in both took {human_time(mid_a)} → {human_time(mid_b)} a step ({pct}%), over their "
+            f"{human_time(spread)} spread across steps: speeds differ")  # fmt: skip
 
 
 def render(a: Trace, b: Trace, markdown: bool = False) -> str:
@@ -561,7 +561,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
                 cpu_rows = fit_last_column(headers, cpu_rows)
             out += ["", heading("CPU ops' self time per step (by impact)"), *gap]
             out.append(table(headers, cpu_rows, {"", "op"}, markdown))
-            out.append(OF_DELTA if not more else f"{OF_DELTA[:-1]}; {more} more changed, smaller)")
+            out += [OF_DELTA, *([f"({more} more ops changed, by less)"] if more else [])]
         else:
             out += ["", "CPU ops: the same calls, within 5% of their self time."]
 
