@@ -561,7 +561,7 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
                 cpu_rows = fit_last_column(headers, cpu_rows)
             out += ["", heading("CPU ops' self time per step (by impact)"), *gap]
             out.append(table(headers, cpu_rows, {"", "op"}, markdown))
-            out += [OF_DELTA, *([f"({more} more ops changed, by less)"] if more else [])]
+            out += [OF_DELTA, *([f"({more} more op{'s' * (more > 1)} changed, by less)"] if more else [])]
         else:
             out += ["", "CPU ops: the same calls, within 5% of their self time."]
 

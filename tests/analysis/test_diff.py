@@ -419,8 +419,8 @@ def test_a_cpu_diff_says_the_speeds_differ_where_its_common_ops_moved(tmp_path, 
     speed = [line for line in out.splitlines() if line.startswith("speed: ")]
     assert code == 0 and len(speed) == 1, out
     assert speed[0] == (
-        "speed: the op in both took 3.00 ms → 2.40 ms a step (−20%), past their spread over steps "
-        "(60.0 µs): the speeds differ"
+        "speed: the op in both took 3.00 ms → 2.40 ms a step (−20%), over their 60.0 µs spread "
+        "across steps: speeds differ"
     )  # aten::mm: the same calls on both sides
 
 
