@@ -30,7 +30,9 @@ class Work:
     dispatches, views left out (0 where a step's few ops are nothing beside its FLOPs): each pays a per-op cost,
     most of a small training step's time; `fused`, the shape of the fused attention kernel the FLOPs run in
     (None: they run at a matmul's rate); `kernels`, whether torch.compile builds kernels of its own for the step
-    (False: a forward whose GEMMs and bias go to the BLAS, as 01's and 02's do).
+    (False: a forward whose GEMMs and bias go to the BLAS, as 01's and 02's do); `shaped`, the FLOPs of its GEMM,
+    attention and convolution ops as record_shapes will show them run (common.analysis.figures.shapes_check: an
+    edit of the script's shapes shows there; None: not known, not checked).
     """
 
     flops: float
@@ -40,6 +42,7 @@ class Work:
     ops: int = 0
     fused: FusedAttention | None = None
     kernels: bool = True
+    shaped: float | None = None
 
     @property
     def has_reference(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from common.analysis.figures import step_flops
 from common.reader.model import Trace
 from common.units import human_time
 
@@ -73,8 +74,8 @@ def cpu_verdict(trace: Trace) -> str:
     top, top_us = (ranked[0][1], ranked[0][0]) if ranked else busiest
     share = min(1.0, max(0.0, top_us) / cpu)
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
-    flops = trace.meta.get("flops")
-    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if isinstance(flops, (int, float)) and top_us > 0 else ""
+    flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
+    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     lever = _lever(ranked)
     if share >= COMPUTE_SHARE:
         return f"{KINDS[0]} on the CPU: {share:.0%} of the step inside {top}{rate}; {spent} {lever}"
@@ -83,7 +84,7 @@ def cpu_verdict(trace: Trace) -> str:
         return f"{KINDS[0]} on the CPU: {together:.0%} of the step in its ops' own work ({listed}); {spent} {lever}"
     top, top_us = busiest
     share = min(1.0, max(0.0, top_us) / cpu)
-    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if isinstance(flops, (int, float)) and top_us > 0 else ""
+    rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%} of the step{rate}, the rest "
             f"dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
             "fewer ops)")  # fmt: skip

@@ -39,7 +39,7 @@ from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, print
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.files import not_a_file
 from common.reader.build import read_trace
-from common.reader.model import GpuOp, KernelUse, Trace
+from common.reader.model import GpuOp, KernelUse, Trace, median_of
 from common.reader.naming import cut_name, short_name
 from common.units import human_time
 
@@ -254,6 +254,9 @@ def match_kernels(
     return pairs
 
 
+CPU_ROWS = 15  # rows of the CPU ops' self-time table of a diff of two CPU traces; the rest counted under it
+SAME_TIME = 0.05  # an op whose calls match and whose self time moved less than this share is unchanged
+
 OF_DELTA = "(of |Δ|: each row's share of the gross change, the sum of every row's |Δ|; Δ's sign says which way)"
 
 
@@ -391,6 +394,61 @@ def phase_diff(a: Trace, b: Trace, markdown: bool = False) -> str:
     return table(headers, cells, {"phase"}, markdown)
 
 
+def cpu_self_times(trace: Trace) -> dict[str, list[float]]:
+    """Op name -> its self time in each profiled step, µs (the call tree's: its span less the ops it called, on its
+    thread; 0 in a step without it), with no second read of the file."""
+    per_step = [trace.tree.self_us(s.start_us, s.start_us + s.dur_us) for s in trace.steps]
+    return {n: [own.get(n, 0.0) for own in per_step] for n in {n for own in per_step for n in own}}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def cpu_op_rows(times_a: dict, times_b: dict, calls_a: dict, calls_b: dict) -> tuple[list[list[str]], int]:
+    """The rows of the CPU ops whose calls or self time per step (the mean over the steps) changed, by the size of
+    the change, CPU_ROWS at most, with each row's share of the gross change; and how many more changed."""
+    changes = []
+    for name in set(times_a) | set(times_b):
+        x, y = _mean(times_a.get(name, [])), _mean(times_b.get(name, []))
+        ca, cb = calls_a.get(name, 0), calls_b.get(name, 0)
+        if ca == cb and abs(y - x) < SAME_TIME * max(x, 0.1):
+            continue
+        what = "removed" if not cb else "added" if not ca else "changed"
+        changes.append((what, name, ca, cb, x, y))
+    gross = sum(abs(y - x) for *_, x, y in changes) or 1.0
+    changes.sort(key=lambda c: (-abs(c[5] - c[4]), c[1]))
+    rows = [[what, num(ca), num(cb), human_time(x), human_time(y), _signed_time(y - x),
+             f"{100 * abs(y - x) / gross:.0f}%", printable(name, newlines=False)]
+            for what, name, ca, cb, x, y in changes[:CPU_ROWS]]  # fmt: skip
+    return rows, max(0, len(changes) - CPU_ROWS)
+
+
+def speed_line(a: Trace, b: Trace, times_a: dict, times_b: dict, calls_a: dict, calls_b: dict) -> str | None:
+    """One line where the ops common to both traces (the same name and calls per step) took, summed, a time per step
+    that moved between A and B by more than it spreads across the steps of either: the machine ran them at another
+    speed (load, clocks, threads), so the change is not what made the whole difference. None where they did not
+    move so, where either trace has fewer than 2 steps (no spread), or the traces do other work or dtypes."""
+    if len(a.steps) < 2 or len(b.steps) < 2:
+        return None
+    for key in ("flops", "dtype"):
+        if a.meta.get(key) != b.meta.get(key):
+            return None
+    common = [n for n in times_a if n in times_b and calls_a.get(n) and calls_a.get(n) == calls_b.get(n)]
+    if not common:
+        return None
+    per_a = [sum(times_a[n][i] for n in common) for i in range(len(a.steps))]
+    per_b = [sum(times_b[n][i] for n in common) for i in range(len(b.steps))]
+    mid_a, mid_b = median_of(per_a), median_of(per_b)
+    spread = max(max(per_a) - min(per_a), max(per_b) - min(per_b))
+    if mid_a <= 0 or abs(mid_b - mid_a) <= spread:
+        return None
+    ops = "the op" if len(common) == 1 else f"the {len(common)} ops"
+    pct = _signed(100 * (mid_b / mid_a - 1), 2)
+    return (f"speed: {ops} in both took {human_time(mid_a)} → {human_time(mid_b)} a step ({pct}%), over their "
+            f"{human_time(spread)} spread across steps: speeds differ")  # fmt: skip
+
+
 def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     """The whole diff, as text or Markdown."""
     heading = (lambda s: f"### {s}") if markdown else (lambda s: s)  # noqa: E731
@@ -418,6 +476,11 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     pairs = match_kernels(a.kernel_uses(), b.kernel_uses())
     line = headline(pairs, ta, tb, ops_a, ops_b)
     out += ["", *([line] if markdown else textwrap.wrap(line, TEXT_WIDTH, break_on_hyphens=False))]
+    on_cpu = not (a.has_gpu and a.gpu_activity) and not (b.has_gpu and b.gpu_activity)  # two CPU traces
+    times_a, times_b = (cpu_self_times(a), cpu_self_times(b)) if on_cpu else ({}, {})
+    speed = speed_line(a, b, times_a, times_b, ops_a, ops_b) if on_cpu else None
+    if speed:
+        out += [speed] if markdown else textwrap.wrap(speed, TEXT_WIDTH, subsequent_indent="  ")
 
     rows = []
     for label, x, y, digits in (
@@ -483,6 +546,18 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
             out += ["", *pairing_lines(renamed, markdown)]
     elif (a.has_gpu and a.gpu_activity) or (b.has_gpu and b.gpu_activity):
         out += ["", "GPU work: the same kernels, within 5% of their time."]
+
+    if times_a or times_b:
+        cpu_rows, more = cpu_op_rows(times_a, times_b, ops_a, ops_b)
+        if cpu_rows:
+            headers = ["", "A calls", "B calls", "A self", "B self", "Δ", "of |Δ|", "op"]
+            if not markdown:
+                cpu_rows = fit_last_column(headers, cpu_rows)
+            out += ["", heading("CPU ops' self time per step (by impact)"), *gap]
+            out.append(table(headers, cpu_rows, {"", "op"}, markdown))
+            out += [OF_DELTA, *([f"({more} more op{'s' * (more > 1)} changed, by less)"] if more else [])]
+        else:
+            out += ["", "CPU ops: the same calls, within 5% of their self time."]
 
     op_rows = [[("removed" if not ops_b.get(n) else "added" if not ops_a.get(n) else "changed"), n,
                 num(ops_a.get(n, 0)), num(ops_b.get(n, 0))]

@@ -3,12 +3,14 @@ and the rates the script's recorded FLOPs and bytes give. No printing: the comma
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
 from common.analysis.tables import num
 from common.physics import Work, achieved, find_peak, rate
 from common.reader.model import Trace, median_index, median_of
+from common.reader.roofline import ShapedOp
 
 CALLS = {  # --wide column -> runtime/driver call name prefix
     "occ. queries": "cudaOccupancyMaxActiveBlocksPerMultiprocessor",  # calls, not an occupancy
@@ -72,13 +74,14 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
     if peak_bytes is not None:
         row.peak_mb = peak_bytes / 1e6
     us, on = trace.step_time_us()
-    flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
-    if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
+    flops, nbytes = step_flops(trace)
+    if us and flops is not None:
         peak = find_peak(trace.device_name, peak_tflops, peak_gbps) if gpu else None
-        got = achieved(Work(flops, nbytes), us * 1e-6, peak, str(trace.meta.get("dtype", "bf16")))
+        got = achieved(Work(flops, math.nan if nbytes is None else nbytes), us * 1e-6, peak,
+                       str(trace.meta.get("dtype", "bf16")))  # fmt: skip
         row.on, row.tflops, row.gbps = on, got.tflops, got.gbps
         row.pct_flops, row.pct_bytes = got.pct_flops, got.pct_bytes
-    elif us and on == "GPU" and not trace.meta and (shaped := shaped_flops(trace)):
+    elif us and not trace.meta and (shaped := shaped_flops(trace)):
         per_s = rate(shaped, us * 1e-6)  # no %peak: its ops may run in several precisions (each kernel's own
         row.on, row.tflops = on, per_s / 1e12 if per_s is not None else None  # is in the top-kernels table)
     return row
@@ -97,16 +100,84 @@ def metadata_figure(value: object) -> float | None:
 
 def shaped_flops(trace: Trace) -> float | None:
     """The FLOPs per step (the median step's) of a trace's GEMM, attention and convolution ops whose shapes
-    record_shapes wrote and whose kernels ran in the step (common.reader.roofline); None where it has none: what a
-    trace the suite did not write gives the TFLOP/s column."""
-    shapes = trace.shapes
-    if not shapes:
-        return None
-    per_step = []
-    for step in trace.steps:
-        ids = {op.external for op in step.gpu if op.category == "kernel" and op.external in shapes}
-        per_step.append(sum(shapes[ext].flops or 0.0 for ext in ids if shapes[ext].tensor_core))
+    record_shapes wrote (common.reader.roofline): on a GPU those whose kernels ran in the step; on the CPU those
+    that started in it, the innermost of nested ones (aten::matmul's aten::mm, not both). None where it has none:
+    what a trace the suite did not write gives the TFLOP/s column, and what checks the suite's own (shapes_check)."""
+    if trace.has_gpu:
+        shapes = trace.shapes
+        if not shapes:
+            return None
+        per_step = []
+        for step in trace.steps:
+            ids = {op.external for op in step.gpu if op.category == "kernel" and op.external in shapes}
+            per_step.append(sum(shapes[ext].flops or 0.0 for ext in ids if shapes[ext].tensor_core))
+    else:
+        per_step = cpu_shaped_flops(trace)
     return median_of(per_step) if any(per_step) else None
+
+
+def cpu_shaped_flops(trace: Trace) -> list[float]:
+    """Per step, the FLOPs of the shaped GEMM, attention and convolution calls that start in it, counting on each
+    thread only the innermost of calls nested in one another (aten::linear's aten::addmm, aten::matmul's
+    aten::mm): each product once, as the op that ran it."""
+    calls = trace.shaped_calls
+    starts = [c[0] for c in calls]
+    out = []
+    for step in trace.steps:
+        lo, hi = bisect.bisect_left(starts, step.start_us), bisect.bisect_left(starts, step.start_us + step.dur_us)
+        open_at: dict[object, tuple[float, ShapedOp]] = {}  # thread -> (end, shapes) of its last call
+        total = 0.0
+        for ts, dur, tid, op in calls[lo:hi]:
+            last = open_at.get(tid)
+            if last is not None and ts >= last[0]:  # the last call had nothing nested in it: innermost
+                total += last[1].flops or 0.0
+            open_at[tid] = (ts + dur, op)
+        total += sum(op.flops or 0.0 for _, op in open_at.values())
+        out.append(total)
+    return out
+
+
+SHAPES_AGREE = 0.01  # the shapes' FLOPs within this share of the flags': they agree (float rounding, nothing more)
+
+
+@dataclass(frozen=True)
+class ShapesCheck:
+    """The FLOPs per step of a suite trace's GEMM, attention and convolution ops, as its flags give them (the
+    `suite` metadata's `shaped_flops`, the script's workload) and as record_shapes saw them run."""
+
+    flags: float
+    shapes: float
+
+    @property
+    def agree(self) -> bool:
+        return abs(self.shapes - self.flags) <= SHAPES_AGREE * max(self.flags, self.shapes)
+
+    def line(self) -> str:
+        """The one line that says the two disagree, and which one the rates use."""
+        times = f"{self.shapes / self.flags:.3g}x" if self.flags else "unlike"
+        return (f"shapes: the ops ran {self.shapes / 1e9:.3g} GFLOP of GEMMs a step, {times} the flags' (tag, "
+                f"metadata) {self.flags / 1e9:.3g}: rated from the ops' shapes")  # fmt: skip
+
+
+def shapes_check(trace: Trace) -> ShapesCheck | None:
+    """The flags' GEMM FLOPs against the ops' shapes (shaped_flops) for a suite trace whose metadata has them and
+    whose ops have shapes (record_shapes); None where either is missing."""
+    flags = metadata_figure(trace.meta.get("shaped_flops"))
+    if flags is None:
+        return None
+    shapes = shaped_flops(trace)
+    return None if shapes is None else ShapesCheck(flags, shapes)
+
+
+def step_flops(trace: Trace) -> tuple[float | None, float | None]:
+    """The FLOPs and bytes per step that rates divide: the suite's metadata (the flags' shapes), unless the ops'
+    shapes disagree (shapes_check): then the shapes' FLOPs and no bytes (the flags' bytes do not hold either).
+    (None, None) where the trace has no metadata figures."""
+    flops, nbytes = metadata_figure(trace.meta.get("flops")), metadata_figure(trace.meta.get("bytes"))
+    check = shapes_check(trace) if flops is not None else None
+    if check is not None and not check.agree:
+        return check.shapes, None
+    return flops, nbytes
 
 
 def median_launch_apis(trace: Trace) -> dict[str, float]:

@@ -34,7 +34,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +59,10 @@ LONG_S = 60.0  # above this the estimate says so, with a cheaper command
 TARGET_S = 30.0  # what the cheaper command aims for
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
 GEMM_MIN_S = 0.1  # ... until one product takes this long
-GEMM_PROBE_S = 4.0  # an emulated 16-bit GEMM goes on doubling while the next product should take at most this
+GEMM_PROBE_S = 1.0  # an emulated 16-bit GEMM goes on doubling while the next product should take at most this
+SHORT_TIMINGS = 5  # a product under GEMM_MIN_S: the best of this many timings, after an untimed call
+LONG_TIMINGS = 2  # a longer one (an emulated probe): the best of this many, no untimed call
+CHECK_FACTOR = 2.0  # a call of the step further than this either way from its estimate: the estimate is corrected
 COPY_BYTES = 16 << 20
 POINTWISE_BYTES = 64 << 20  # above glibc's largest mmap threshold (32 MB): a fresh output is fresh pages, as
 # attention's [8, 16, 1024, 1024] scores are
@@ -81,6 +84,9 @@ class Estimate:
     cheaper_seconds: float | None = None
     op_s: float | None = None  # the measured cost of one op, where the step counts its ops (Work.ops)
     compile_cost: CompileCost | None = None  # torch.compile's first call (compile_cost; None for an eager run)
+    step_s: float | None = None  # one call of the step in the run's dtype, as estimated: what the first call checks
+    recheck: Callable[[float], tuple[tuple[str, ...], float] | None] | None = field(default=None, compare=False)
+    # the cheaper command and its seconds, the run's time scaled by a factor (its checked first call's; None: none)
 
     @property
     def compile_s(self) -> float:
@@ -108,43 +114,42 @@ class Said:
 
 
 def gemm_rate(dtype: torch.dtype, size: float = GEMM_MAX_N) -> float:
-    """FLOP/s of an n x n matmul in `dtype` on the CPU's threads at n = `size`, from best-of-three timings of
-    smaller products (after an untimed call each).
+    """FLOP/s of an n x n matmul in `dtype` on the CPU's threads, at the largest n timed up to `size`: the best of
+    several short timings at each size, never extrapolated past the sizes timed.
 
-    The matrix doubles from GEMM_N until one product takes GEMM_MIN_S, or reaches GEMM_MAX_N or `size`: a
-    256 x 256 fp32 product takes 0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when
-    another process keeps a core busy) would read as a rate ten times too slow. Past the largest size timed,
-    a rate that fell from the size before is taken to keep falling at that pace (never to rise).
+    The matrix doubles from GEMM_N until one product takes GEMM_MIN_S, or reaches GEMM_MAX_N or `size`. Each size
+    under GEMM_MIN_S is timed SHORT_TIMINGS times after an untimed call, and its best kept: a 256 x 256 fp32
+    product takes 0.3 ms, where one OpenMP spin-wait stall (a 4 ms scheduler tick when another process keeps a
+    core busy) reads as a rate ten times too slow, and on a loaded machine a single timing of the largest size,
+    its fall extrapolated as a power law to the step's size, once made a 100x slower machine (issue 48: 38,300 s
+    estimated, 84 s taken). The rate at the largest size timed is the one used, whether the sizes before it ran
+    faster or slower.
 
     A 16-bit dtype this CPU emulates falls off a cliff that small products do not show: with oneDNN held to
-    AVX2, bf16 runs at 2.45 GFLOP/s from 256 to 768, 0.95 at 1024 and 0.30 at 2048, so timed up to 512 a
-    2048 run was estimated 8x short (35 s for 286 s). For such a dtype the doubling goes on past GEMM_MIN_S
-    while the next product should take at most GEMM_PROBE_S, each product that long timed once, untimed call
-    skipped; a native one does not fall, and stops at GEMM_MIN_S.
+    AVX2, bf16 runs at 2.45 GFLOP/s from 256 to 768, 0.95 at 1024 and 0.30 at 2048. For such a dtype the doubling
+    goes on past GEMM_MIN_S while the next product should take at most GEMM_PROBE_S, each such size the best of
+    LONG_TIMINGS; past the sizes timed, the run's own first call checks the rate (checked_lines). A native one
+    does not fall, and stops at GEMM_MIN_S.
     """
     name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
     emulated = name is not None and native_16bit(name) is None
-    rates: list[tuple[int, float]] = []
-    n = GEMM_N
+    n, rate = GEMM_N, 0.0
     while True:
         x, w = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        long = bool(rates) and 2 * n**3 / rates[-1][1] >= GEMM_MIN_S  # one call is enough, and its own warm-up
+        long = rate > 0 and 2 * n**3 / rate >= GEMM_MIN_S  # a probe: a product that long is its own warm-up
         if not long:
             torch.matmul(x, w)
         best = math.inf
-        for _ in range(1 if long else 3):
+        for _ in range(LONG_TIMINGS if long else SHORT_TIMINGS):
             start = time.perf_counter()
             torch.matmul(x, w)
             best = min(best, time.perf_counter() - start)
-        rates.append((n, 2 * n**3 / best))
+        rate = 2 * n**3 / best
         if 2 * n > min(GEMM_MAX_N, size):
-            break
-        if best >= GEMM_MIN_S and not (emulated and 2 * (2 * n) ** 3 / rates[-1][1] <= GEMM_PROBE_S):
-            break
+            return rate
+        if best >= GEMM_MIN_S and not (emulated and 2 * (2 * n) ** 3 / rate <= GEMM_PROBE_S):
+            return rate
         n *= 2
-    (n1, r1), (n2, r2) = rates[-2] if len(rates) > 1 else rates[-1], rates[-1]
-    falls = math.log(r1 / r2) / math.log(n2 / n1) if n2 > n1 and r2 < r1 else 0.0
-    return r2 * (n2 / max(size, n2)) ** falls
 
 
 def copy_rate() -> float:
@@ -439,21 +444,36 @@ def estimate(
         profiler_imports()
     seconds, calls = run_seconds(run, work, steps, run.dtype, rate)
     flops_per_s = rate("fused" if work.fused else "gemm", run.dtype)
-    said = Estimate(seconds + compile_s, calls, flops_per_s, compile_cost=cost)
+
+    def recheck(scale: float) -> tuple[tuple[str, ...], float] | None:
+        found = cheaper_run(run, work, steps, rate, seconds * scale, scale)
+        return None if found is None else (found[0], found[1] + compile_s)
+
+    step = step_seconds(work, run.dtype, rate)
+    said = Estimate(seconds + compile_s, calls, flops_per_s, compile_cost=cost, step_s=step, recheck=recheck)
     if work.ops:
         said = dataclasses.replace(said, op_s=1 / rate("op", run.dtype))
-    if seconds <= LONG_S:  # the steps' time: a smaller shape does not shorten the compile
-        return said
+    found = recheck(1.0)
+    return dataclasses.replace(said, cheaper=found[0], cheaper_seconds=found[1]) if found else said
+
+
+def cheaper_run(
+    run: Run, work: Work, steps: int, rate: Rate, seconds: float, scale: float
+) -> tuple[tuple[str, ...], float] | None:
+    """A cheaper command for a run of `seconds` (its steps and reference; a smaller shape does not shorten the
+    compile) above LONG_S, and its seconds: fp32 where the dtype is slower, else or then a smaller --batch or --size;
+    None where the run is not long or nothing shrinks. `scale`: how much slower than its rates this machine ran
+    the step (its checked first call), which the fp32 run's estimate is taken to share."""
+    if seconds <= LONG_S:
+        return None
     argv, cheaper = run.argv, seconds
     if run.dtype != torch.float32:
-        fp32, _ = run_seconds(run, work, steps, torch.float32, rate)
+        fp32 = run_seconds(run, work, steps, torch.float32, rate)[0] * scale
         if fp32 < 0.8 * seconds:
             argv, cheaper = with_flag(argv, "--dtype", "fp32"), fp32
     if cheaper > LONG_S:
         argv, cheaper = shrink(run, argv, cheaper)
-    if argv == run.argv:
-        return said
-    return dataclasses.replace(said, cheaper=argv, cheaper_seconds=cheaper + compile_s)
+    return None if argv == run.argv else (argv, cheaper)
 
 
 def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
@@ -472,17 +492,44 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     lines = [f"estimate: about {total}: {guess.calls} calls of {work.flops / 1e9:.3g} GFLOP{ops}{reference}, {rate}"]
     if guess.compile_cost:
         lines.append(f"  and torch.compile's first call: about {guess.compile_cost.said()}")
-    long = guess.seconds - guess.compile_s > LONG_S
-    if long and guess.cheaper:
-        command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
-        instead = f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead:"
-        if len(f"{instead} {command}") > WIDTH:  # the command on lines of its own, whole: copied, it runs as printed
-            lines.append(f"{instead}\n{fit_command(command)}")
-        else:
-            lines.append(f"{instead} {command}")
-    elif long:
-        lines.append("  that is long; smaller shapes run faster")
+    if guess.seconds - guess.compile_s > LONG_S:  # a cheaper command only from a checked estimate (checked_lines)
+        lines.append("  that is long; the first call checks this estimate, then a cheaper command is said")
     return lines
+
+
+def instead_lines(run: Run, cheaper: tuple[tuple[str, ...], float] | None) -> list[str]:
+    """The line that offers a `cheaper` command (its flags, its seconds), or says smaller shapes run faster."""
+    if cheaper is None:
+        return ["  that is long; smaller shapes run faster"]
+    command = " ".join([run.launcher, f"{run.script}.py", *cheaper[0]])
+    instead = f"  that is long; about {human_time(cheaper[1] * 1e6)} instead:"
+    if len(f"{instead} {command}") > WIDTH:  # the command on lines of its own, whole: copied, it runs as printed
+        return [f"{instead}\n{fit_command(command)}"]
+    return [f"{instead} {command}"]
+
+
+def checked_lines(run: Run, guess: Estimate | None, took_s: float) -> tuple[list[str], float | None]:
+    """What a run says once a call of its step (its first, a compiled run's second) took `took_s`, and its corrected
+    estimate (None where it stands): the estimate's rates checked against the run's own call. Further than
+    CHECK_FACTOR from the estimated call either way, the whole estimate scales by that ratio (its compile apart)
+    and one line says so (where either figure is above SAY_ABOVE_S); then, for a run still long, the cheaper
+    command from the checked figure (or, where the estimate held, from the estimate)."""
+    if guess is None or not guess.step_s or not took_s > 0:
+        return [], None
+    ratio = took_s / guess.step_s
+    off = not 1 / CHECK_FACTOR <= ratio <= CHECK_FACTOR
+    steps_s = guess.seconds - guess.compile_s
+    total = steps_s * ratio + guess.compile_s if off else guess.seconds
+    lines = []
+    said = f"a call of the step took {human_time(took_s * 1e6)}"
+    if off and max(total, guess.seconds) >= SAY_ABOVE_S:
+        lines.append(f"estimate checked: {said}, {ratio:.2g}x the {human_time(guess.step_s * 1e6)} estimated: "
+                     f"about {human_time(total * 1e6)} in all, not {human_time(guess.seconds * 1e6)}")  # fmt: skip
+    if steps_s * (ratio if off else 1.0) > LONG_S:
+        if not off:
+            lines.append(f"estimate checked: {said}, as estimated ({human_time(guess.step_s * 1e6)})")
+        lines += instead_lines(run, guess.recheck(ratio if off else 1.0) if guess.recheck else None)
+    return lines, total if off else None
 
 
 def progress_after(estimate_s: float | None) -> float:

@@ -294,6 +294,7 @@ class TraceFiles:
             "device": self.run.device_name,
             "flops": self.work.flops,
             "bytes": self.work.bytes,
+            "shaped_flops": self.work.shaped,
             "memory": self.memory,
             "threads": None if self.run.on_gpu else torch.get_num_threads(),
             **self.extra,

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from common.harness.estimate import (
     Progress,
     Said,
     announce_compile,
+    checked_lines,
     estimate,
     estimate_lines,
     profiler_imports,
@@ -77,6 +79,13 @@ class Recording:
         self.checked = False  # the output matched the reference: the files are kept from here on
         self.started = time.time()  # a handler of the loop's own writes its traces after this (own_handler_lines)
         self.grad = torch.is_grad_enabled()  # the mode the profiled block runs in: --bench times the step in it
+        guess = said.estimate
+        self.unchecked = guess is not None and guess.step_s is not None  # its estimate is still to check (check)
+        self.loop_started: float | None = None  # time.monotonic() as the profiler started, and as each step ended
+        self.step_ends: list[float] = []  # (step_clock); a compiled run's first call compiles: its second checks
+        self.calls_to_check = 2 if run.compiled else 1
+        self.stepped = threading.Event()  # the call to check has ended (or the recording has)
+        self.took: float | None = None
 
     @property
     def files(self) -> TraceFiles | None:
@@ -115,11 +124,18 @@ class Recording:
         step()
         self._sync()
         first = time.perf_counter() - start
+        if not self.run.compiled:  # an eager run's first call checks the estimate (a compiled one's compiles)
+            self.check(first)
         start = time.perf_counter()
-        for _ in range(WARMUP_CALLS - 1):
+        step()
+        self._sync()
+        second = time.perf_counter() - start
+        self.check(second)
+        start = time.perf_counter()
+        for _ in range(WARMUP_CALLS - 2):
             step()
         self._sync()
-        rest = (time.perf_counter() - start) / (WARMUP_CALLS - 1)
+        rest = (second + time.perf_counter() - start) / (WARMUP_CALLS - 1)
         what = "compile + first call" if self.run.compiled else "first call"
         print(f"warm-up: {what} {human_time(first * 1e6)} wall, then {WARMUP_CALLS - 1} more at "
               f"{human_time(rest * 1e6)} wall each (not profiled)")  # fmt: skip
@@ -127,6 +143,29 @@ class Recording:
             self.progress.what = progress_what(self.said)
         self.say_steps()
         self.watch.start()
+
+    def check(self, took_s: float) -> None:
+        """Check the estimate against a call of the step that took `took_s` (its first, a compiled run's second),
+        once: say what checked_lines says (a corrected estimate, a cheaper command for a long run), and a corrected
+        estimate becomes the one the progress lines count against."""
+        if not self.unchecked:
+            return
+        self.unchecked = False
+        lines, corrected = checked_lines(self.run, self.said.estimate, took_s)
+        for line in lines:
+            print(line if "\n" in line else fit(line), flush=True)
+        if corrected is not None and self.progress:
+            self.progress.estimate_s = corrected
+
+    def step_ended(self, at: float) -> None:
+        """A step of the profiled loop ended at `at` (time.monotonic(); step_clock): the call that checks the
+        estimate has ended once there are `calls_to_check` of them. Nothing is printed here, inside the loop: the
+        checking thread of `recording` prints."""
+        self.step_ends.append(at)
+        if len(self.step_ends) == self.calls_to_check and self.loop_started is not None:
+            before = self.step_ends[-2] if len(self.step_ends) > 1 else self.loop_started
+            self.took = at - before
+            self.stepped.set()
 
     def say_steps(self) -> None:
         """A longer run (its estimate said) says its profiled steps as they start, as it says its other phases."""
@@ -218,6 +257,52 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | N
 
 
 @contextlib.contextmanager
+def step_clock(rec: Recording) -> Iterator[None]:
+    """While open, note when a torch.profiler.profile starts and when each of its steps ends, for `rec`
+    (Recording.step_ended): torch's own `start` and `step` wrapped, so the script's loop stays as written."""
+    profile = torch.profiler.profile
+    start, step = profile.start, profile.step
+
+    def timed_start(prof: torch.profiler.profile) -> None:
+        rec.loop_started = time.monotonic()
+        start(prof)
+
+    def timed_step(prof: torch.profiler.profile) -> None:
+        rec.step_ended(time.monotonic())
+        step(prof)
+
+    profile.start, profile.step = timed_start, timed_step
+    try:
+        yield
+    finally:
+        profile.start, profile.step = start, step
+
+
+@contextlib.contextmanager
+def checking(rec: Recording) -> Iterator[None]:
+    """A cold run's estimate checked against its first calls in the profiled loop (a warm run's warm-up checks it
+    before): a thread waits for the call to end and prints the check, so nothing of the suite prints inside the
+    loop; it is done before the block ends."""
+    if rec.run.warm or not rec.unchecked:
+        yield
+        return
+
+    def wait() -> None:
+        rec.stepped.wait()
+        if rec.took is not None:
+            rec.check(rec.took)
+
+    thread = threading.Thread(target=wait, name="estimate check", daemon=True)
+    thread.start()
+    try:
+        with step_clock(rec):
+            yield
+    finally:
+        rec.stepped.set()
+        thread.join()
+
+
+@contextlib.contextmanager
 def recording(
     run: Run, tag: str, work: Work, meta: dict | None = None, said: Said | None = None
 ) -> Iterator[Recording]:
@@ -235,7 +320,10 @@ def recording(
         rec.say_steps()
     try:
         seconds = said.seconds
-        with progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress:
+        with (
+            progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress,
+            checking(rec),
+        ):
             yield rec
     except BaseException:
         rec.discard()

@@ -5,9 +5,11 @@ Every function here prints and returns nothing, except `exit_code`, which prints
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 from common.analysis.diagnosis import diagnose, verdict_lines
+from common.analysis.figures import shapes_check
 from common.analysis.tables import TEXT_WIDTH, phase_table, step_table
 from common.cli import shown
 from common.harness.bench import UnprofiledTime
@@ -44,6 +46,7 @@ def physics_lines(work: Work, seconds: float, what: str, how: str, run: Run, dev
     """Achieved TFLOP/s and GB/s for `work` done in `seconds`; % of peak only where the peak is known."""
     peak = find_peak(device_name, run.peak_tflops, run.peak_gbps) if run.on_gpu else None
     got = achieved(work, seconds, peak, run.dtype_name)
+    moved = f"at least {work.bytes / 1e6:.3g} MB" if math.isfinite(work.bytes) else "— MB (the ops' shapes give none)"
     flops = f"{got.tflops:.3g} TFLOP/s" if got.tflops is not None else "— TFLOP/s"
     if got.pct_flops is not None:
         flops += f" ({got.pct_flops:.1f}% of {peak.name} peak {peak.tflops(run.dtype_name):g})"
@@ -52,7 +55,7 @@ def physics_lines(work: Work, seconds: float, what: str, how: str, run: Run, dev
     )
     lines = [
         f"step time: {human_time(seconds * 1e6)} {what}, {how}",
-        f"physics: {work.flops / 1e9:.3g} GFLOP and at least {work.bytes / 1e6:.3g} MB per step -> {flops}, {gbps}",
+        f"physics: {work.flops / 1e9:.3g} GFLOP and {moved} per step -> {flops}, {gbps}",
     ]
     if run.on_gpu and peak is None:
         lines.append(f"  (no peak figures for {device_name!r}: pass --peak-tflops/--peak-gbps for % of peak)")
@@ -85,6 +88,10 @@ def print_report(
     timed = step_seconds(trace)
     if timed:
         work = Work(files.work.flops, files.work.bytes)
+        check = shapes_check(trace)  # the script's shapes edited since the flags: rated from the ops' own
+        if check is not None and not check.agree:
+            print(check.line())
+            work = Work(check.shapes, math.nan)
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
     print(memory_line(files.memory, files.work.bytes))
     print("\n".join(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="      ") for line in verdict_lines(diagnosis)))

@@ -54,7 +54,7 @@ from common.reader.kinds import (
 )
 from common.reader.model import GpuOp, Launch, Phase, Step, Trace
 from common.reader.occupancy import sm_limits
-from common.reader.roofline import SHAPED_OPS, ShapedOp
+from common.reader.roofline import SHAPED_OPS, TENSOR_CORE_OPS, ShapedOp
 from common.units import human_time
 
 if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read: msgspec's import would slow `--help`
@@ -213,6 +213,7 @@ class _Collector:
         self.names: dict[str, str] = {}  # one string object per distinct name
         self.shapes: dict[object, ShapedOp] = {}  # External id -> shapes, for the ops in SHAPED_OPS only
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
+        self.shaped_calls: list[tuple[float, float, object, ShapedOp]] = []  # a GEMM/attention op's (ts, dur, tid)
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
         self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
         from common.reader import trace_json
@@ -263,7 +264,9 @@ class _Collector:
                 add_ts(ts)
                 add_dur(dur)
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                    self.shaped(name, args, ts, dur, tid)
+                    op = self.shaped(name, args, ts, dur, tid)
+                    if name in TENSOR_CORE_OPS:
+                        self.shaped_calls.append((ts, dur, tid, op))
                 elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
@@ -293,13 +296,13 @@ class _Collector:
                     self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
 
-    def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> None:
-        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id). Ops of
-        the same name and arguments share one ShapedOp, decoded once: a loop repeats a few shapes many times."""
+    def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
+        """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
+        span for checking the link, and return them. Ops of the same name and arguments share one ShapedOp, decoded
+        once: a loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        if _id(ext) is None:
-            return
-        self.shaped_spans[ext] = (ts, ts + dur, tid)
+        if _id(ext) is not None:
+            self.shaped_spans[ext] = (ts, ts + dur, tid)
         types, concrete = args.types, args.concrete
         key = (
             name,
@@ -311,7 +314,9 @@ class _Collector:
         if op is None:
             get = self.decoded
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
-        self.shapes[ext] = op
+        if _id(ext) is not None:
+            self.shapes[ext] = op
+        return op
 
     def call_tree(self) -> CallTree:
         """The call tree of every CPU event kept, a Layer per thread and category: the ops from their columns (a
@@ -663,6 +668,7 @@ class _Collector:
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             tree=tree, gpu=[op for _, _, op in self.gpu], devices=devices, broken_links=bool(link_notes),
+            shaped_calls=sorted(self.shaped_calls, key=lambda c: (c[0], -c[1])),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip
 

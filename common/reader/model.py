@@ -299,6 +299,8 @@ class Trace:
     gpu: list[GpuOp] = field(default_factory=list)  # every timed GPU op of the trace, in or out of the steps
     devices: list[str] = field(default_factory=list)  # devices whose events the reader does not model (MTIA)
     broken_links: bool = False  # an External id named an op not around its launch (build._Collector.check_links)
+    # each call of a GEMM, attention or convolution op with shapes: (ts, dur, tid, its shapes), in time order
+    shaped_calls: list[tuple[float, float, object, ShapedOp]] = field(default_factory=list)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
 
     def __post_init__(self) -> None:

@@ -3,6 +3,7 @@ which SDPA backend can run, and FlashAttention from the Hub or elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import warnings
@@ -125,6 +126,8 @@ def attention_budget(variant: str, shape: AttentionShape, run: Run) -> tuple[Wor
     v, size = VARIANTS[variant], run.dtype.itemsize
     score_size = 4 if v.fp32_scores else size
     work = attention_work(shape, size, v.passes * score_size / size, run.reference_dtype.itemsize, v.flash_rate)
+    # the ops' shapes: a fused kernel's causal half (common.reader.roofline), else both products whole, every score
+    work = dataclasses.replace(work, shaped=work.flops * (2 if v.passes else 1))
     return work, attention_memory(shape, run.dtype, v.copies * score_size)
 
 

@@ -13,7 +13,7 @@ def matmul_add_work(batch: int, n: int, dtype: torch.dtype, batched: bool = Fals
     """`batch` products of two N x N matrices plus an N x N add; read x, w, b and write y once. Compiled, the 2-D
     add rides in the BLAS's addmm; a `batched` one (aten::bmm) is a kernel of Inductor's own."""
     flops, moved = batch * (2 * n**3 + n**2), batch * 4 * n * n * dtype.itemsize
-    return Work(flops=flops, bytes=moved, kernels=batched)
+    return Work(flops=flops, bytes=moved, kernels=batched, shaped=batch * 2 * n**3)  # shaped: the mm's (or bmm's)
 
 
 def matmul_add_memory(batch: int, n: int, dtype: torch.dtype) -> tuple[int, str]:
@@ -26,7 +26,8 @@ def linear_work(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> Wo
     """y = x @ w.T + b: the GEMM and the bias add; read x, w, b and write y once."""
     m, k, n = batch, in_dim, out_dim
     moved = (m * k + k * n + n + m * n) * dtype.itemsize
-    return Work(flops=2 * m * k * n + m * n, bytes=moved, kernels=False)  # compiled: one addmm, bias folded in
+    # compiled: one addmm, bias folded in; shaped: the addmm's product, as record_shapes shows it
+    return Work(flops=2 * m * k * n + m * n, bytes=moved, kernels=False, shaped=2 * m * k * n)
 
 
 def linear_memory(batch: int, in_dim: int, out_dim: int, dtype: torch.dtype) -> tuple[int, str]:

@@ -45,7 +45,7 @@ def mlp_work(shape: MLPShape, element_size: int) -> Work:
     a fully fused MLP never writes them out."""
     m, d, h = shape.batch * shape.seq, shape.dim, shape.hidden
     flops = 3 * 2 * m * d * h + 2 * m * h  # gate, up, down: 2*m*d*h each
-    return Work(flops=flops, bytes=(2 * m * d + 3 * d * h) * element_size)
+    return Work(flops=flops, bytes=(2 * m * d + 3 * d * h) * element_size, shaped=3 * 2 * m * d * h)
 
 
 def pypi_liger_geglu(hub_failure: Exception | None = None) -> type[nn.Module]:

@@ -392,3 +392,52 @@ def test_a_few_kernels_of_the_same_words_pair_by_their_time():
     b = _uses(("triton_poi_fused_add_mul_9", 1, 3.0), ("triton_poi_fused_add_mul_7", 1, 1.0),
               ("triton_poi_fused_add_mul_8", 1, 2.0))  # fmt: skip
     assert sorted((u.us, v.us) for u, v in match_kernels(a, b)) == [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]
+
+
+def cpu_run(mm_us: list[float], gelu: bool = True) -> dict:
+    """A CPU trace of 3 steps of an MLP's `mlp_fwd`: three aten::mm of `mm_us[i]` µs each in step i, then (eager) an
+    aten::gelu and an aten::mul of 300 µs each, or (`gelu` False, compiled) one fused kernel of 400 µs."""
+    from helpers import ev
+
+    events = []
+    for i, mm in enumerate(mm_us):
+        t = i * 10_000
+        events += [ev("user_annotation", f"ProfilerStep#{i}", t, 9000), ev("user_annotation", "mlp_fwd", t + 5, 8000)]
+        events += [ev("cpu_op", "aten::mm", t + 10 + k * 2000, mm) for k in range(3)]
+        tail = [("aten::gelu", 300), ("aten::mul", 300)] if gelu else [("cpp_fused_gelu_mul_0", 400)]
+        events += [ev("cpu_op", name, t + 6500 + k * 500, us) for k, (name, us) in enumerate(tail)]
+    return {"traceEvents": events, "suite": {"script": "03_x", "tag": "t", "label": "mlp_fwd", "flops": 1e9,
+                                             "bytes": 1e6, "dtype": "fp32"}}  # fmt: skip
+
+
+def test_a_cpu_diff_says_the_speeds_differ_where_its_common_ops_moved(tmp_path, capsys):
+    """Issue 48 item 5: eager against compiled on a loaded CPU: the three aten::mm both runs share took 20% less in B,
+    far beyond their spread across steps, so the diff says the machine's speed moved, not only the change."""
+    (tmp_path / "a.json").write_text(json.dumps(cpu_run([1000, 1010, 990])))
+    (tmp_path / "b.json").write_text(json.dumps(cpu_run([800, 805, 795], gelu=False)))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    speed = [line for line in out.splitlines() if line.startswith("speed: ")]
+    assert code == 0 and len(speed) == 1, out
+    assert speed[0] == (
+        "speed: the op in both took 3.00 ms → 2.40 ms a step (−20%), over their 60.0 µs spread "
+        "across steps: speeds differ"
+    )  # aten::mm: the same calls on both sides
+
+
+def test_a_cpu_diff_says_nothing_of_speed_where_its_common_ops_held(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(cpu_run([1000, 1100, 900])))
+    (tmp_path / "b.json").write_text(json.dumps(cpu_run([950, 1050, 1000], gelu=False)))  # within A's spread
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    assert code == 0 and "speed:" not in out
+
+
+def test_a_cpu_diff_has_a_per_op_table_of_self_time(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(cpu_run([1000, 1010, 990])))
+    (tmp_path / "b.json").write_text(json.dumps(cpu_run([800, 805, 795], gelu=False)))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    table = out.split("CPU ops' self time per step (by impact)")[1].split("\n\n")[0]
+    rows = {line.split()[-1]: line.split() for line in table.splitlines() if line.split() and line.split()[0] in
+            ("removed", "added", "changed")}  # fmt: skip
+    assert rows["aten::mm"] == ["changed", "3", "3", "3.00", "ms", "2.40", "ms", "−600", "µs", "38%", "aten::mm"]
+    assert rows["aten::gelu"][:3] == ["removed", "1", "0"] and rows["cpp_fused_gelu_mul_0"][:3] == ["added", "0", "1"]
+    assert all(len(line) <= 120 for line in out.splitlines())

@@ -293,7 +293,8 @@ def long_run(tmp_path_factory):
     """One rank at the default shape, --batch 32 and 60 profiled steps: long on any CPU short of one about 7x this
     machine's (442 s estimated at a measured 379 GFLOP/s in bf16 and 6 µs an op; --batch 32 alone came in at 34 s,
     under the estimate's LONG_S, once the estimate read measured rates and dropped 06's reference): what it says
-    before its first step, then its launcher is killed (SIGKILL, no chance to pass anything on) and the rank's last
+    before its first step and once its first call has checked the estimate (the cheaper command), then its
+    launcher is killed (SIGKILL, no chance to pass anything on) and the rank's last
     words are read until it is gone."""
     folder = tmp_path_factory.mktemp("ddp-long")
     argv = torchrun_argv(folder, "--batch", "32", "--active", "60", nproc=1, tiny=False)
@@ -304,8 +305,10 @@ def long_run(tmp_path_factory):
         before.append(line.rstrip("\n"))
         if line.startswith("error:"):
             break
-        if "that is long" in before[-1] and not before[-1].endswith(("instead:", " \\")):
-            break  # the cheaper command said, on this line or on lines of its own ending here
+        if "that is long;" in before[-1] and "instead:" in before[-1] and not before[-1].endswith(("instead:", " \\")):
+            break  # the cheaper command said (after the first call checked the estimate), on this line
+        if line.startswith("... ") and any(x.startswith("estimate checked:") for x in before):
+            break  # checked, and no cheaper command came
         if len(before) > 1 and before[-2].endswith(" \\") and not before[-1].endswith(" \\"):
             break
     proc.kill()  # torchrun only: its rank is left without its launcher
