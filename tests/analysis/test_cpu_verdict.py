@@ -42,3 +42,10 @@ def test_a_step_mostly_around_its_ops_is_overhead_bound(tmp_path):
     line = diagnose(cpu_trace(tmp_path, mm=(20, 11), matmul=(10, 40))).verdict
     assert line.startswith("overhead-bound on the CPU: the busiest op, aten::matmul, is 29% of the step"), line
     assert "the rest dispatch and Python" in line
+
+
+def test_the_cpu_verdict_reads_self_times_from_the_tree_not_the_file_again(tmp_path):
+    trace = cpu_trace(tmp_path, mm=(2, 90), matmul=(1, 92))
+    (tmp_path / "t.json").unlink()  # gone after the one read: a second read per step could not happen
+    line = diagnose(trace).verdict
+    assert line.startswith("compute-bound on the CPU: 89% of the step inside aten::mm"), line
