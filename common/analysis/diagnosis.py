@@ -442,13 +442,16 @@ def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0)
                     causes["one-time", "CUDA graph capture"] += claims.take(start, end)
             for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
                 for node in tree.overlapping(gap.start, gap.end, role):
-                    if node.name.startswith(CAPTURE_CALLS) or usual.once(node.us, usual.of_call(role, node.name)):
+                    long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
+                    if node.name.startswith(CAPTURE_CALLS) or (
+                        long and usual.once(node.us, usual.of_call(role, node.name))
+                    ):
                         causes["one-time", node.name] += claims.take(node.start, node.end)
             waits = tree.overlapping(gap.start, gap.end, "sync")
             for node in tree.top_level(gap.start, gap.end, OP):
                 waited = sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
                              if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
-                if waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):  # not an op that waits
+                if node.us >= ONE_TIME_US and waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
                     causes["one-time", f"first {node.name}"] += claims.take(node.start, node.end)
             for role in ("DataLoader", "optimizer", "label"):
                 for node in tree.overlapping(gap.start, gap.end, role):
