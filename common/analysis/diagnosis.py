@@ -62,6 +62,7 @@ FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU b
 CPU_OP_US = 200.0  # a top-level CPU op this long during a host wait is CPU work (randn, a copy); shorter ones launch
 ONE_TIME_FACTOR = 10.0  # a runtime call or op this many times its kind's usual length: a one-time cost
 ONE_TIME_US = 1000.0  # ... and at least this long
+ONE_TIME_MOST = 3  # a call slow that way more times than this in a trace recurs: not one-time
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
@@ -358,13 +359,29 @@ class _Usual:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.kinds: dict[str, float] = {}
+        self.names: dict[tuple[str, str], float] = {}
         self.ops: dict[str, float] = {}
 
     def of_kind(self, role: str) -> float:
         if role not in self.kinds:
             lengths = [node.us for node in self.trace.tree.of_role(role)]
             self.kinds[role] = statistics.median(lengths) if lengths else 0.0
+            by_name: dict[str, list[float]] = {}
+            for node in self.trace.tree.of_role(role):
+                by_name.setdefault(node.name, []).append(node.us)
+            for name, us in by_name.items():
+                if len(us) >= 3:
+                    usual = statistics.median(us)
+                    slow = sum(1 for x in us if self.once(x, usual))
+                    # slow often: a recurring cost (an allocator freeing every step), never one-time
+                    self.names[role, name] = math.inf if slow > ONE_TIME_MOST else usual
         return self.kinds[role]
+
+    def of_call(self, role: str, name: str) -> float:
+        """A runtime call's usual length: its own name's median where it is called three times or more (a call
+        made every step is not one-time, however long), else its kind's."""
+        kind = self.of_kind(role)
+        return self.names.get((role, name), kind)
 
     def of_op(self, name: str) -> float:
         if name not in self.ops:
@@ -372,7 +389,8 @@ class _Usual:
             self.ops[name] = statistics.median(lengths) if lengths else 0.0
         return self.ops[name]
 
-    def once(self, us: float, usual: float) -> bool:
+    @staticmethod
+    def once(us: float, usual: float) -> bool:
         return us >= ONE_TIME_US and us >= ONE_TIME_FACTOR * usual
 
 
@@ -422,12 +440,18 @@ def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0)
             for start, end in captures:
                 if start < gap.end and end > gap.start:
                     causes["one-time", "CUDA graph capture"] += claims.take(start, end)
-            for role in ("launch", "runtime call", "sync"):
+            for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
                 for node in tree.overlapping(gap.start, gap.end, role):
-                    if node.name.startswith(CAPTURE_CALLS) or usual.once(node.us, usual.of_kind(role)):
+                    long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
+                    if node.name.startswith(CAPTURE_CALLS) or (
+                        long and usual.once(node.us, usual.of_call(role, node.name))
+                    ):
                         causes["one-time", node.name] += claims.take(node.start, node.end)
+            waits = tree.overlapping(gap.start, gap.end, "sync")
             for node in tree.top_level(gap.start, gap.end, OP):
-                if usual.once(node.us, usual.of_op(node.name)):
+                waited = sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
+                             if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
+                if node.us >= ONE_TIME_US and waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
                     causes["one-time", f"first {node.name}"] += claims.take(node.start, node.end)
             for role in ("DataLoader", "optimizer", "label"):
                 for node in tree.overlapping(gap.start, gap.end, role):
@@ -794,8 +818,33 @@ def _says_communication(f: _Facts) -> str:
     m = f.m
     hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
     return (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
-            f"compute hides ({hidden} of it hidden) → overlap it with the backward (DDP's default), tune "
-            "bucket_cap_mb, or communicate less often")  # fmt: skip
+            f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}")  # fmt: skip
+
+
+def _comm_lever(trace: Trace) -> str:
+    """The communication lever for what the collectives belong to: all-to-all (expert or embedding parallel),
+    the DDP reducer or FSDP in a backward, else collectives in a forward (tensor parallel)."""
+    kernels = Counter()
+    for step in trace.steps:
+        for op in step.gpu:
+            if op.category == "kernel" and op.family == "communication":
+                kernels[op.name.lower()] += op.us
+    total = sum(kernels.values()) or 1.0
+    to_all = sum(us for name, us in kernels.items() if "sendrecv" in name or "all_to_all" in name or "alltoall" in name)
+    ops = Counter()
+    for step in trace.steps:
+        ops.update(step.cpu_ops)
+    backward = any(name.startswith("autograd::") or "Backward" in name for name in ops)
+    labels = {node.name for node in trace.tree.of_kind(LABEL)}
+    if to_all >= 0.5 * total:
+        return ("overlap the all-to-all with compute (its own stream, the next micro-batch), or send less (fewer "
+                "tokens or rows per exchange)")  # fmt: skip
+    if any("FullyShardedDataParallel" in name or name.startswith("FSDP") for name in labels):
+        return "FSDP prefetching (forward_prefetch, backward_prefetch), or larger shards per collective"
+    if backward or any("DistributedDataParallel" in name for name in labels):
+        return "overlap it with the backward (DDP's default), tune bucket_cap_mb, or communicate less often"
+    return ("overlap the forward's collectives with compute (async tensor parallel), or fewer, larger collectives; "
+            "there is no backward here to hide them behind")  # fmt: skip
 
 
 def _says_idle(f: _Facts) -> str:

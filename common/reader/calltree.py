@@ -19,13 +19,25 @@ questions does not pay for a nesting of a million ops: amortised, the queries st
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import operator
 from array import array
 from collections.abc import Iterator, Sequence
 
-from common.reader.kinds import CPU_KINDS, OP, ROLES, role_of
+from common.reader.kinds import CPU_KINDS, DRIVER, LABEL, OP, PYTHON, ROLES, RUNTIME, role_of
 
+# The layers a kind of time can be found in (common.reader.kinds.role_of): ops are ops, labels and python_function
+# events the labels' roles, runtime and driver calls the calls' roles.
+LAYERS_OF_ROLE = {
+    ROLES.index(role): kinds
+    for roles, kinds in (
+        (("op",), {OP}),
+        (("label", "python", "compiling", "DataLoader", "optimizer", "step"), {LABEL, PYTHON}),
+        (("runtime call", "launch", "sync"), {RUNTIME, DRIVER}),
+    )
+    for role in roles
+}
 SCANS_BEFORE_NESTING = 16  # innermost queries a layer answers by scanning back before it makes its nesting
 FEW_THREADS = 8  # up to this many threads, records are grouped by thread a pass per thread, in C
 
@@ -34,7 +46,19 @@ class Layer:
     """Nodes of one thread in start order (a parent before its children), as flat arrays, one entry per node: the
     nodes of one category (`kind`), or of several merged (`kinds`, a code per node)."""
 
-    __slots__ = ("kind", "starts", "ends", "names", "_kinds", "_parents", "_self", "_roles", "_tops", "_scans")
+    __slots__ = (
+        "kind",
+        "starts",
+        "ends",
+        "names",
+        "_kinds",
+        "_parents",
+        "_self",
+        "_roles",
+        "_tops",
+        "_scans",
+        "_reach",
+    )
 
     def __init__(self, kind: int | None, starts: array, ends: array, names: list[str], kinds: bytes | None = None):
         self.kind, self.starts, self.ends, self.names, self._kinds = kind, starts, ends, names, kinds
@@ -43,6 +67,14 @@ class Layer:
         self._roles: bytes | None = None
         self._tops: dict[object, tuple[array, array, array]] = {}
         self._scans = 0
+        self._reach: array | None = None
+
+    @property
+    def reach(self) -> array:
+        """The running maximum of the nodes' ends, in start order (ascending: for binary search), made in C once."""
+        if self._reach is None:
+            self._reach = array("d", itertools.accumulate(self.ends, max))
+        return self._reach
 
     @classmethod
     def of(cls, kind: int, starts: array, ends: array, names: list[str]) -> Layer:
@@ -424,10 +456,12 @@ class CallTree:
         """The nodes of `role` on every thread in start order: (starts, the running maximum of their ends, nodes)."""
         found = self._roles.get(role)
         if found is None:
+            kinds = LAYERS_OF_ROLE.get(role)
             nodes = sorted(
                 (layer.starts[i], n, kind, i)
                 for n, thread in enumerate(self.threads.values())
                 for kind, layer in thread.layers.items()
+                if kinds is None or kind in kinds  # an op is never a label's role: the ops' layer is not typed
                 for i in positions(layer.roles, role)
             )
             threads = list(self.threads.values())
@@ -438,10 +472,21 @@ class CallTree:
 
     def overlapping(self, start: float, end: float, role: str) -> list[Node]:
         """The nodes of kind of time `role` (a name of common.reader.kinds.ROLES) that overlap (start, end), in start
-        order: a binary search over their running maximum end, then over their starts."""
-        starts, reach, nodes = self._role_index(ROLES.index(role))
-        lo, hi = bisect.bisect_right(reach, start), bisect.bisect_left(starts, end)
-        return [Node(thread, layer, i) for thread, layer, i in nodes[lo:hi] if layer.ends[i] > start]
+        order: in each layer that can hold the role, a binary search over the running maximum of its ends and over
+        its starts, then each node's role (typed once per name)."""
+        code = ROLES.index(role)
+        kinds = LAYERS_OF_ROLE.get(code)
+        found: list[tuple[float, int, Node]] = []
+        for n, thread in enumerate(self.threads.values()):
+            for kind, layer in thread.layers.items():
+                if kinds is not None and kind not in kinds:
+                    continue
+                starts, ends, names = layer.starts, layer.ends, layer.names
+                for i in range(bisect.bisect_right(layer.reach, start), bisect.bisect_left(starts, end)):
+                    if ends[i] > start and _role(kind, names[i]) == code:
+                        found.append((starts[i], n, Node(thread, layer, i)))
+        found.sort(key=lambda item: item[:2])
+        return [node for _, _, node in found]
 
     def named(self, name: str, kind: int) -> list[Node]:
         """Every node called `name` of category code `kind`, thread by thread in start order."""
@@ -461,6 +506,12 @@ class CallTree:
             layer = thread.layer(kind)
             for i in range(len(layer)):
                 yield Node(thread, layer, i)
+
+
+@functools.cache
+def _role(kind: int, name: str) -> int:
+    """role_of, once per category and name."""
+    return role_of(kind, name)
 
 
 def positions(data: bytes, value: int) -> Iterator[int]:

@@ -105,3 +105,28 @@ def test_a_cpu_step_of_several_compute_ops_is_compute_bound_with_a_fusing_lever(
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("compute-bound on the CPU: 87% of the step in its ops' own work (aten::bmm 38%"), line
     assert "fewer passes over memory" in line
+
+
+def test_a_copy_that_blocks_in_a_sync_is_a_wait_never_a_one_time_cost():
+    copies = [ev("cpu_op", "aten::copy_", 100 + 50 * k, 20) for k in range(5)]  # the usual copy: 20 µs
+    blocked = [ev("cpu_op", "aten::copy_", 1_000, 80_000), ev("cuda_runtime", "hipMemcpyWithStream", 1_010, 79_980)]
+    line = diagnose(parse({"traceEvents": window([*copies, *blocked])})).verdict
+    assert "one-time" not in line and "waiting in a sync in aten::copy_" in line, line
+
+
+def test_a_call_slow_every_step_recurs_and_is_not_one_time():
+    frees = [ev("cuda_runtime", "hipFree", 1_000 + 10_000 * k, 8_000) for k in range(6)]
+    frees += [ev("cuda_runtime", "hipFree", 70_000 + 100 * k, 20) for k in range(9)]  # the median: short
+    line = diagnose(parse({"traceEvents": window(frees)})).verdict
+    assert "one-time" not in line and "keep memory cached: hipFree" in line, line
+
+
+def test_all_to_all_communication_is_not_told_to_tune_ddp_buckets():
+    events = [ev("user_annotation", f"ProfilerStep#{k}", 1000 * k, 1000) for k in range(3)]
+    for k in range(3):
+        t = 1000 * k
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t + 1, 2, correlation=k),
+                   ev("kernel", "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", t + 5, 900, tid=7,
+                      correlation=k)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("bound by exposed communication") and "all-to-all" in line and "bucket" not in line, line
