@@ -138,6 +138,9 @@ def test_summary_and_diff_command(ran, command):
         if "--plot" in argv:
             plot = Path(argv[argv.index("--plot") + 1])
             assert plot.parent.name == "traces" and plot.read_bytes()[:4] == b"\x89PNG"
+        if "--annotate" in argv:
+            copy = Path(argv[argv.index("--annotate") + 1])
+            assert copy.parent.name == "traces" and b'"diagnosis"' in copy.read_bytes()
     finally:
         os.chdir(cwd)
 

@@ -293,7 +293,7 @@ def idle_by_phase(trace: Trace, budgets: list[Budget]) -> Counter:
 DATA_LOADING = "enumerate(DataLoader)"  # the label torch's DataLoader iterator opens around each __next__
 
 
-def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
+def top_level_ops(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
     """The cpu_ops that overlap [start, end] and sit inside no other overlapping one: (start, end, name)."""
     starts, names = trace.cpu_starts
     durs = trace.cpu_durs
@@ -312,42 +312,78 @@ def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, floa
     return top
 
 
+class HeldBy(NamedTuple):
+    """What the CPU ran while the GPU waited for it in one gap: a label (the DataLoader's, the optimizer's) or the
+    top-level cpu_op that overlapped the gap most; `thread` is the label's (None for a cpu_op: the model keeps none)."""
+
+    name: str
+    start: float
+    end: float
+    thread: object = None
+
+
+def cause_labels(trace: Trace) -> list[tuple[float, float, str, object]]:
+    """The labels a host wait is put on first: the DataLoader's and the optimizer's, (start, end, name, thread)."""
+    return [(ts, ts + dur, name, tid) for name, ts, dur, tid in trace.labels
+            if name.startswith(DATA_LOADING) or name.startswith("Optimizer.step") or name in trace.phases
+            and "optim" in name.lower()]  # fmt: skip
+
+
+def gap_causes(
+    trace: Trace, gap: Gap, labels: list[tuple[float, float, str, object]], launched: list[float]
+) -> tuple[Counter, HeldBy | None]:
+    """Where one host-wait gap's µs went, by what the CPU did meanwhile (host_wait_causes' keys), and what held
+    it: the label or top-level op that overlapped it most (None: no recorded op). `labels`: cause_labels;
+    `launched`: the sorted starts of every launch of the steps' GPU ops."""
+    causes: Counter = Counter()
+    if gap.kind != "host" or gap.us <= 0:
+        return causes, None
+    held, most = None, 0.0
+    left = gap.us
+    for ts, end, name, tid in labels:
+        inside = min(end, gap.end) - max(ts, gap.start)
+        if inside > 0:
+            cause = "data loading" if name.startswith(DATA_LOADING) else "the optimizer"
+            causes[cause, _cut(name, 60)] += min(inside, left)
+            left -= min(inside, left)
+            if inside > most:
+                held, most = HeldBy(name, ts, end, tid), inside
+    if left <= 0:
+        return causes, held
+    covered = 0.0
+    for op_start, op_end, name in top_level_ops(trace, gap.start, gap.end):
+        inside = min(op_end, gap.end) - max(op_start, gap.start)
+        if inside <= 0:
+            continue
+        long = op_end - op_start >= CPU_OP_US
+        if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
+            long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
+        key = ("CPU op", name) if long else ("launches", "")
+        causes[key] += inside * left / gap.us
+        covered += inside
+        if inside > most:
+            held, most = HeldBy(name, op_start, op_end), inside
+    causes["no recorded op", ""] += max(0.0, gap.us - covered) * left / gap.us
+    return causes, held
+
+
 def host_wait_causes(trace: Trace, budgets: list[Budget]) -> Counter:
     """Where the host-wait idle went, µs over all steps, by what the CPU did during each such gap:
     ("data loading", label), ("the optimizer", label), ("CPU op", name) for a top-level op of CPU_OP_US or more,
     ("launches", "") for the short ops that launch the GPU's work one by one, ("no recorded op", "") for time in
     none (Python between ops)."""
     causes: Counter = Counter()
-    launched = sorted(op.launch[1] for step in trace.steps for op in step.gpu if op.launch is not None)
-    labels = [(ts, ts + dur, name) for name, ts, dur, _ in trace.labels
-              if name.startswith(DATA_LOADING) or name.startswith("Optimizer.step") or name in trace.phases
-              and "optim" in name.lower()]  # fmt: skip
+    launched = launch_starts(trace)
+    labels = cause_labels(trace)
     for b in budgets:
         for gap in b.gaps:
-            if gap.kind != "host" or gap.us <= 0:
-                continue
-            left = gap.us
-            for ts, end, name in labels:
-                inside = min(end, gap.end) - max(ts, gap.start)
-                if inside > 0:
-                    cause = "data loading" if name.startswith(DATA_LOADING) else "the optimizer"
-                    causes[cause, _cut(name, 60)] += min(inside, left)
-                    left -= min(inside, left)
-            if left <= 0:
-                continue
-            covered = 0.0
-            for op_start, op_end, name in _top_level(trace, gap.start, gap.end):
-                inside = min(op_end, gap.end) - max(op_start, gap.start)
-                if inside <= 0:
-                    continue
-                long = op_end - op_start >= CPU_OP_US
-                if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
-                    long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
-                key = ("CPU op", name) if long else ("launches", "")
-                causes[key] += inside * left / gap.us
-                covered += inside
-            causes["no recorded op", ""] += max(0.0, gap.us - covered) * left / gap.us
+            causes.update(gap_causes(trace, gap, labels, launched)[0])
     return causes
+
+
+def launch_starts(trace: Trace) -> list[float]:
+    """The start of the launch call of every GPU op of the steps, sorted."""
+    return sorted(op.launch[1] for step in trace.steps for op in step.gpu if op.launch is not None)
 
 
 def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled: bool) -> str:
