@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 
 from common.analysis.picture import Picture
+from common.cli import SuiteError
 from common.files import write_whole
 
 PROCESS = "diagnosis"
@@ -132,5 +133,10 @@ def annotated(path: Path, picture: Picture) -> bytes:
 
 
 def write_annotated(path: Path, picture: Picture, out: Path) -> None:
-    """Write the annotated copy of the trace at `path` to `out` (whole or not at all)."""
-    write_whole(out, annotated(path, picture))
+    """Write the annotated copy of the trace at `path` to `out` (whole or not at all); SuiteError where the file
+    changed since it was read and is no trace now."""
+    try:
+        data = annotated(path, picture)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
+    write_whole(out, data)

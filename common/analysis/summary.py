@@ -7,6 +7,7 @@ Usage:
     uv run python -m common.summary traces/01_matmul_add --per-step     # one row per profiled step
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
     uv run python -m common.summary traces/01_matmul_add/64_bf16_cold_eager.json --annotate traces/annotated.json
+    uv run --extra html python -m common.summary traces --html traces/report.html
 
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a folder
 without traces is skipped with a notice (no traces at all is an error). A file that cannot be read as a trace
@@ -34,7 +35,9 @@ them (kind, group, size, calls per step, mean duration, algorithm and bus bandwi
 the skew of its collectives across the ranks and the straggler (common.analysis.collectives). --annotate OUT writes
 a copy of the trace with a "diagnosis" track for Perfetto: the step windows, each GPU idle gap named by its cause,
 and an arrow from each gap to the CPU op that held it (common.analysis.annotate); for several traces OUT is a
-folder, one copy each.
+folder, one copy each. --html FILE writes one self-contained page that opens offline (plotly, inlined: the `html`
+extra) with each trace's verdict and levers, its steps' budgets, the median step's timeline, its roofline and its
+kernels and collectives as sortable tables, the ranks of a run side by side (common.analysis.html_report).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from common.analysis.collectives import COLLECTIVE_LEGEND, SKEW_LEGEND, skew_tab
 from common.analysis.digest import LEFT, Digest, digest
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
 from common.analysis.folders import find_traces, read_all
+from common.analysis.html_report import check_html, write_report
 from common.analysis.names import fitted_names
 from common.analysis.roofline_table import LEGEND as ROOF_LEGEND
 from common.analysis.tables import (
@@ -456,6 +460,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also write a PNG bar chart of GPU and CPU time (default: none; needs matplotlib: uv run --extra plot)",
     )
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML report with figures (default: none; needs plotly: uv run --extra html)",
+    )
+    parser.add_argument(
         "--annotate",
         type=Path,
         metavar="OUT",
@@ -483,13 +493,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
+        if args.html:
+            check_html()
+            check_out_path("--html", args.html, "report.html")
         paths = find_traces(args.paths)
         if args.annotate:
             check_annotate_path(args.annotate, len(paths))
-        traces = read_all(paths, args)
+        traces = read = read_all(paths, args)
         baseline = pick_baseline(traces, args.baseline, args)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
-            traces.insert(0, baseline)
+            traces = [baseline, *read]
         rows = [t.row for t in traces]
         names = Counter(r.name for r in rows)
         for row, trace in zip(rows, traces, strict=True):
@@ -500,13 +513,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             plot(rows, args.plot)
             print(f"\nplot: {shown(str(args.plot.resolve()))}")
-        if args.annotate:
-            print()
-            for trace, out in zip(traces, annotated_paths(traces, args.annotate), strict=True):
-                write_annotated(trace.path, trace.picture, out)
-                print(f"annotated: {shown(str(out.resolve()))}")
     except ValueError as exc:  # a file that is not a trace
         raise SuiteError(str(exc)) from None
+    if args.annotate:  # the traces PATH names (a --baseline file from elsewhere is not one of them)
+        print()
+        for trace, out in zip(read, annotated_paths(read, args.annotate), strict=True):
+            write_annotated(trace.path, trace.picture, out)
+            print(f"annotated: {shown(str(out.resolve()))}")
+    if args.html:
+        write_report(traces, runs_of(traces), args.html)
+        print(f"\nhtml: {shown(str(args.html.resolve()))}")
     return 0
 
 
