@@ -17,8 +17,6 @@ import gzip
 import json
 from pathlib import Path
 
-import msgspec
-
 from common.analysis.picture import Picture
 from common.cli import SuiteError
 from common.files import write_whole
@@ -30,6 +28,8 @@ FLOW = "held by"  # the flow events' name and category, apart from Kineto's own 
 
 def load(path: Path) -> dict | list:
     """The whole JSON of a trace file (gzipped or not); ValueError naming the file where it is not JSON."""
+    import msgspec  # here, not at import: `python -m common.summary --help` stays quick
+
     try:
         data = path.read_bytes()
         if data[:2] == b"\x1f\x8b":
@@ -129,6 +129,8 @@ def annotated(path: Path, picture: Picture) -> bytes:
         raise ValueError(f"{path}: {exc}") from None
     wanted = {(g.held.name, g.held.start) for g in picture.gaps if g.held is not None}
     events += marks(picture, _new_pid(events), _new_flow_id(events), _holders(events, wanted))
+    import msgspec
+
     return msgspec.json.encode(doc)
 
 
