@@ -63,7 +63,7 @@ def words(command: str) -> tuple[str, list[str], Path | None]:
     target = None
     if ">" in argv:
         target, argv = Path(argv[argv.index(">") + 1]), argv[: argv.index(">")]
-    if argv[:2] == ["--extra", "plot"]:
+    if argv[:1] == ["--extra"]:  # plot, html: the optional extras, installed in the dev group
         argv = argv[2:]
     if argv[:2] == ["python", "-m"]:
         return argv[2], argv[3:], target
@@ -127,6 +127,8 @@ def test_script_command(ran, command):
 def test_summary_and_diff_command(ran, command):
     if "--plot" in command:
         pytest.importorskip("matplotlib")
+    if "--html" in command:
+        pytest.importorskip("plotly")
     module, argv, target = words(command)
     cwd = os.getcwd()
     os.chdir(ran[0])
@@ -138,6 +140,12 @@ def test_summary_and_diff_command(ran, command):
         if "--plot" in argv:
             plot = Path(argv[argv.index("--plot") + 1])
             assert plot.parent.name == "traces" and plot.read_bytes()[:4] == b"\x89PNG"
+        if "--html" in argv:
+            report = Path(argv[argv.index("--html") + 1])
+            assert report.parent.name == "traces" and report.read_text().startswith("<!DOCTYPE html>")
+        if "--annotate" in argv:
+            copy = Path(argv[argv.index("--annotate") + 1])
+            assert copy.parent.name == "traces" and b'"diagnosis"' in copy.read_bytes()
     finally:
         os.chdir(cwd)
 

@@ -316,7 +316,7 @@ def _labels_named(thread: Thread, names: set[str]) -> list[Node]:
     return [Node(thread, labels, i) for i, name in enumerate(labels.names) if name in names]
 
 
-def _top_level(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
+def top_level_ops(trace: Trace, start: float, end: float) -> list[tuple[float, float, str]]:
     """The cpu_ops that overlap [start, end] and sit inside no other op (CallTree.top_level, on every thread), less
     any that starts inside one taken before it on another thread: (start, end, name)."""
     top, last_end = [], -math.inf
@@ -415,6 +415,32 @@ def _captures(trace: Trace) -> list[tuple[float, float]]:
     return spans
 
 
+class HeldBy(NamedTuple):
+    """What the CPU ran while the GPU waited for it in one gap: the node whose cause took the most of the gap (a
+    label, an op, a call) and its thread."""
+
+    name: str
+    start: float
+    end: float
+    thread: object = None
+
+
+class GapContext(NamedTuple):
+    """What every gap of a trace is read against, found once: the launches' starts (sorted), the usual lengths, the
+    CUDA graph captures, the optimizer phases."""
+
+    launched: list[float]
+    usual: _Usual
+    captures: list[tuple[float, float]]
+    optimizer_phases: set[str]
+
+
+def gap_context(trace: Trace) -> GapContext:
+    launched = sorted(op.launch.ts for step in trace.steps for op in step.gpu if op.launch is not None)
+    phases = {name for name in trace.phases if "optim" in name.lower()}
+    return GapContext(launched, _Usual(trace), _captures(trace), phases)
+
+
 def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0) -> Counter:
     """Where the host-wait idle went, µs over `budgets`, by what the CPU did during each such gap, from the call
     tree. Each microsecond falls in exactly one cause, taken in this order: ("compiling", label) for Dynamo,
@@ -426,51 +452,65 @@ def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0)
     nothing meanwhile; ("launches", "") for the short ops that launch the GPU's work one by one; ("no recorded op",
     "") for time in none (Python between ops). Gaps of `shortest` µs or less are left out."""
     causes: Counter = Counter()
-    launched = sorted(op.launch.ts for step in trace.steps for op in step.gpu if op.launch is not None)
-    tree, usual = trace.tree, _Usual(trace)
-    captures = _captures(trace)
-    optimizer_phases = {name for name in trace.phases if "optim" in name.lower()}
+    context = gap_context(trace)
     for b in budgets:
         for gap in b.gaps:
-            if gap.kind != "host" or gap.us <= max(shortest, 0.0):
-                continue
-            claims = _Claims(gap.start, gap.end)
-            for node in tree.overlapping(gap.start, gap.end, "compiling"):
-                causes["compiling", _cut(node.name, 60)] += claims.take(node.start, node.end)
-            for start, end in captures:
-                if start < gap.end and end > gap.start:
-                    causes["one-time", "CUDA graph capture"] += claims.take(start, end)
-            for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
-                for node in tree.overlapping(gap.start, gap.end, role):
-                    long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
-                    if node.name.startswith(CAPTURE_CALLS) or (
-                        long and usual.once(node.us, usual.of_call(role, node.name))
-                    ):
-                        causes["one-time", node.name] += claims.take(node.start, node.end)
-            waits = tree.overlapping(gap.start, gap.end, "sync")
-            for node in tree.top_level(gap.start, gap.end, OP):
-                waited = sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
-                             if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
-                if node.us >= ONE_TIME_US and waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
-                    causes["one-time", f"first {node.name}"] += claims.take(node.start, node.end)
-            for role in ("DataLoader", "optimizer", "label"):
-                for node in tree.overlapping(gap.start, gap.end, role):
-                    if role != "label" or node.name in optimizer_phases:
-                        cause = "data loading" if node.name.startswith(DATALOADER) else "the optimizer"
-                        causes[cause, _cut(node.name, 60)] += claims.take(node.start, node.end)
-            for node in tree.overlapping(gap.start, gap.end, "sync"):
-                made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
-                causes["a sync", made] += claims.take(node.start, node.end)
-            for node in tree.overlapping(gap.start, gap.end, "runtime call"):
-                if node.us >= CPU_OP_US:
-                    causes["runtime call", node.name] += claims.take(node.start, node.end)
-            for op_start, op_end, name in _top_level(trace, gap.start, gap.end):
-                long = op_end - op_start >= CPU_OP_US
-                if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
-                    long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
-                causes[("CPU op", name) if long else ("launches", "")] += claims.take(op_start, op_end)
-            causes["no recorded op", ""] += claims.left
+            if gap.kind == "host" and gap.us > max(shortest, 0.0):
+                causes.update(gap_causes(trace, gap, context)[0])
     return +causes
+
+
+def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tuple[Counter, HeldBy | None]:
+    """Where one host-wait gap's µs went (host_wait_causes' keys and order), and what held it: the node whose cause
+    took the most of the gap (None: no recorded op, or not a host wait)."""
+    causes: Counter = Counter()
+    if gap.kind != "host" or gap.us <= 0:
+        return causes, None
+    launched, usual, captures, optimizer_phases = context or gap_context(trace)
+    tree = trace.tree
+    held: list = [None, 0.0]
+
+    def claim(key: tuple[str, str], start: float, end: float, name: str, thread: object = None) -> None:
+        us = claims.take(start, end)
+        causes[key] += us
+        if us > held[1]:
+            held[:] = [HeldBy(name, start, end, thread), us]
+
+    claims = _Claims(gap.start, gap.end)
+    for node in tree.overlapping(gap.start, gap.end, "compiling"):
+        claim(("compiling", _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
+    for start, end in captures:
+        if start < gap.end and end > gap.start:
+            claim(("one-time", "CUDA graph capture"), start, end, "CUDA graph capture")
+    for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
+        for node in tree.overlapping(gap.start, gap.end, role):
+            long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
+            if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual.of_call(role, node.name))):
+                claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
+    waits = tree.overlapping(gap.start, gap.end, "sync")
+    for node in tree.top_level(gap.start, gap.end, OP):
+        waited = sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
+                     if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
+        if node.us >= ONE_TIME_US and waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
+            claim(("one-time", f"first {node.name}"), node.start, node.end, node.name, node.tid)
+    for role in ("DataLoader", "optimizer", "label"):
+        for node in tree.overlapping(gap.start, gap.end, role):
+            if role != "label" or node.name in optimizer_phases:
+                cause = "data loading" if node.name.startswith(DATALOADER) else "the optimizer"
+                claim((cause, _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
+    for node in tree.overlapping(gap.start, gap.end, "sync"):
+        made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+        claim(("a sync", made), node.start, node.end, node.name, node.tid)
+    for node in tree.overlapping(gap.start, gap.end, "runtime call"):
+        if node.us >= CPU_OP_US:
+            claim(("runtime call", node.name), node.start, node.end, node.name, node.tid)
+    for op_start, op_end, name in top_level_ops(trace, gap.start, gap.end):
+        long = op_end - op_start >= CPU_OP_US
+        if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
+            long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
+        claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
+    causes["no recorded op", ""] += claims.left
+    return causes, held[0]
 
 
 def _applied(trace: Trace) -> dict[str, str]:

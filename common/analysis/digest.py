@@ -12,6 +12,7 @@ from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.efficiency import peak_cell
 from common.analysis.figures import Row, metadata_figure, summarize
+from common.analysis.picture import Picture, picture
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
     DASH,
@@ -61,6 +62,7 @@ class Digest:
     roofs: str | None = None  # under --explain, the ops furthest below their roof (common.analysis.roofline_table)
     collectives: str | None = None  # its collectives table (common.analysis.collectives), if it has any
     arrivals: list | None = None  # a rank's collectives as the skew across ranks matches them
+    picture: Picture | None = None  # under --html or --annotate, what they draw (common.analysis.picture)
 
 
 def digest(trace: Trace, args: argparse.Namespace) -> Digest:
@@ -78,6 +80,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
             cells = fit_last_column(headers, cells, cut_name)
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
     shown = args.per_step or len(trace.steps) > 3
+    html, annotate = getattr(args, "html", None), getattr(args, "annotate", None)
     return Digest(
         path=trace.path,
         name=trace.name,
@@ -104,6 +107,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         roofs=roof_table(trace, peak, args.markdown) if args.explain and trace.has_gpu else None,
         collectives=collective_table(trace, args.markdown),
         arrivals=arrivals(trace) if trace.rank is not None else [],
+        picture=picture(trace, diagnosis, peak, draw=bool(html)) if html or annotate else None,
     )
 
 

@@ -6,6 +6,8 @@ Usage:
     uv run python -m common.summary traces --markdown --top 3
     uv run python -m common.summary traces/01_matmul_add --per-step     # one row per profiled step
     uv run --extra plot python -m common.summary traces --plot traces/summary.png
+    uv run python -m common.summary traces/01_matmul_add/64_bf16_cold_eager.json --annotate traces/annotated.json
+    uv run --extra html python -m common.summary traces --html traces/report.html
 
 PATH is a trace (.json or .json.gz) or a folder searched for them; a path that does not exist or a folder
 without traces is skipped with a notice (no traces at all is an error). A file that cannot be read as a trace
@@ -30,7 +32,12 @@ host, or kernels waiting), and the expert rules that fired; --explain adds each 
 table shows each step's budget; the top-kernels table, where the trace has record_shapes, the TFLOP/s and % of
 peak of each GEMM and attention kernel, from its op's input shapes. A trace with collectives gets a table of
 them (kind, group, size, calls per step, mean duration, algorithm and bus bandwidth), and a run of rank traces
-the skew of its collectives across the ranks and the straggler (common.analysis.collectives).
+the skew of its collectives across the ranks and the straggler (common.analysis.collectives). --annotate OUT writes
+a copy of the trace with a "diagnosis" track for Perfetto: the step windows, each GPU idle gap named by its cause,
+and an arrow from each gap to the CPU op that held it (common.analysis.annotate); for several traces OUT is a
+folder, one copy each. --html FILE writes one self-contained page that opens offline (plotly, inlined: the `html`
+extra) with each trace's verdict and levers, its steps' budgets, the median step's timeline, its roofline and its
+kernels and collectives as sortable tables, the ranks of a run side by side (common.analysis.html_report).
 """
 
 from __future__ import annotations
@@ -44,10 +51,12 @@ from collections import Counter
 from pathlib import Path
 
 from common import interrupts
+from common.analysis.annotate import write_annotated
 from common.analysis.collectives import COLLECTIVE_LEGEND, SKEW_LEGEND, skew_table, skews, straggler_lines
 from common.analysis.digest import LEFT, Digest, digest
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
 from common.analysis.folders import find_traces, read_all
+from common.analysis.html_report import check_html, write_report
 from common.analysis.names import fitted_names
 from common.analysis.roofline_table import LEGEND as ROOF_LEGEND
 from common.analysis.tables import (
@@ -383,14 +392,49 @@ def check_plot_path(path: Path) -> Path:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SuiteError("--plot needs matplotlib: run `uv run --extra plot python -m common.summary ...`") from None
+    return check_out_path("--plot", path, "summary.png")
+
+
+def check_out_path(flag: str, path: Path, example: str) -> Path:
+    """Before any work: `path` is a file name (not a folder, a device or a pipe) in a folder that can be written."""
     if path.is_dir():
-        raise SuiteError(f"--plot {path}: is a folder; give a file name such as {path / 'summary.png'}")
+        raise SuiteError(f"{flag} {path}: is a folder; give a file name such as {path / example}")
     if path.exists() and not path.is_file():
-        raise SuiteError(f"--plot {path}: not a regular file (a device or a pipe); give a file name")
+        raise SuiteError(f"{flag} {path}: not a regular file (a device or a pipe); give a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise SuiteError(f"--plot {path}: cannot write into {folder}")
+        raise SuiteError(f"{flag} {path}: cannot write into {folder}")
     return path
+
+
+def check_annotate_path(out: Path, count: int) -> Path:
+    """Before any work: where --annotate OUT can write `count` annotated traces: OUT a file name for one trace (or an
+    existing folder), a folder (made here if missing) for several."""
+    if count == 1 and not out.is_dir():
+        return check_out_path("--annotate", out, "annotated.json")
+    if out.exists() and not out.is_dir():
+        raise SuiteError(f"--annotate {out}: {count} traces need a folder, and this is a file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SuiteError(f"--annotate {out}: cannot make this folder ({exc.strerror or exc})") from None
+    if not os.access(out, os.W_OK):
+        raise SuiteError(f"--annotate {out}: cannot write into this folder")
+    return out
+
+
+def annotated_paths(traces: list[Digest], out: Path) -> list[Path]:
+    """Where --annotate OUT writes each trace's annotated copy: OUT itself, a file, for one trace; else into the
+    folder OUT, as `<script>_<tag>.json` (the trace's name, made a file name; a number added where two are alike)."""
+    if not out.is_dir():
+        return [out]
+    names: Counter = Counter()
+    paths = []
+    for trace in traces:
+        stem = re.sub(r"[^\w.+-]+", "_", trace.name).strip("_") or "trace"
+        names[stem] += 1
+        paths.append(out / (f"{stem}.json" if names[stem] == 1 else f"{stem}_{names[stem]}.json"))
+    return paths
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -416,6 +460,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also write a PNG bar chart of GPU and CPU time (default: none; needs matplotlib: uv run --extra plot)",
     )
     parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML report with figures (default: none; needs plotly: uv run --extra html)",
+    )
+    parser.add_argument(
+        "--annotate",
+        type=Path,
+        metavar="OUT",
+        help="also write a copy of the trace with a 'diagnosis' track for Perfetto (a folder OUT for several traces)",
+    )
+    parser.add_argument(
         "--peak-tflops", type=positive_float, help="the device's peak TFLOP/s (default: the datasheet of known GPUs)"
     )
     parser.add_argument(
@@ -437,10 +493,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:
             check_plot_path(args.plot)
-        traces = read_all(find_traces(args.paths), args)
+        if args.html:
+            check_html()
+            check_out_path("--html", args.html, "report.html")
+        paths = find_traces(args.paths)
+        if args.annotate:
+            check_annotate_path(args.annotate, len(paths))
+        traces = read = read_all(paths, args)
         baseline = pick_baseline(traces, args.baseline, args)
         if baseline not in traces:  # a baseline file outside PATH...: show it first
-            traces.insert(0, baseline)
+            traces = [baseline, *read]
         rows = [t.row for t in traces]
         names = Counter(r.name for r in rows)
         for row, trace in zip(rows, traces, strict=True):
@@ -453,6 +515,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nplot: {shown(str(args.plot.resolve()))}")
     except ValueError as exc:  # a file that is not a trace
         raise SuiteError(str(exc)) from None
+    if args.annotate:  # the traces PATH names (a --baseline file from elsewhere is not one of them)
+        print()
+        for trace, out in zip(read, annotated_paths(read, args.annotate), strict=True):
+            write_annotated(trace.path, trace.picture, out)
+            print(f"annotated: {shown(str(out.resolve()))}")
+    if args.html:
+        write_report(traces, runs_of(traces), args.html)
+        print(f"\nhtml: {shown(str(args.html.resolve()))}")
     return 0
 
 

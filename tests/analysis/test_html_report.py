@@ -1,0 +1,87 @@
+"""--html: one self-contained page of figures per trace (its content; test_html_browser.py opens it in a browser)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sys
+
+import pytest
+from helpers import ROOT, command, tiny_cpu_trace
+
+from common.analysis.summary import main
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TRAINING = FIXTURES / "h200" / "05_training_step" / "8_1024_768_12_3072_amp_bf16_cold_eager.json.gz"
+
+
+def summary(capsys, *argv: object) -> tuple[int, str, str]:
+    return command(main, capsys, *argv)
+
+
+def test_html_without_plotly_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly", None)  # makes `import plotly` fail
+    code, out, err = summary(capsys, TRAINING, "--html", tmp_path / "r.html")
+    assert (code, out) == (2, "") and "uv run --extra html" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_html_into_a_folder_is_one_error_line(tmp_path, capsys):
+    code, out, err = summary(capsys, TRAINING, "--html", tmp_path)
+    assert (code, out) == (2, "") and "is a folder" in err and err.count("\n") == 1
+
+
+def test_the_report_inlines_plotly_and_links_nothing_outside(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    code, out, _ = summary(capsys, TRAINING, "--html", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    from plotly.offline import get_plotlyjs
+
+    assert code == 0 and f"html: {tmp_path / 'r.html'}" in out
+    assert get_plotlyjs() in page and page.count(get_plotlyjs()[:200]) == 1  # inlined once, not per figure
+    ours = page.replace(get_plotlyjs(), "")  # plotly.js names map tiles' sites, loaded by map plots only
+    assert re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", ours) == []
+
+
+def test_the_report_opens_with_the_verdict_and_its_lever(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    _, out, _ = summary(capsys, TRAINING, "--html", tmp_path / "r.html", "--markdown")
+    page = (tmp_path / "r.html").read_text()
+    [verdict] = [line.removeprefix("- verdict: ") for line in out.splitlines() if line.startswith("- verdict:")]
+    lever = verdict.split(" → ")[-1]
+    body = page[page.index("<body>") :]
+    assert body.index("verdict: " + html.escape(verdict)) < body.index('class="figure')
+    assert f'<p class="lever">lever: {html.escape(lever)}</p>' in body
+
+
+def test_the_report_draws_budget_timeline_and_roofline_of_a_gpu_trace(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    summary(capsys, TRAINING, "--html", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert [k for k in ("budget", "timeline", "roofline") if f'class="figure {k}"' in page] == [
+        "budget",
+        "timeline",
+        "roofline",
+    ]
+    assert "median step" in page and "waiting for the host: launching op by op" in page
+    assert page.count('<table class="sortable">') == 1  # the kernels (this trace has no collectives)
+
+
+def test_a_folder_of_ranks_stands_side_by_side_with_the_skew(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    code, _, _ = summary(capsys, FIXTURES / "ddp_gloo", "--html", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    side = page[page.index('<div class="side">') :]
+    assert code == 0 and "Collective skew across the ranks" in page
+    assert side.count("<section id=") == 2 and "rank0" in side and "rank1" in side
+
+
+def test_a_cpu_trace_gets_its_steps_and_timeline_but_no_roofline(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    trace = tmp_path / "cpu.json"
+    trace.write_text(json.dumps(tiny_cpu_trace()))
+    code, _, _ = summary(capsys, trace, "--html", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert code == 0 and 'class="figure budget"' in page and 'class="figure timeline"' in page
+    assert 'class="figure roofline"' not in page and "No GPU lane" in page
