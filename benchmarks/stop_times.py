@@ -1,8 +1,9 @@
 """How long a run takes to answer a Ctrl-C during its profiled steps (issue 51): signal -> acknowledgement line,
 and signal -> exit, with what the run kept.
 
-Each trial starts a fresh run, waits until its profiled steps are under way (its first `... profiled steps`
-progress line, then --delay seconds), sends one signal and timestamps every line of stderr as it arrives.
+Each trial starts a fresh run, waits until its profiled steps are under way (--delay seconds after the line
+that says torch's compiler is imported for the profiler, or after its first progress line),
+sends one signal and timestamps every line of stderr as it arrives.
 Prints one line per trial: the times, the exit code, and the steps the kept trace holds (read back with the
 suite's reader, as `python -m common.summary` does). The kinds:
 
@@ -49,12 +50,13 @@ def trial(kind: str, signum: int, delay_s: float) -> str:
         reader = threading.Thread(target=lambda: err.extend((time.monotonic(), line) for line in proc.stderr))
         reader.start()
         for line in proc.stdout:
-            if line.startswith("...") and "profiled steps" in line:  # the progress line of a long run
+            if line.startswith("importing torch's compiler") or line.startswith("..."):  # the profiler starts next
                 break
         time.sleep(delay_s)
         sent = time.monotonic()
         proc.send_signal(signum)
         out = proc.stdout.read()  # to the end
+        print(out[-3000:], "".join(line for _, line in err)[-2000:], file=sys.stderr)
         proc.wait(timeout=GUARD_S)
         ended = time.monotonic()
         reader.join()
@@ -71,7 +73,7 @@ def main() -> None:
     parser.add_argument("kind", choices=sorted(KINDS))
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--signal", default="INT", choices=["INT", "TERM", "HUP"])
-    parser.add_argument("--delay", type=float, default=1.0, help="seconds after the first progress line")
+    parser.add_argument("--delay", type=float, default=4.0, help="seconds after the profiler's imports")
     args = parser.parse_args()
     for _ in range(args.trials):
         print(trial(args.kind, getattr(signal, f"SIG{args.signal}"), args.delay), flush=True)

@@ -268,7 +268,7 @@ class Recording:
         self.keep()
         print(self.loop)
         print(self.files.table)
-        print(f"{self.stopped}: the output check, the guess vs trace and the report on the steps were skipped")
+        print(f"{self.stopped}: the output check, the guess and the report were skipped")
         print_files(self.cycles, self.run)
         print(f"read it with: uv run python -m common.summary {shown(str(self.files.json))}")
 
