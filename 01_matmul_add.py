@@ -10,17 +10,29 @@ Writes traces/01_matmul_add/<size>_<dtype>_<cold|warm>_<eager|compiled>.json (Ch
 and .txt (profiler table), e.g. traces/01_matmul_add/64_bf16_cold_eager.json.
 """
 
+from common.cli import positive_int
 from common.harness.early import importing_torch
+from common.harness.flags import make_parser
 
-importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+parser.add_argument("--size", type=positive_int, default=64, help="N of the N x N matrices (default: 64)")
+parser.add_argument(
+    "--batch",
+    type=positive_int,
+    default=None,
+    help="give x, w and b a leading batch axis of this size, so matmul becomes "
+    "aten::bmm (default: none, 2-D; a batch axis on x alone folds into one aten::mm)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli, end_process, positive_int
+from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
-from common.harness.runtime import fit_machine, make_parser, setup
+from common.harness.runtime import fit_machine, setup
 from common.workloads.matmul import matmul_add_memory, matmul_add_work
 
 
@@ -52,15 +64,6 @@ def guess(compiled: bool, batched: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    parser.add_argument("--size", type=positive_int, default=64, help="N of the N x N matrices (default: 64)")
-    parser.add_argument(
-        "--batch",
-        type=positive_int,
-        default=None,
-        help="give x, w and b a leading batch axis of this size, so matmul becomes "
-        "aten::bmm (default: none, 2-D; a batch axis on x alone folds into one aten::mm)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     batch, n = args.batch or 1, args.size

@@ -10,8 +10,20 @@ Writes traces/02_linear/<batch>_<in_dim>_<out_dim>_<dtype>_<cold|warm>_<eager|co
 from typing import NamedTuple
 
 from common.harness.early import importing_torch
+from common.harness.flags import add_shape_flags, make_parser
 
-importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+
+class LinearShape(NamedTuple):  # a flag per field (runtime.add_shape_flags)
+    batch: int = 1024
+    in_dim: int = 32
+    out_dim: int = 64
+    HELP = {"batch": "rows of x", "in_dim": "input features", "out_dim": "output features"}
+
+
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "linear shape", LinearShape)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 from torch import nn
@@ -20,15 +32,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.matmul import linear_memory, linear_work
-
-
-class LinearShape(NamedTuple):  # a flag per field (runtime.add_shape_flags)
-    batch: int = 1024
-    in_dim: int = 32
-    out_dim: int = 64
-    HELP = {"batch": "rows of x", "in_dim": "input features", "out_dim": "output features"}
 
 
 def guess(compiled: bool) -> list[Expect]:
@@ -53,8 +58,6 @@ def guess(compiled: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "linear shape", LinearShape)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     work = linear_work(args.batch, args.in_dim, args.out_dim, run.dtype)

@@ -13,11 +13,23 @@ and .txt, e.g. traces/03_kernels_mlp/64_128_768_3072_hub_bf16_cold_eager.json.
 """
 
 from common.harness.early import importing_torch, refuse_without_gpu
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import MLPShape
 
 NEEDS_GPU = "LigerGEGLUMLP is a Triton kernel and needs a CUDA GPU; on this machine run 03_simple_mlp.py"
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, NEEDS_GPU)
-importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "MLP shape", MLPShape)
+parser.add_argument(
+    "--source",
+    choices=("auto", "hub", "pypi"),
+    default="auto",
+    help="where LigerGEGLUMLP comes from: the Hub (as in the post), the liger-kernel "
+    "package on PyPI, or auto: the Hub, else PyPI (default: auto)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -26,9 +38,8 @@ from common.cli import SuiteError, cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_op
 from common.harness.hub import HubError, hub_access
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.mlp import (
-    MLPShape,
     geglu_reference,
     liger_geglu,
     make_input,
@@ -60,15 +71,6 @@ def guess(compiled: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "MLP shape", MLPShape)
-    parser.add_argument(
-        "--source",
-        choices=("auto", "hub", "pypi"),
-        default="auto",
-        help="where LigerGEGLUMLP comes from: the Hub (as in the post), the liger-kernel "
-        "package on PyPI, or auto: the Hub, else PyPI (default: auto)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     if not run.on_gpu:

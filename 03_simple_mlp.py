@@ -9,8 +9,13 @@ and .txt (profiler table), e.g. traces/03_simple_mlp/64_128_768_3072_bf16_cold_c
 """
 
 from common.harness.early import importing_torch
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import MLPShape
 
-importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "MLP shape", MLPShape)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 import torch.nn.functional as F
@@ -20,8 +25,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_op
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
-from common.workloads.mlp import MLPShape, geglu_reference, make_input, mlp_memory, mlp_work
+from common.harness.runtime import fit_machine, setup, shape_of
+from common.workloads.mlp import geglu_reference, make_input, mlp_memory, mlp_work
 
 
 class SimpleGeGLUMLP(nn.Module):
@@ -64,8 +69,6 @@ def guess(compiled: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "MLP shape", MLPShape)
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, MLPShape)  # batch, seq, dim, hidden

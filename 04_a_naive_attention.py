@@ -10,10 +10,21 @@ Writes traces/04_a_naive_attention/<tag>.json (Chrome trace) and .txt (profiler 
 """
 
 from common.harness.early import importing_torch, refuse_attention_memory
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import AttentionShape
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_attention_memory(__name__, score_items=3)  # scores, their masked copy, the softmax
-importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "attention shape", AttentionShape)
+parser.add_argument(
+    "--first-guess",
+    action="store_true",
+    help="replay the post's first guess (five kernels, no copy) against the trace before the corrected "
+    "one (default: off)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import math
 
@@ -24,9 +35,8 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.attention import (
-    AttentionShape,
     attention_budget,
     causal_mask,
     make_qkv,
@@ -88,14 +98,6 @@ def guess(compiled: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", AttentionShape)
-    parser.add_argument(
-        "--first-guess",
-        action="store_true",
-        help="replay the post's first guess (five kernels, no copy) against the trace before the corrected "
-        "one (default: off)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim

@@ -15,8 +15,19 @@ e.g. 8_16_1024_64_flash_bf16_cold_eager.
 """
 
 from common.harness.early import importing_torch
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import SDPA_BACKEND_NAMES, AttentionShape
 
-importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "attention shape", AttentionShape)
+parser.add_argument(
+    "--backend",
+    choices=SDPA_BACKEND_NAMES,
+    default="math",
+    help="the SDPA backend pinned with sdpa_kernel (default: math)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 from torch.nn import functional as F
@@ -26,10 +37,9 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_launches, expect_memcpy, expect_op
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.attention import (
     SDPA_BACKENDS,
-    AttentionShape,
     attention_budget,
     make_qkv,
     reference_attention,
@@ -92,14 +102,6 @@ def guess(backend: str, compiled: bool, on_gpu: bool, upcast: bool) -> list[Expe
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", AttentionShape)
-    parser.add_argument(
-        "--backend",
-        choices=SDPA_BACKENDS,
-        default="math",
-        help="the SDPA backend pinned with sdpa_kernel (default: math)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     shape = shape_of(args, AttentionShape)  # batch, heads, seq, head_dim

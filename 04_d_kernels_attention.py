@@ -19,23 +19,45 @@ pkg-<module> (dots as underscores) or local, e.g. 8_16_1024_64_hub-flash-attn2_b
 8_16_1024_64_pkg-flash_attn_cute_bf16_cold_eager.
 """
 
+from common.cli import positive_int
 from common.harness.early import FLASH_NEEDS_GPU, importing_torch, refuse_without_gpu
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import FLASH_VERSION, AttentionShape
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, FLASH_NEEDS_GPU)
-importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__)
+add_shape_flags(parser, "attention shape", AttentionShape)
+hub = parser.add_argument_group("which kernel")
+hub.add_argument(
+    "--repo",
+    default=None,
+    help="Hub repository of the kernel (default: kernels-community/flash-attn3 on sm90, "
+    "kernels-community/flash-attn2 otherwise)",
+)
+ref = hub.add_mutually_exclusive_group()
+ref.add_argument("--version", type=positive_int, default=None, help=f"kernel version (default: {FLASH_VERSION})")
+ref.add_argument(
+    "--revision", default=None, help="a branch, tag or commit instead of --version (default: none, use --version)"
+)
+hub.add_argument(
+    "--kernel-dir",
+    default=None,
+    help="load the kernel from this local kernel directory (build/<variant>/...) instead of the "
+    "Hub (default: none, the Hub)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from common.cli import cli, end_process, positive_int
+from common.cli import cli, end_process
 from common.harness.guess import Expect, expect_kernels, expect_memcpy, expect_op
 from common.harness.hub import HubError, hub_access, load_local_kernel
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.attention import (
-    FLASH_VERSION,
-    AttentionShape,
     attention_budget,
     default_flash_repo,
     flash_attn_func_of,
@@ -74,26 +96,6 @@ def guess(source: str = "local") -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__)
-    add_shape_flags(parser, "attention shape", AttentionShape)
-    hub = parser.add_argument_group("which kernel")
-    hub.add_argument(
-        "--repo",
-        default=None,
-        help="Hub repository of the kernel (default: kernels-community/flash-attn3 on sm90, "
-        "kernels-community/flash-attn2 otherwise)",
-    )
-    ref = hub.add_mutually_exclusive_group()
-    ref.add_argument("--version", type=positive_int, default=None, help=f"kernel version (default: {FLASH_VERSION})")
-    ref.add_argument(
-        "--revision", default=None, help="a branch, tag or commit instead of --version (default: none, use --version)"
-    )
-    hub.add_argument(
-        "--kernel-dir",
-        default=None,
-        help="load the kernel from this local kernel directory (build/<variant>/...) instead of the "
-        "Hub (default: none, the Hub)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__)
     require_flash(run, args.head_dim)  # a CUDA GPU, bf16 or fp16, a head_dim FlashAttention supports

@@ -20,10 +20,25 @@ e.g. 8_1024_768_12_3072_amp_bf16_cold_eager.
 """
 
 from common.harness.early import CUDA_GRAPHS_NEED_GPU, importing_torch, refuse_without_gpu
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import AMP_DTYPE_HELP, BlockShape
 
 # Before torch loads (about 10 s on a laptop): what this machine cannot run is refused in a second.
 refuse_without_gpu(__name__, CUDA_GRAPHS_NEED_GPU, flag="--cudagraphs")
-importing_torch(__name__)  # and a line before torch loads, so the run never starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
+add_shape_flags(parser, "decoder block shape", BlockShape)
+parser.add_argument(
+    "--cudagraphs",
+    action="store_true",
+    help="torch.compile(mode='reduce-overhead'): forward and backward replayed as CUDA graphs, GPU only (default: off)",
+)
+parser.add_argument(
+    "--fused-optimizer",
+    action="store_true",
+    help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
+)
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 import torch.nn.functional as F
@@ -43,11 +58,9 @@ from common.harness.guess import (
     in_phase,
 )
 from common.harness.recording import finish, recording, say_estimate
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.workloads.block import (
     AMP,
-    AMP_DTYPE_HELP,
-    BlockShape,
     block_memory,
     block_reference,
     block_work,
@@ -199,19 +212,6 @@ def adamw_guess(fused: bool, on_gpu: bool) -> list[Expect]:
 
 @cli
 def main(argv: list[str] | None = None) -> int:
-    parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
-    add_shape_flags(parser, "decoder block shape", BlockShape)
-    parser.add_argument(
-        "--cudagraphs",
-        action="store_true",
-        help="torch.compile(mode='reduce-overhead'): forward and backward replayed as CUDA graphs, GPU only "
-        "(default: off)",
-    )
-    parser.add_argument(
-        "--fused-optimizer",
-        action="store_true",
-        help="AdamW(fused=True) (default: off: foreach on a GPU, a per-parameter loop on the CPU)",
-    )
     args = parser.parse_args(argv)
     run = setup(args, __file__, compiled=args.compile or args.cudagraphs, optimizer=True)
     precision = training_precision(args.dtype, run.dtype_name)  # --dtype left out: AMP where bf16 is fast

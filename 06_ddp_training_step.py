@@ -26,8 +26,14 @@ import contextlib
 import dataclasses
 
 from common.harness.early import importing_torch
+from common.harness.flags import add_shape_flags, make_parser
+from common.workloads.shapes import AMP_DTYPE_HELP, BlockShape, add_ddp_flags
 
-importing_torch(__name__)  # a line before torch loads (5-12 s on a laptop), so no run starts silent
+# The flags, built before torch loads: a typo is refused in a second, not after torch (5-12 s on a laptop).
+parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
+add_shape_flags(parser, "decoder block shape, per rank", BlockShape)
+add_ddp_flags(parser)  # --bucket-cap-mb, --no-overlap, --startup-timeout
+importing_torch(__name__, parser)  # every flag checked first, then a line (and one every 10 s) while torch loads
 
 import torch
 import torch.distributed as dist
@@ -40,18 +46,16 @@ from common.cli import cli
 from common.harness.guess import Expect, expect_kernels, expect_op
 from common.harness.ranks import one_verdict, rank_line, read_together
 from common.harness.recording import finish, recording
-from common.harness.runtime import add_shape_flags, fit_machine, make_parser, setup, shape_of
+from common.harness.runtime import fit_machine, setup, shape_of
 from common.harness.torchrun import TORCHRUN, exit_rank, not_launched, rendezvous, torchrun_launch
 from common.workloads.block import (
     AMP,
-    AMP_DTYPE_HELP,
-    BlockShape,
     block_work,
     check_shape,
     make_batch,
     training_precision,
 )
-from common.workloads.ddp import add_ddp_flags, ddp_memory, expected_buckets
+from common.workloads.ddp import ddp_memory, expected_buckets
 
 SCRIPT = "06_ddp_training_step.py"
 
@@ -146,9 +150,6 @@ def guess(all_reduces: int, parameters: int, on_gpu: bool, world_size: int) -> l
 @cli
 def main(argv: list[str] | None = None) -> int:
     launch = torchrun_launch(SCRIPT)  # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, checked; None without them
-    parser = make_parser(__doc__, dtype_help=AMP_DTYPE_HELP)  # no --dtype: fp32 parameters, bf16 autocast
-    add_shape_flags(parser, "decoder block shape, per rank", BlockShape)
-    add_ddp_flags(parser)  # --bucket-cap-mb, --no-overlap, --startup-timeout
     args = parser.parse_args(argv)
     if launch is None:
         raise not_launched(SCRIPT)

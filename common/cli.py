@@ -18,12 +18,14 @@ import functools
 import os
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import NoReturn, TextIO
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 MAX_INT = 2**31 - 1  # larger integers are refused when parsed: no shape, step count or size here needs more
+WIDTH = 120  # every line the suite prints fits a terminal this wide
 
 
 REGION_HELP = (  # the summary's and the diff's --region
@@ -186,6 +188,30 @@ def positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
+
+
+def fit(line: str, indent: str = "  ") -> str:
+    """`line` wrapped at spaces to WIDTH columns, each continuation indented by `indent`: a progress or estimate
+    line whose figures or names run long (a run past its estimate, a long flag list) stays within the terminal."""
+    if len(line) <= WIDTH:
+        return line
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    return "\n".join(
+        textwrap.wrap(line, WIDTH, subsequent_indent=lead + indent, break_long_words=False, break_on_hyphens=False)
+    )
+
+
+def fit_command(command: str, indent: str = "    ") -> str:
+    """A shell command on lines of at most WIDTH columns, each but the last ended by ` \\` so that the lines,
+    copied together, run as the one command; each continuation indented by `indent`."""
+    lines: list[str] = []
+    line = indent
+    for word in command.split(" "):
+        if line.strip() and len(line) + 1 + len(word) + 2 > WIDTH:
+            lines.append(line + " \\")
+            line = indent + "  "
+        line += (" " if line.strip() else "") + word
+    return "\n".join([*lines, line])
 
 
 def say(line: str) -> None:

@@ -103,15 +103,49 @@ DEFAULT_SIGNALS = (
 PYTHON = (sys.executable, "-c", DEFAULT_SIGNALS)  # `python`, its signals at their defaults: `[*PYTHON, "-m", ...]`
 
 
+STARTED: list[subprocess.Popen] = []  # what start_script started; tests/conftest.py ends those left after a test
+
+
 def start_script(name: str, *flags: str, traces: Path, prefix: tuple[str, ...] | None = None) -> subprocess.Popen:
     """`python <name>.py FLAGS --traces-dir traces` in its own process, output unbuffered, its signals at their
-    defaults; `prefix` runs it under another command instead (`nohup`), inheriting this process's signals."""
+    defaults; `prefix` runs it under another command instead (`nohup`), inheriting this process's signals. A
+    process the test leaves running is killed when the test ends (end_started)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     launch = list(PYTHON if prefix is None else prefix)
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [*launch, str(ROOT / f"{name}.py"), *flags, "--traces-dir", str(traces)], cwd=ROOT, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    STARTED.append(proc)
+    return proc
+
+
+def end_started() -> None:
+    """Kill every process start_script started that still runs, reap it and close its pipes: a test that failed
+    before its own wait leaves no script running (and no open pipe) into the next test."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=30)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextlib.contextmanager
+def cpu_view(native_bf16: bool):
+    """Run the block as on a CPU with native bf16 (AVX512-BF16) or on one with AVX2 and FMA only, whichever this
+    machine is: the suite decides from common.harness.machine.cpu_flags and ONEDNN_MAX_CPU_ISA, both set here."""
+    import common.harness.machine as machine
+
+    flags = {"avx", "avx2", "fma", *(("avx512_bf16",) if native_bf16 else ())}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        patch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+        patch.setattr(machine, "cpu_flags", lambda: flags)
+        yield
 
 
 def command(main: Callable[[list[str]], int], capsys: pytest.CaptureFixture, *argv: object) -> tuple[int, str, str]:
@@ -236,6 +270,13 @@ LOOP_EDITS: dict[str, list[tuple[str, str]]] = {  # edit -> (regex, replacement)
     "schedule removed": [(r"\n *schedule=schedule\(.*\),", "")],
     "tensorboard_trace_handler": [(r"on_trace_ready=rec\.save", f"on_trace_ready={TENSORBOARD}(TB_DIR)")],
 }
+# The reader's edits of the model a script profiles: edit -> (regex, replacement) pairs, each matching once
+MODEL_EDITS: dict[str, list[tuple[str, str]]] = {
+    "gelu -> silu": [(re.escape('F.gelu(g, approximate="tanh")'), "F.silu(g)")],  # 03_simple_mlp's GeGLU
+    "x four times as tall": [  # 01_matmul_add's x and b stacked four times: [4N, N] @ [N, N] + [4N, N]
+        (r"\n(\s+)fn = torch\.compile", r"\n\1x, b = torch.cat([x] * 4), torch.cat([b] * 4)\n\1fn = torch.compile")
+    ],
+}
 # Small shapes each script runs on the CPU in well under a second a step
 TINY_FLAGS = {
     "01_matmul_add": ["--size", "16"],
@@ -276,7 +317,7 @@ def report_lines(out: str) -> dict[str, str]:
 
 def edit_loop(source: str, edit: str, tb_dir: Path) -> str:
     """`source` with `edit` (a key of LOOP_EDITS) applied; each of its patterns must match exactly once."""
-    for pattern, replacement in LOOP_EDITS[edit]:
+    for pattern, replacement in {**LOOP_EDITS, **MODEL_EDITS}[edit]:
         source, n = re.subn(pattern, replacement, source)
         assert n == 1, f"{edit}: {pattern!r} matched {n} times"
     return source.replace("(TB_DIR)", f"({str(tb_dir)!r})")

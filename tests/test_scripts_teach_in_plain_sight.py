@@ -84,8 +84,9 @@ def test_nothing_of_the_suite_is_inside_the_profiler_block_but_its_writer(name):
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_the_plumbing_around_the_loop_is_a_few_lines(name):
     tree = ast.parse(source(name))
+    torch_at = next(n.lineno for n in tree.body if isinstance(n, ast.Import) and n.names[0].name == "torch")
     imports = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("common")]
-    imports = [n for n in imports if n.module != "common.harness.early"]  # the refusal before torch, above the imports
+    imports = [n for n in imports if n.lineno > torch_at]  # the flags and refusals before torch, above the imports
     ddp = {"common.harness.torchrun", "common.harness.ranks"}  # 06's launch and its ranks' one voice
     assert len([n for n in imports if n.module not in ddp]) <= 6, f"{name}.py imports from {len(imports)} modules"
     plumbing = {

@@ -12,12 +12,13 @@ changed, the CPU ops added or removed, and the runtime calls whose counts change
 name first; then, within a family, by their short name, the instantiations of one template chosen among by their calls
 and time; then by a close name: more than half of the words that say what they compute in common (MulFunctor never
 pairs with FillFunctor, nor triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax
-kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. The rest are
-gone or new. The table shows both names of a pair of other names, and lists them in full under it. A copy pairs only
-with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one, and the headline calls a
-kernel whose template runs in both traces "one instantiation of", never gone or new. Different scripts or shapes are
-compared anyway, and said. No torch: it reads the JSON, an event at a time (one larger than 64 MiB is refused, naming
-the byte where it starts).
+kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. Thousands of
+kernels of the same words (a recompiled model's renumbered `triton_poi_fused_add_mul_<n>`) pair in the order of their
+time, in memory linear in their number. The rest are gone or new. The table shows both names of a pair of other
+names, and lists them in full under it. A copy pairs only with a copy the same way (never DtoH with DtoD), a backward
+kernel only with a backward one, and the headline calls a kernel whose template runs in both traces "one
+instantiation of", never gone or new. Different scripts or shapes are compared anyway, and said. No torch: it reads
+the JSON, an event at a time (one larger than 64 MiB is refused, naming the byte where it starts).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from common.units import human_time
 
 CLOSE_NAME = 0.5  # two kernels of one family are one kernel past this share of words in common (Dice)
 ONE_JOB = ("gemm", "attention", "softmax")  # families whose lone kernel on each side is the same work, any name
+ALL_PAIRS = 4096  # a word set shared by more kernels than make this many pairs is paired in order (same_words)
 ASSIGN_EXACTLY = 7  # instantiations of one template on the shorter side up to which every pairing is tried
 _COPY = re.compile(r"Memcpy (\w+)")
 
@@ -180,6 +182,27 @@ def _pair_closest(
     return used_l, used_r
 
 
+def same_words(left: list[KernelUse], right: list[KernelUse]) -> list[tuple[float, int, int]]:
+    """The (1.0, i, j) of `left[i]` and `right[j]` whose names have the same words, in memory linear in the kernels:
+    every such pair where a word set's two sides make at most ALL_PAIRS pairs (the closest calls and time then pick
+    among them), else, for a word set shared by thousands (a recompiled model's `triton_poi_fused_add_mul_<n>`),
+    its kernels paired in the order of their time and calls on each side."""
+    sides: dict[frozenset[str], tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    for side, uses in enumerate((left, right)):
+        for k, u in enumerate(uses):
+            if found := words(_short(u.op)):
+                sides[found][side].append(k)
+    same = []
+    for mine, theirs in sides.values():
+        if len(mine) * len(theirs) <= ALL_PAIRS:
+            same += [(1.0, i, j) for i in mine for j in theirs]
+        else:
+            mine.sort(key=lambda i: (left[i].us, left[i].calls))
+            theirs.sort(key=lambda j: (right[j].us, right[j].calls))
+            same += [(1.0, i, j) for i, j in zip(mine, theirs, strict=False)]
+    return same
+
+
 def match_kernels(
     a: dict[tuple[str, str], KernelUse], b: dict[tuple[str, str], KernelUse]
 ) -> list[tuple[KernelUse | None, KernelUse | None]]:
@@ -191,7 +214,7 @@ def match_kernels(
     calls and time among equals; in a family of one job (ONE_JOB: gemm, attention, softmax), one kernel left on
     each side pairs too (the same job, another build or GPU). The rest are removed or added. A copy pairs only
     with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one. Linear in the
-    kernels but for the pairs of close names (close_pairs)."""
+    kernels but for the pairs of close names (close_pairs); linear in memory for the same words (same_words)."""
     pairs: list[tuple[KernelUse | None, KernelUse | None]] = [(a[k], b[k]) for k in a if k in b]
     by_family: dict[str, tuple[list[KernelUse], list[KernelUse]]] = defaultdict(lambda: ([], []))
     for side, mine, theirs in ((0, a, b), (1, b, a)):
@@ -218,10 +241,7 @@ def match_kernels(
         right = [v for v in right if id(v) not in used]
         # The closest pairs first: those of the same words (a recompiled model's renumbered kernels), found by
         # their words alone; then the rest, among the kernels left, as they rank among every pair.
-        by_words: dict[frozenset[str], list[int]] = defaultdict(list)
-        for j, v in enumerate(right):
-            by_words[words(_short(v.op))].append(j)
-        same = [(1.0, i, j) for i, u in enumerate(left) if (x := words(_short(u.op))) for j in by_words.get(x, ())]
+        same = same_words(left, right)
         for _ in range(2):
             used_l, used_r = _pair_closest(same, left, right, pairs)
             left = [u for i, u in enumerate(left) if i not in used_l]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
-from common.analysis.figures import Row, summarize
+from common.analysis.figures import Row, metadata_figure, summarize
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
     DASH,
@@ -216,5 +216,5 @@ def rank_figures(trace: Trace) -> tuple[float | None, ...]:
     compute = trace.per_step(_compute_us) if gpu else None
     exposed = trace.per_step(lambda s: s.exposed_communication_us) if gpu else None
     memory = trace.meta.get("memory") if isinstance(trace.meta.get("memory"), dict) else {}
-    peak = memory.get("peak_bytes") if isinstance(memory.get("peak_bytes"), (int, float)) else None
+    peak = metadata_figure(memory.get("peak_bytes"))
     return busy, compute, comm, exposed, trace.per_step(lambda s: s.region_us), peak

@@ -3,6 +3,7 @@ and the rates the script's recorded FLOPs and bytes give. No printing: the comma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from common.analysis.tables import num
@@ -67,8 +68,9 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
         gpu_lane=gpu,
     )
     memory = trace.meta.get("memory")
-    if isinstance(memory, dict) and isinstance(memory.get("peak_bytes"), (int, float)):
-        row.peak_mb = memory["peak_bytes"] / 1e6
+    peak_bytes = metadata_figure(memory.get("peak_bytes")) if isinstance(memory, dict) else None
+    if peak_bytes is not None:
+        row.peak_mb = peak_bytes / 1e6
     us, on = trace.step_time_us()
     flops, nbytes = trace.meta.get("flops"), trace.meta.get("bytes")
     if us and isinstance(flops, (int, float)) and isinstance(nbytes, (int, float)):
@@ -80,6 +82,17 @@ def summarize(trace: Trace, peak_tflops: float | None = None, peak_gbps: float |
         per_s = rate(shaped, us * 1e-6)  # no %peak: its ops may run in several precisions (each kernel's own
         row.on, row.tflops = on, per_s / 1e12 if per_s is not None else None  # is in the top-kernels table)
     return row
+
+
+def metadata_figure(value: object) -> float | None:
+    """A number of the suite's metadata as a float; None where it is none, or no float holds it (401 digits)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def shaped_flops(trace: Trace) -> float | None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 
-from common.cli import shown
+from common.cli import WIDTH, shown
 from common.reader.model import GpuOp, Trace
 from common.reader.occupancy import SmLimits
 from common.units import human_time
 
 DASH = "—"
-TEXT_WIDTH = 120  # plain-text tables fit a terminal this wide
+TEXT_WIDTH = WIDTH  # plain-text tables fit a terminal this wide
 STEP_ROWS_SHOWN = 20  # per-step tables show this many rows unless asked for all
 
 

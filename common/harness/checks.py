@@ -15,20 +15,30 @@ def reference_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float32 else torch.float32
 
 
+def compare(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> tuple[str | None, dict]:
+    """Compare `actual` with `expected` within `dtype`'s tolerance: (None, the figures) when they match, printing
+    one line saying how close it came; else (the one line saying how they differ, the figures), printing nothing.
+    The figures: {"max_diff", "tolerance"} (None where the shapes differ)."""
+    if actual.shape != expected.shape:
+        said = f"{what}: output shape {tuple(actual.shape)} != reference {tuple(expected.shape)}"
+        return said, {"max_diff": None, "tolerance": None}
+    diff = (actual.double() - expected.double()).abs()
+    scale = max(1.0, expected.double().abs().max().item())
+    max_diff = diff.max().item() if diff.numel() else 0.0
+    tol = TOLERANCE[dtype] * scale
+    figures = {"max_diff": max_diff if max_diff == max_diff else None, "tolerance": tol}  # NaN: None in JSON
+    if not max_diff <= tol:  # also catches NaN
+        return f"{what}: output disagrees with the reference (max |diff| {max_diff:.3g} > tolerance {tol:.3g})", figures
+    print(f"check: {what} matches the reference (max |diff| {max_diff:.2g}, tolerance {tol:.2g})")
+    return None, figures
+
+
 def check_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: str) -> float:
     """Raise SuiteError unless `actual` matches `expected` within `dtype`'s tolerance; return max|diff|.
 
     Prints one line saying what was compared and how close it came.
     """
-    if actual.shape != expected.shape:
-        raise SuiteError(f"{what}: output shape {tuple(actual.shape)} != reference {tuple(expected.shape)}")
-    diff = (actual.double() - expected.double()).abs()
-    scale = max(1.0, expected.double().abs().max().item())
-    max_diff = diff.max().item() if diff.numel() else 0.0
-    tol = TOLERANCE[dtype] * scale
-    if not max_diff <= tol:  # also catches NaN
-        raise SuiteError(
-            f"{what}: output disagrees with the reference (max |diff| {max_diff:.3g} > tolerance {tol:.3g})"
-        )
-    print(f"check: {what} matches the reference (max |diff| {max_diff:.2g}, tolerance {tol:.2g})")
-    return max_diff
+    said, figures = compare(actual, expected, dtype, what)
+    if said:
+        raise SuiteError(said)
+    return figures["max_diff"]

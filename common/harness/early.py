@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from common.cli import fail
+from common.cli import MAX_INT, WIDTH, SuiteError, fail
+from common.harness.flags import check_flags
 from common.harness.machine import cpu_available_bytes, native_16bit
+from common.harness.ticker import PROGRESS_AFTER_S, PROGRESS_EVERY_S, Progress
 
 FLASH_NEEDS_GPU = "FlashAttention needs a CUDA GPU; on the CPU, 04_a, 04_b and 04_c (--backend math or flash) run"
 CUDA_GRAPHS_NEED_GPU = (
@@ -62,7 +64,52 @@ def memory_refusal(need_bytes: float, what: str, have: float, on_gpu: bool) -> s
     if need_bytes <= 0.9 * have:
         return None
     where = "free on the GPU" if on_gpu else "free"
-    return f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: try smaller shapes"
+    line = f"these shapes need about {gigabytes(need_bytes)} ({what}); {gigabytes(have)} {where}: try smaller shapes"
+    if len(f"error: {line}") > WIDTH:  # the error line stays one line within the terminal: the list is left out
+        line = f"these shapes need about {gigabytes(need_bytes)}; {gigabytes(have)} {where}: try smaller shapes"
+    return line
+
+
+# What a profiled step costs in memory at the least, to refuse a schedule that cannot fit: the fewest events a
+# script's step records (01_matmul_add at --size 8: ProfilerStep, its label, its ops; 811 events over 100 steps)
+# times the fewest bytes an event costs the run (350 in the trace's JSON alone; that run grew 6.8 KB an event).
+MIN_EVENTS_PER_STEP = 8
+EVENT_BYTES = 1_000
+
+
+def schedule_refusal(warmup_steps: int, active: int, have: float) -> str | None:
+    """The one line that refuses a schedule whose profiler events (warm-up and active steps, at the fewest
+    MIN_EVENTS_PER_STEP each) cannot fit in 90% of the `have` bytes free, saying how many steps would; else None."""
+    events = (warmup_steps + active) * MIN_EVENTS_PER_STEP
+    if events * EVENT_BYTES <= 0.9 * have:
+        return None
+    fit = max(int(0.9 * have) // (MIN_EVENTS_PER_STEP * EVENT_BYTES) - warmup_steps, 0)
+    need, free = gigabytes(events * EVENT_BYTES), gigabytes(have)
+    return f"--active {active:,}: about {need} of profiler events ({MIN_EVENTS_PER_STEP}+ a step), {free} free; " + (
+        f"--active {fit:,} fits"
+    )
+
+
+def refuse_schedule(name: str, argv: list[str] | None = None) -> None:
+    """In a script run as `__main__` (`name`), exit 2 with schedule_refusal's line when --warmup-steps and --active
+    cannot fit in the CPU memory free (where the profiler holds its events, on a GPU run too)."""
+    if name != "__main__":
+        return
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _Parser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--warmup-steps", type=int, default=1)
+    parser.add_argument("--active", type=int, default=3)
+    try:
+        if any(a in ("-h", "--help") for a in argv):
+            return
+        args, _ = parser.parse_known_args(argv)
+    except _UnreadError:
+        return
+    if not (0 <= args.warmup_steps <= MAX_INT and 1 <= args.active <= MAX_INT):
+        return  # the script's parser refuses it in its words
+    refusal = schedule_refusal(args.warmup_steps, args.active, cpu_available_bytes())
+    if refusal:
+        fail(refusal)
 
 
 def cuda_device_seen(root: Path = Path("/"), path: str | None = None) -> bool:
@@ -103,8 +150,8 @@ def _flags(argv: list[str], shape: type[NamedTuple] | None = None, flags: tuple[
     for name, default in (shape._field_defaults if shape else {}).items():
         parser.add_argument(f"--{name}", type=int, default=default)
     args, _ = parser.parse_known_args(argv)
-    if shape and any(getattr(args, name) < 1 for name in shape._fields):
-        raise _UnreadError("a size below 1")
+    if shape and any(not 1 <= getattr(args, name) <= MAX_INT for name in shape._fields):
+        raise _UnreadError("a size below 1 or above MAX_INT")  # the script's parser refuses it in its words
     return args
 
 
@@ -145,13 +192,34 @@ def refuse_attention_memory(name: str, score_items: int, argv: list[str] | None 
 
 
 IMPORTING_TORCH = "importing torch ..."  # the first line of a script's run: torch takes 5-12 s to load on a laptop
+_TICKER: list[Progress] = []  # the import's progress line, until setup() says torch is in (torch_imported)
 
 
-def importing_torch(name: str, argv: list[str] | None = None) -> None:
-    """In a script run as `__main__` (`name`), say that torch is loading before it does, so a run never starts
-    with seconds of silence: not for --help (argparse's page alone), and under torchrun from rank 0 alone."""
-    if name != "__main__" or os.environ.get("RANK", "0") != "0":
+def importing_torch(name: str, parser: argparse.ArgumentParser | None = None, argv: list[str] | None = None) -> None:
+    """In a script run as `__main__` (`name`): parse and check every flag with the script's `parser` first (a typo
+    or a bad value is refused in a second, with the line main() would give after torch; --help prints its page
+    here), then say that torch is loading before it does, and every PROGRESS_EVERY_S while it goes on
+    (common.harness.ticker, stopped by torch_imported), so a run never starts with seconds of silence; under
+    torchrun rank 0 alone says it."""
+    if name != "__main__":
         return
-    if any(a in ("-h", "--help") for a in (sys.argv[1:] if argv is None else argv)):
+    argv = sys.argv[1:] if argv is None else argv
+    if parser is not None:
+        args = parser.parse_args(argv)  # OneLineParser: one error line and exit 2, or the help page and exit 0
+        try:
+            check_flags(args, Path(getattr(sys.modules["__main__"], "__file__", sys.argv[0])).stem)
+        except SuiteError as exc:
+            fail(str(exc))
+    refuse_schedule(name, argv)
+    if os.environ.get("RANK", "0") != "0" or any(a in ("-h", "--help") for a in argv):
         return
     print(IMPORTING_TORCH, flush=True)
+    ticker = Progress(IMPORTING_TORCH.removesuffix(" ..."), None, PROGRESS_AFTER_S, PROGRESS_EVERY_S)
+    ticker.start()
+    _TICKER.append(ticker)
+
+
+def torch_imported() -> None:
+    """Stop the import's progress line (common.harness.runtime.setup calls this as the run's own lines begin)."""
+    while _TICKER:
+        _TICKER.pop().stop()

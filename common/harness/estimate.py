@@ -32,7 +32,6 @@ import dataclasses
 import math
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,8 +40,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common.cli import WIDTH, fit_command
 from common.harness.bench import MIN_CALLS, UNTIMED_CALLS, timing_calls
 from common.harness.machine import native_16bit
+from common.harness.ticker import PROGRESS_AFTER_S, Progress, progress
 from common.physics import FusedAttention, Work
 from common.units import human_time
 
@@ -56,8 +57,6 @@ PHASES_ABOVE_S = 1.0  # a run estimated above this says its profiled steps, warm
 # (each then takes a second or more: the estimate leaves out the profiler's start, stop and export)
 LONG_S = 60.0  # above this the estimate says so, with a cheaper command
 TARGET_S = 30.0  # what the cheaper command aims for
-PROGRESS_AFTER_S = 10.0  # no progress line before this: a short run's output stays the same every time
-PROGRESS_EVERY_S = 10.0
 GEMM_N, GEMM_MAX_N = 256, 2048  # the matmul whose rate is measured, from this size up to that
 GEMM_MIN_S = 0.1  # ... until one product takes this long
 GEMM_PROBE_S = 4.0  # an emulated 16-bit GEMM goes on doubling while the next product should take at most this
@@ -476,7 +475,11 @@ def estimate_lines(run: Run, work: Work, guess: Estimate | None) -> list[str]:
     long = guess.seconds - guess.compile_s > LONG_S
     if long and guess.cheaper:
         command = " ".join([run.launcher, f"{run.script}.py", *guess.cheaper])
-        lines.append(f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead: {command}")
+        instead = f"  that is long; about {human_time(guess.cheaper_seconds * 1e6)} instead:"
+        if len(f"{instead} {command}") > WIDTH:  # the command on lines of its own, whole: copied, it runs as printed
+            lines.append(f"{instead}\n{fit_command(command)}")
+        else:
+            lines.append(f"{instead} {command}")
     elif long:
         lines.append("  that is long; smaller shapes run faster")
     return lines
@@ -486,60 +489,3 @@ def progress_after(estimate_s: float | None) -> float:
     """When a run's progress lines start: after PROGRESS_AFTER_S, estimated or not (a run too small to estimate
     that still takes that long, compiling say, is not left silent either)."""
     return PROGRESS_AFTER_S
-
-
-class Progress:
-    """A thread that prints, every `every_s` once `after_s` have passed, how long the run has been going."""
-
-    def __init__(
-        self, what: str, estimate_s: float | None, after_s: float | None, every_s: float, started: float | None = None
-    ) -> None:
-        self.what, self.estimate_s, self.after_s, self.every_s = what, estimate_s, after_s, every_s
-        self.started = time.monotonic() if started is None else started  # the run's estimate's time, where it has one
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
-
-    def line(self) -> str:
-        """`... 20 s of about 1 min estimated: profiled steps`; past the estimate, what is still left to run:
-        `... 80.1 s, past the 27.5 s estimated; left: profiled steps, then the reference`."""
-        spent = time.monotonic() - self.started
-        elapsed = human_time(spent * 1e6)
-        if self.estimate_s and spent > self.estimate_s:
-            return f"... {elapsed}, past the {human_time(self.estimate_s * 1e6)} estimated; left: {self.what}"
-        of = f" of about {human_time(self.estimate_s * 1e6)} estimated" if self.estimate_s else ""
-        return f"... {elapsed}{of}: {self.what}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _tick(self) -> None:
-        if self.after_s is None or self._stop.wait(self.after_s):
-            return
-        while True:
-            print(self.line(), flush=True)
-            if self._stop.wait(self.every_s):
-                return
-
-
-@contextlib.contextmanager
-def progress(
-    what: str,
-    estimate_s: float | None = None,
-    after_s: float | None = PROGRESS_AFTER_S,
-    every_s: float = PROGRESS_EVERY_S,
-    started: float | None = None,
-) -> Iterator[Progress]:
-    """Print progress lines while the block runs (see Progress); none after it ends, none at all with `after_s`
-    None. `what` may be changed through the object yielded, as the run moves on (warm-up, profiled steps).
-    `started`: the time.monotonic() the elapsed time counts from (default: now), the estimate's where a run said
-    one before this phase."""
-    ticker = Progress(what, estimate_s, after_s, every_s, started)
-    ticker.start()
-    try:
-        yield ticker
-    finally:
-        ticker.stop()

@@ -114,6 +114,35 @@ def temporary_beside(path: Path, made: list[Path] | None = None) -> Path:
     return Path(name)
 
 
+def _keep_earlier(final: Path) -> Path | None:
+    """The file under `final` (an earlier run's) kept under a hidden temporary beside it, a hard link or else a
+    copy, for TraceFiles.commit to put back; None where there is none."""
+    if not final.is_file():
+        return None
+    keeper = temporary_beside(final)
+    removed_on_hard_exit(keeper)
+    try:
+        keeper.unlink()
+        os.link(final, keeper)
+    except OSError:
+        shutil.copy2(final, keeper)  # a folder without hard links; its OSError ends the commit before the rename
+    return keeper
+
+
+def _put_back(done: list[tuple[Path, Path | None]]) -> None:
+    """Undo the renames `done` made, the last first: each final name gets its earlier file back, or loses the new
+    one where there was none. What cannot be undone stays as it is (the run's error line says which failed)."""
+    for final, earlier in reversed(done):
+        try:
+            if earlier is not None:
+                os.replace(earlier, final)
+                forget(earlier)
+            else:
+                final.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def add_metadata(trace: Path, out: Path, meta: dict) -> None:
     """Copy the Chrome trace `trace` to `out` with a top-level `"suite": meta` entry, streaming (any size).
 
@@ -152,6 +181,7 @@ class TraceFiles:
         self.table = ""  # the top TABLE_ROWS_PRINTED rows of the key_averages table, for printing
         self.memory: dict | None = None  # GPU memory over the steps (common.harness.memory), None on the CPU
         self.ready: list[tuple[Path, Path]] = []  # (whole temporary, its final name), in the order of the renames
+        self.written: dict = {}  # the `suite` metadata the trace's temporary holds (amend changes it)
         for path in (self.json, self.txt):
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
@@ -195,7 +225,8 @@ class TraceFiles:
                 said = now
                 self.extra.pop("stopped", None)
                 self.extra.update({"stopped": said} if said else {})
-                add_metadata(raw, trace, self.metadata())
+                self.written = self.metadata()
+                add_metadata(raw, trace, self.written)
                 table.write_text((f"{said}\n\n" if said else "") + key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
@@ -216,17 +247,59 @@ class TraceFiles:
 
     def commit(self) -> None:
         """Rename the written temporaries into place, the table (and snapshot) first and the trace last, so
-        a new `.json` always has its own `.txt` beside it. The renames run inside `interrupts.atomic()`: a
-        signal cannot come between them (only a SIGKILL can: then the earlier `.json` keeps a new `.txt`)."""
+        a new `.json` always has its own `.txt` beside it. All or none: an earlier run's file under a final name
+        is kept as a hard link beside it (a copy where the folder takes no links) until the last rename is
+        made, and where a rename fails (EPERM, EXDEV) the names renamed before it get their earlier files back
+        (or lose the new ones, where there were none). The renames run inside `interrupts.atomic()`: a signal
+        cannot come between them (only a SIGKILL can: then the earlier `.json` keeps a new `.txt`)."""
+        done: list[tuple[Path, Path | None]] = []  # (final name, its earlier file's keeper) of each rename made
+        keepers: list[Path] = []
+        final = self.json
         try:
             with atomic():
-                for tmp, final in self.ready:
-                    os.replace(tmp, final)
-                    forget(tmp)
+                try:
+                    for tmp, final in self.ready:
+                        earlier = _keep_earlier(final)
+                        keepers += [earlier] if earlier else []
+                        os.replace(tmp, final)
+                        forget(tmp)
+                        done.append((final, earlier))
+                except OSError:
+                    _put_back(done)
+                    raise
+                finally:
+                    for keeper in keepers:  # those put back are gone already
+                        keeper.unlink(missing_ok=True)
+                        forget(keeper)
                 self.ready = []
         except OSError as exc:
             self.discard()
             raise SuiteError(f"cannot write {final}: {exc.strerror or exc}") from None
+
+    def amend(self, **entries: object) -> None:
+        """Add `entries` to the `suite` metadata of the trace written but not yet committed (a run whose output
+        turned out not to match its reference says so there): its temporary is copied with the new metadata."""
+        tmp = next((tmp for tmp, final in self.ready if final == self.json), None)
+        if tmp is None:
+            return
+        self.extra.update(entries)
+        skip = len(b'{"suite": ' + json.dumps(self.written).encode() + b",")
+        with atomic():
+            new = temporary_beside(self.json)
+            removed_on_hard_exit(new)
+        try:
+            self.written = self.metadata()
+            with tmp.open("rb") as src, new.open("wb") as dst:
+                src.seek(skip)
+                dst.write(b'{"suite": ' + json.dumps(self.written).encode() + b",")
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.chmod(new, normal_mode())
+            os.replace(new, tmp)
+        except OSError as exc:
+            raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
+        finally:
+            new.unlink(missing_ok=True)
+            forget(new)
 
     def metadata(self) -> dict:
         """What the summary reads back from the trace: the run's script, tag, label, device and physics."""

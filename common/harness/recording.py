@@ -22,6 +22,7 @@ exits 130.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -34,9 +35,9 @@ from pathlib import Path
 import torch
 
 from common.analysis.tables import TEXT_WIDTH
-from common.cli import Interrupted, SuiteError, on_exit, shown
+from common.cli import Interrupted, fit, on_exit, shown
 from common.harness.bench import time_unprofiled
-from common.harness.checks import check_close
+from common.harness.checks import compare
 from common.harness.estimate import (
     Progress,
     Said,
@@ -60,7 +61,7 @@ from common.harness.loop import (
 )
 from common.harness.memory import MemoryWatch
 from common.harness.report import exit_code, print_files, print_report, print_unprofiled
-from common.harness.runtime import Run
+from common.harness.runtime import REPO_ROOT, Run
 from common.interrupts import (
     acknowledge_with,
     atomic,
@@ -316,7 +317,7 @@ def say_estimate(run: Run, work: Work, checked_first: bool = False, tag: str | N
     estimated = estimate(run, work, warmup, backward=torch.is_grad_enabled(), tag=tag)
     lines = estimate_lines(run, work, estimated)
     for line in lines:
-        print(line, flush=True)
+        print(line if "\n" in line else fit(line), flush=True)  # a command on lines of its own is fitted already
     left = work.has_reference and not checked_first
     return Said(estimated, time.monotonic(), printed=bool(lines), reference_left=left)
 
@@ -405,20 +406,23 @@ def finish(
 ) -> int:
     """The tail of every script, and its exit code.
 
-    Check the last profiled step's `output` against the higher-precision `expected` (a wrong result's
-    trace is not kept), read the trace back, print guess vs trace with the report, time the
+    Check the last profiled step's `output` against the higher-precision `expected` (an output that does not
+    match, say after the reader edited the model, is said first, and its trace kept but marked as not matching in
+    its metadata: exit 1 under --strict), read the trace back, print guess vs trace with the report, time the
     step without the profiler under --bench (`step` is the step), and print the files written.
     `first_guess`: an earlier, wrong guess, shown before `guess` (the post's surprise, replayed).
     """
     run, files = rec.run, rec.files
-    try:
-        check_close(output, expected, run.dtype, what or (files.label if files else None) or "the output")
-    except SuiteError as exc:
-        rec.discard()
-        raise SuiteError(f"{exc}{': its trace is not kept' if files else ''}") from None
+    caller = sys._getframe(1)
+    differs, figures = compare(output, expected, run.dtype, what or (files.label if files else None) or "the output")
+    where = reference_where(caller) if differs else None
+    if differs:
+        print("\n".join(mismatch_lines(differs, where, kept=files is not None)))
     if files is None:
-        print("\n".join(own_handler_lines(sys._getframe(1).f_locals.values(), rec.started)))
-        return 0
+        print("\n".join(own_handler_lines(caller.f_locals.values(), rec.started)))
+        return 1 if differs and run.strict else 0
+    if differs:
+        files.amend(reference={"matches": False, **figures, "where": where})
     rec.keep()
     print(rec.loop)
     if rec.schedule and rec.schedule.warmup == 0:
@@ -435,4 +439,54 @@ def finish(
             timed = time_unprofiled(step, run.on_gpu, rec.grad)
         print_unprofiled(timed, trace)
     print_files(rec.cycles, run)
-    return exit_code(verdicts, run.strict)
+    if differs:
+        print("note: this run's output does not match its reference: see the MISMATCH lines above")
+    return 1 if differs and run.strict else exit_code(verdicts, run.strict)
+
+
+def reference_where(frame: object) -> str:
+    """Where the script computed its reference, read from the function that called finish (`frame`): the line
+    `expected = ...` there (`03_simple_mlp.py:98`), and the file and line of the function it calls
+    (`geglu_reference, common/workloads/mlp.py:37`); the finish call's line where no such line is found."""
+    code = frame.f_code
+    here = shown_path(code.co_filename)
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return f"{here}:{frame.f_lineno}, the expected output handed to finish()"
+    assigned = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "expected" for t in node.targets)
+    ]
+    if not assigned:
+        return f"{here}:{frame.f_lineno}, the expected output handed to finish()"
+    node = max(assigned, key=lambda n: n.lineno)
+    said = f"{here}:{first + node.lineno - 1} (expected = ...)"
+    call = node.value
+    name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+    function = frame.f_locals.get(name, frame.f_globals.get(name)) if name else None
+    try:
+        file, (_, line) = inspect.getsourcefile(function), inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return said
+    return f"{said}, from {name} at {shown_path(file)}:{line}"
+
+
+def shown_path(file: str) -> str:
+    """`file` relative to the repository where it is in it (`common/workloads/mlp.py`), else as it is."""
+    path = Path(file).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def mismatch_lines(differs: str, where: str, kept: bool) -> list[str]:
+    """What a run whose output does not match its reference prints where the check line would be: how it
+    differs, that its trace is kept and marked, where the reference is, and what --strict does."""
+    trace = "the trace and table are kept, marked as not matching (the trace's suite metadata: reference)"
+    lines = [f"MISMATCH: {differs}", *textwrap.wrap(trace if kept else "no trace of the suite's to mark", TEXT_WIDTH,
+             initial_indent="  ", subsequent_indent="    ")]  # fmt: skip
+    lines += textwrap.wrap(f"the reference: {where}", TEXT_WIDTH, initial_indent="  ", subsequent_indent="    ")
+    tail = ("an edit of the model changes what it computes: edit the reference the same way to check it again; "
+            "--strict makes this run exit 1")  # fmt: skip
+    return lines + textwrap.wrap(tail, TEXT_WIDTH, initial_indent="  ", subsequent_indent="    ")

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import torch
 
 from common import interrupts
-from common.cli import OneLineParser, SuiteError, non_negative_int, positive_float, positive_int
+from common.cli import SuiteError
 from common.harness.checks import reference_dtype
-from common.harness.early import memory_refusal
+from common.harness.early import memory_refusal, schedule_refusal, torch_imported
 from common.harness.estimate import phase
+from common.harness.flags import DTYPE_NAMES, check_device, check_threads, traces_folder
+from common.harness.flags import add_shape_flags as add_shape_flags  # the scripts' flags, built before torch loads
+from common.harness.flags import make_parser as make_parser
 from common.harness.machine import (
     EMULATED_COST,
     NATIVE_16BIT,
     WITHOUT_NATIVE,
     cpu_available_bytes,
-    cpu_cores,
     isa_cap,
     native_16bit,
     quiet_profiler,
@@ -33,7 +33,7 @@ from common.harness.machine import (
 SEED = 0
 REPO_ROOT = Path(__file__).resolve().parents[2]  # common/harness/runtime.py -> the repository
 ShapeT = TypeVar("ShapeT", bound=tuple)
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = dict(zip(DTYPE_NAMES, (torch.bfloat16, torch.float16, torch.float32), strict=True))
 
 
 @dataclass(frozen=True)
@@ -95,94 +95,6 @@ class Run:
         )
 
 
-def make_parser(doc: str | None, dtype_help: str | None = None) -> OneLineParser:
-    """A parser for one script: its docstring as help, plus the flags every script shares.
-
-    Shared flags: --device, --dtype, --threads, --warmup, --compile, --wait, --warmup-steps, --active,
-    --traces-dir, --bench, --memory, --per-step, --strict, --peak-tflops, --peak-gbps. The script adds its own.
-    """
-    parser = OneLineParser(doc)
-    run = parser.add_argument_group("device and precision")
-    run.add_argument(
-        "--device", default="auto", help="auto (CUDA if available, else CPU), cpu, cuda or cuda:N (default: auto)"
-    )
-    run.add_argument(
-        "--dtype",
-        choices=DTYPES,
-        default=None,
-        help=dtype_help
-        or "tensor dtype (default: bf16 on a GPU and on a CPU with native bf16, AVX512-BF16 or AMX; else fp32)",
-    )
-    run.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="CPU threads, at most the cores this process may use (default: torch's, which is the core count, "
-        "or 1 for a step under 10 MFLOP)",
-    )
-
-    mode = parser.add_argument_group("how the step runs")
-    mode.add_argument(
-        "--warmup",
-        action="store_true",
-        help="run the step a few times before profiling (a 'warm' run; default: off, a cold run)",
-    )
-    mode.add_argument(
-        "--compile", action="store_true", help="torch.compile the profiled function or module (default: off, eager)"
-    )
-
-    sched = parser.add_argument_group("profiler schedule (torch.profiler.schedule)")
-    sched.add_argument("--wait", type=non_negative_int, default=1, help="steps skipped before recording (default: 1)")
-    sched.add_argument(
-        "--warmup-steps", type=non_negative_int, default=1, help="steps traced but discarded (default: 1)"
-    )
-    sched.add_argument("--active", type=positive_int, default=3, help="steps recorded (default: 3)")
-
-    out = parser.add_argument_group("output and checks")
-    out.add_argument("--traces-dir", default=None, help="folder for traces (default: traces/ beside the scripts)")
-    out.add_argument(
-        "--bench",
-        action="store_true",
-        help="also time the step without the profiler, to show its overhead (default: off)",
-    )
-    out.add_argument(
-        "--memory",
-        action="store_true",
-        help="profile_memory=True, and on a GPU a CUDA memory snapshot <tag>.pickle beside the trace (default: off)",
-    )
-    out.add_argument(
-        "--per-step",
-        action="store_true",
-        help="print a row per profiled step (default: off; on by itself when --active is over 3)",
-    )
-    out.add_argument(
-        "--strict", action="store_true", help="exit 1 when the trace does not match the script's guess (default: off)"
-    )
-    out.add_argument(
-        "--peak-tflops",
-        type=positive_float,
-        default=None,
-        help="the device's peak TFLOP/s for '%% of peak' (default: the datasheet figure of known GPUs)",
-    )
-    out.add_argument(
-        "--peak-gbps",
-        type=positive_float,
-        default=None,
-        help="the device's peak memory GB/s (default: the datasheet figure of known GPUs)",
-    )
-    return parser
-
-
-def add_shape_flags(parser: argparse.ArgumentParser, title: str, shape: type[NamedTuple]) -> None:
-    """One integer flag per field of the shape type `shape` (a NamedTuple with a default and a HELP entry per
-    field), e.g. --batch 8 --seq 1024."""
-    group = parser.add_argument_group(title)
-    for name, default in shape._field_defaults.items():
-        group.add_argument(
-            f"--{name}", type=positive_int, default=default, help=f"{shape.HELP[name]} (default: {default})"
-        )
-
-
 def shape_of(args: argparse.Namespace, shape: type[ShapeT]) -> ShapeT:
     """The `shape` the flags give (fields by name; iterating it gives the tag's parts, in field order)."""
     return shape(**{name: getattr(args, name) for name in shape._fields})
@@ -190,6 +102,7 @@ def shape_of(args: argparse.Namespace, shape: type[ShapeT]) -> ShapeT:
 
 def resolve_device(name: str) -> torch.device:
     """`auto` picks CUDA when present, else CPU (with a one-line notice)."""
+    check_device(name)
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
@@ -236,51 +149,6 @@ def resolve_dtype(name: str | None, device: torch.device) -> tuple[str, str | No
     return name, None
 
 
-def check_threads(threads: int | None) -> int | None:
-    """Refuse, in one line, more --threads than the cores this process may use: OpenMP threads beyond them
-    only wait for a core (see fit_machine: a spin-waiting thread can stall a 20 µs step for 8 ms), so the
-    trace would show the waits, not the work."""
-    cores = cpu_cores()
-    if threads is not None and threads > cores:
-        raise SuiteError(f"--threads {threads}: this process may run on {cores} CPU core(s) "
-                         f"(os.sched_getaffinity); use --threads {cores} or fewer")  # fmt: skip
-    return threads
-
-
-def check_nameable(folder: Path) -> Path:
-    """Refuse, in one line, a folder name the profiler cannot write to: one with a control character (a
-    newline makes Kineto write elsewhere), or one this locale cannot encode (under LANG=C, a non-ASCII name
-    reaches torch as undecodable bytes and export_chrome_trace fails with a TypeError)."""
-    text = str(folder)
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise SuiteError(f"cannot write traces to {text!r}: the name has a newline or another control character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        raise SuiteError(f"cannot write traces to {shown!r}: this locale ({sys.getfilesystemencoding()}) cannot "
-                         "pass its name to torch; use an ASCII folder name, or a UTF-8 locale (LANG=C.UTF-8)"
-                         ) from None  # fmt: skip
-    return folder
-
-
-def check_writable(folder: Path) -> Path:
-    """Prove that `folder` can be created and written, without creating it (a refused run leaves nothing)."""
-    probe = folder
-    while not probe.exists():
-        if probe.is_symlink():
-            raise SuiteError(f"cannot write traces to {folder}: {probe} is a link to nothing")
-        probe = probe.parent
-    if not probe.is_dir():
-        raise SuiteError(f"cannot write traces to {folder}: {probe} is not a folder")
-    try:
-        with tempfile.NamedTemporaryFile(dir=probe, prefix=".probe-"):
-            pass
-    except OSError as exc:
-        raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
-    return folder
-
-
 def fit_machine(run: Run, need_bytes: float, what: str, flops: float) -> None:
     """Fit the run to this machine before anything is allocated: refuse, in one line, shapes whose tensors
     cannot fit (`need_bytes`, what the script will allocate, `what` saying for what, against free GPU memory
@@ -307,15 +175,16 @@ def setup(
     own rule made of the flags (06's GPU per rank, 05's --cudagraphs): `args` is never changed.
     `optimizer`: the script builds a torch.optim optimizer, whose constructor imports torch._dynamo (seconds on a
     laptop): imported here, after a line saying so, as a compiled run's compiler is."""
+    torch_imported()  # the import's progress line stops: the run's own lines begin
     interrupts.install()
+    refusal = schedule_refusal(args.warmup_steps, args.active, cpu_available_bytes())  # as before torch, in-process
+    if refusal:
+        raise SuiteError(refusal)
     torch.manual_seed(SEED)
     device = resolve_device(device or args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     script = Path(script_file).stem
-    if args.traces_dir is not None and not args.traces_dir.strip():
-        raise SuiteError("--traces-dir is empty; give a folder, or leave the flag out for traces/")
-    base = Path(os.path.expanduser(args.traces_dir)) if args.traces_dir is not None else REPO_ROOT / "traces"
     dtype_name, dtype_notice = resolve_dtype(args.dtype, device)
     run = Run(
         script=script,
@@ -325,7 +194,7 @@ def setup(
         warm=args.warmup,
         compiled=args.compile if compiled is None else compiled,
         planned_steps=args.wait + args.warmup_steps + args.active,
-        traces_dir=check_writable(check_nameable(base / script)),
+        traces_dir=traces_folder(args.traces_dir, script),
         strict=args.strict,
         bench=args.bench,
         per_step=args.per_step,

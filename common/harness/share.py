@@ -6,6 +6,7 @@ import os
 import shlex
 from pathlib import Path
 
+from common.cli import WIDTH, fit_command
 from common.files import shown_path
 
 LOGIN_COMMAND = "uvx --from huggingface_hub hf auth login"
@@ -49,5 +50,10 @@ def share_lines(traces_root: Path) -> list[str]:
     lines = ["open the trace at https://ui.perfetto.dev (drag the .json in)"]
     if not hub_token_found():
         lines.append(f"to share, log in to the Hub once: {LOGIN_COMMAND}")
-    lines.append(f"share {shown_path(traces_root)}/ as Perfetto links: {share_command(traces_root)}")
+    line = f"share {shown_path(traces_root)}/ as Perfetto links: {share_command(traces_root)}"
+    if len(line) > WIDTH:  # a long traces folder: the command on lines of its own, whole, as a shell joins them
+        head = f"share {shown_path(traces_root)}/ as Perfetto links:"
+        head = head if len(head) <= WIDTH else "share the traces as Perfetto links:"
+        line = f"{head}\n{fit_command(share_command(traces_root))}"
+    lines.append(line)
     return lines

@@ -20,10 +20,11 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from common.cli import SuiteError
+from common.harness.flags import STARTUP_S as STARTUP_S  # how long a rank waits for the others to join
 from common.harness.ranks import speak_as
 
 TORCHRUN = "uv run torchrun --standalone --nproc-per-node"  # how every command this suite prints starts 06
-STARTUP_S = 120.0  # how long a rank waits for the others to join the process group, unless --startup-timeout
+
 SAY_WAITING_S = 10.0  # ... and after how long it says so
 LAUNCHER_GONE_S = 5.0  # after the launcher dies: how long the first SIGTERM has before a second one ends the rank
 PR_SET_PDEATHSIG = 1  # linux/prctl.h

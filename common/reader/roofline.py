@@ -110,9 +110,22 @@ class ShapedOp:
         return value if math.isfinite(value) else None
 
 
+TENSOR_ELEMENTS = 2**63 - 1  # the most elements a tensor can hold: its numel is an int64
+
+
 def _shape(value: object) -> tuple[int, ...] | None:
-    """A tensor's dims: whole numbers of zero or more, else None (a negative or non-integer dim is no shape)."""
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+    """A tensor's dims: whole numbers of zero or more whose product a tensor can hold (TENSOR_ELEMENTS), else None
+    (a negative or non-integer dim, or dims no tensor has, is no shape). The product is taken once, in floats
+    capped as it goes, so tens of thousands of dims near 2^62 cost no exact multiplication; every product of a
+    shape's dims after this one is of at most 63 bits."""
+    if not isinstance(value, list):
+        return None
+    count = 1.0
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= TENSOR_ELEMENTS:
+            return None
+        count = min(count * v, 2.0 * TENSOR_ELEMENTS)  # capped: never inf, and still past the bound once past it
+    if count > TENSOR_ELEMENTS:
         return None
     return tuple(value)
 

@@ -19,6 +19,8 @@ from common.harness.hub import HubError
 from common.harness.private_api import SDPA_REFUSAL_END, SDPA_REFUSAL_HEADERS, SDPA_TRIGGERED_AT, fused_sdp_choice
 from common.harness.runtime import SEED, Run
 from common.physics import FusedAttention, Work
+from common.workloads.shapes import FLASH_VERSION as FLASH_VERSION
+from common.workloads.shapes import SDPA_BACKEND_NAMES
 
 SDPA_BACKENDS = {
     "math": SDPBackend.MATH,
@@ -26,6 +28,7 @@ SDPA_BACKENDS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+assert tuple(SDPA_BACKENDS) == SDPA_BACKEND_NAMES  # the flag's choices, named before torch loads
 
 
 def make_qkv(shape: AttentionShape, run: Run, layout: str = "bhsd") -> tuple[torch.Tensor, ...]:
@@ -159,7 +162,6 @@ def dispatcher_reason(backend: str, messages: list[str]) -> str | None:
 # --- FlashAttention (04_d_kernels_attention.py) ------------------------------------------------------------
 
 FLASH_ATTN2, FLASH_ATTN3 = "kernels-community/flash-attn2", "kernels-community/flash-attn3"
-FLASH_VERSION = 1
 # pip-installed FlashAttention, tried in this order; each flash_attn_func takes q, k, v as [B, S, H, D] (fp16 or bf16)
 # and causal=. FA3 (`flash_attn_interface`) and FA4 (`flash-attn-4`'s `flash_attn.cute`, CuTe DSL kernels compiled
 # just in time on first call) return (out, softmax_lse), FA4's lse None unless asked for or a gradient is needed;

@@ -3,8 +3,6 @@ physics and memory of one training step, and the bytes autograd saves for the ba
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,25 +14,8 @@ from common.harness.runtime import Run
 from common.physics import Work
 from common.units import human_bytes
 from common.workloads.attention import REFERENCE_PASSES, reference_attention
-
-
-class BlockShape(NamedTuple):
-    """The decoder block shape of 05 and 06 (per rank): a flag per field (runtime.add_shape_flags)."""
-
-    batch: int = 8
-    seq: int = 1024
-    dim: int = 768
-    heads: int = 12
-    hidden: int = 3072
-
-    HELP = {
-        "batch": "batch size",
-        "seq": "sequence length",
-        "dim": "model width",
-        "heads": "attention heads (dim must divide by it)",
-        "hidden": "MLP gate/up width",
-    }
-
+from common.workloads.shapes import AMP_DTYPE_HELP as AMP_DTYPE_HELP
+from common.workloads.shapes import BlockShape as BlockShape
 
 AMP = "amp"  # the default precision: fp32 parameters and AdamW state, bf16 autocast
 
@@ -47,11 +28,6 @@ def training_precision(dtype: str | None, resolved: str) -> str:
     autocast's bf16 GEMMs took the slow path: a default 05 was estimated at 1,440 s with oneDNN held to AVX2, at
     15.4 s in fp32)."""
     return AMP if dtype is None and resolved == "bf16" else resolved
-
-
-# --dtype's help in the training scripts: left out, parameters and AdamW state stay fp32 and the forward runs
-# under bf16 autocast (AMP), as real training keeps them; given, it names one dtype for everything
-AMP_DTYPE_HELP = "one dtype for parameters, activations and AdamW state (default: fp32 parameters, bf16 autocast)"
 
 
 def check_shape(dim: int, heads: int) -> None:
@@ -234,7 +210,7 @@ def block_memory(shape: BlockShape, precision: str, dtype: torch.dtype) -> tuple
     reference = parameter_count(dim, hidden) * ref + tokens * (6 * dim + 3 * hidden) * ref
     reference += 2 * batch * heads * seq * seq * ref
     need = 4 * p + 2 * tokens * dim * 4 + saved + 4 * tokens * hidden * dtype.itemsize + reference
-    return need, "parameters, gradients, AdamW state, activations saved for the backward, and the reference"
+    return need, "weights, grads, AdamW state, activations, reference"
 
 
 def memory_lines(block: nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, int]) -> list[str]:

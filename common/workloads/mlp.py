@@ -4,7 +4,6 @@ reference, the physics, and Liger's layer built with the post's weights."""
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -13,22 +12,7 @@ from torch import nn
 from common.cli import SuiteError, shown
 from common.harness.checks import reference_dtype
 from common.physics import Work
-
-
-class MLPShape(NamedTuple):
-    """The GeGLU MLP shape of 03_simple_mlp and 03_kernels_mlp: a flag per field (runtime.add_shape_flags)."""
-
-    batch: int = 64
-    seq: int = 128
-    dim: int = 768
-    hidden: int = 3072
-
-    HELP = {
-        "batch": "batch size",
-        "seq": "sequence length",
-        "dim": "model width, in and out",
-        "hidden": "gate/up width",
-    }
+from common.workloads.shapes import MLPShape as MLPShape
 
 
 def make_input(batch: int, seq: int, dim: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 
 from helpers import CPU_DTYPE, FIXTURES, command, diff_parts, run, tiny_gpu_trace
 
@@ -367,3 +368,27 @@ def test_the_lead_of_a_diff_of_two_cpu_traces_says_which_kind_of_cpu_bound_each_
     (tmp_path / "large2.json").write_text(json.dumps(cpu_trace_with_op(0.9)))
     code, out, _ = diff(capsys, tmp_path / "large.json", tmp_path / "large2.json")
     assert diff_parts(out)[0][0] == "bound: CPU, compute-bound in both"
+
+
+def renumbered(n: int, first: int) -> dict:
+    """n kernels `triton_poi_fused_add_mul_<first + k>`, kernel k taking k + 1 µs a step."""
+    return _uses(*[(f"triton_poi_fused_add_mul_{first + k}", 1, k + 1.0) for k in range(n)])
+
+
+def test_thousands_of_kernels_of_the_same_words_pair_in_linear_memory():
+    a, b = renumbered(1000, 0), renumbered(1000, 1000)
+    tracemalloc.start()
+    try:
+        pairs = match_kernels(a, b)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB"  # all 10^6 pairs held took 200 MiB
+    assert len(pairs) == 1000 and all(u and v and u.us == v.us for u, v in pairs)
+
+
+def test_a_few_kernels_of_the_same_words_pair_by_their_time():
+    a = renumbered(3, 0)
+    b = _uses(("triton_poi_fused_add_mul_9", 1, 3.0), ("triton_poi_fused_add_mul_7", 1, 1.0),
+              ("triton_poi_fused_add_mul_8", 1, 2.0))  # fmt: skip
+    assert sorted((u.us, v.us) for u, v in match_kernels(a, b)) == [(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]

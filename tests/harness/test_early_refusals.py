@@ -34,6 +34,8 @@ REFUSED = [
     ("05_training_step", ["--device", "cpu", "--cudagraphs"], "--cudagraphs needs a CUDA GPU"),
     ("04_a_naive_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
     ("04_b_inplace_ops_attention", ["--device", "cpu", "--seq", "65536"], "these shapes need about"),
+    ("01_matmul_add", ["--active", "2147483647"], "--active 2,147,483,647: about 17,180 GB of profiler events"),
+    ("06_ddp_training_step", ["--active", "2147483647"], "--active 2,147,483,647: about"),
 ]
 
 
@@ -135,3 +137,71 @@ def test_every_script_says_importing_torch_after_its_refusals_and_before_torch(s
     refusals = [i for i, name in calls if name.startswith("refuse_")]
     assert len(said) == 1 and said[0] < torch_at
     assert all(i < said[0] for i in refusals)  # a refused run prints its error line alone
+
+
+@pytest.mark.parametrize("flag", ["--seq", "--batch", "--heads", "--head_dim"])
+def test_a_shape_flag_of_160_digits_is_left_to_the_scripts_parser(flag: str) -> None:
+    assert early.refuse_attention_memory("__main__", 3, ["--device", "cpu", flag, "9" * 160]) is None
+
+
+def test_a_schedule_whose_events_cannot_fit_says_how_many_steps_would() -> None:
+    line = early.schedule_refusal(1, 2**31 - 1, have=10e9)
+    assert line is not None and line.endswith(f"--active {int(9e9) // 8_000 - 1:,} fits") and len(line) <= 113
+
+
+@pytest.mark.parametrize("active", [3, 20, 200, 20_000])
+def test_the_posts_schedules_fit_in_a_gigabyte(active: int) -> None:
+    assert early.schedule_refusal(1, active, have=1e9) is None
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in ROOT.glob("0*.py")))
+def test_a_misspelt_flag_is_refused_before_torch_is_imported(script: str) -> None:
+    code, err, torch_loaded = as_main(script, "--device", "cuda", "--siz", "64")  # cuda: past the GPU refusals
+    assert (code, torch_loaded) == (2, False), err
+    assert err == "error: unrecognized arguments: --siz 64 (see --help)"
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--active", "0"], "error: argument --active: expected a positive integer, got 0"),
+        (["--device", "mps"], "error: unsupported --device 'mps'; use auto, cpu, cuda or cuda:N"),
+        (["--device", "gpu0"], "error: unknown --device 'gpu0'; use auto, cpu, cuda or cuda:N"),
+        (["--threads", "4096"], "error: --threads 4096: this process may run on"),
+        (["--traces-dir", " "], "error: --traces-dir is empty"),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else None,
+)
+def test_a_bad_value_is_refused_before_torch_with_the_line_after_it(flags: list[str], said: str, capsys) -> None:
+    code, err, torch_loaded = as_main("01_matmul_add", *flags)
+    assert (code, torch_loaded) == (2, False), err
+    assert err.startswith(said)
+    assert usage_error(lambda: load_script("01_matmul_add").main(flags), capsys) == err  # main's own, after torch
+
+
+def test_help_is_printed_before_torch_is_imported() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AS_MAIN, str(ROOT / "02_linear.py"), "--help"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    *page, last = done.stdout.splitlines()
+    assert json.loads(last) == [0, "", False]
+    assert any("--in_dim" in line for line in page)
+
+
+def test_torch_s_import_ticks_until_setup_says_it_is_in(capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The import of torch gets the progress line the later slow phases have, on a fake clock's short period."""
+    import threading
+
+    from common.harness import flags, ticker
+
+    monkeypatch.delenv("RANK", raising=False)
+    ticked = threading.Event()
+    monkeypatch.setattr(early, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(early, "PROGRESS_EVERY_S", 3600.0)
+    monkeypatch.setattr(ticker.Progress, "line", lambda self: (ticked.set(), f"... 10.0 s: {self.what}")[1])
+    early.importing_torch("__main__", flags.make_parser(None), argv=["--device", "cpu"])
+    assert ticked.wait(60)
+    early.torch_imported()
+    assert capsys.readouterr().out == f"{early.IMPORTING_TORCH}\n... 10.0 s: importing torch\n"
+    assert early._TICKER == []

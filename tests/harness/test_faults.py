@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -9,13 +10,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import CPU_DTYPE, ROOT, command, ev, run, start_script, tiny_gpu_trace, usage_error, written
 
+import common.harness.export
 import common.reader.build
 from common.analysis.summary import main as summary_main
+from common.cli import SuiteError
 from common.harness.export import STALE_TEMP_S
 from common.reader.build import parse, read_trace
 from common.reader.model import Step
@@ -184,6 +188,12 @@ def test_shapes_that_cannot_fit_are_refused_before_allocating(tmp_path, capsys, 
     assert written(tmp_path) == []
 
 
+def test_an_active_count_whose_events_cannot_fit_is_refused_before_the_run(tmp_path, capsys):
+    err = usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "8", "--active", "2147483647"), capsys)
+    assert err.startswith("error: --active 2,147,483,647: about") and err.endswith(" fits") and len(err) <= 120
+    assert written(tmp_path) == []
+
+
 def test_absurd_integers_are_refused_when_parsed(tmp_path, capsys):
     assert "too large" in usage_error(lambda: run("01_matmul_add", tmp_path, "--size", "9" * 23), capsys)
 
@@ -316,3 +326,41 @@ def test_ctrl_c_in_the_summary_is_one_line_and_exit_130(tmp_path, capsys, monkey
     path.write_text(json.dumps(tiny_gpu_trace()))
     code, out, err = summary(capsys, path)
     assert (code, out, err) == (130, "", "interrupted\n")
+
+
+def earlier_pair(folder: Path) -> tuple[common.harness.export.TraceFiles, dict[str, bytes]]:
+    """An earlier run's t.json and t.txt in `folder`, and a TraceFiles whose new pair waits in temporaries."""
+    folder.mkdir()
+    earlier = {"t.json": b'{"traceEvents": []} earlier', "t.txt": b"earlier table\n"}
+    for name, data in earlier.items():
+        (folder / name).write_bytes(data)
+    files = common.harness.export.TraceFiles(SimpleNamespace(traces_dir=folder), "t", "fwd", None)
+    for tmp, data, final in ((folder / ".t.txt.new.tmp", b"new table\n", files.txt),
+                             (folder / ".t.json.new.tmp", b"new trace", files.json)):  # fmt: skip
+        tmp.write_bytes(data)
+        files.ready.append((tmp, final))
+    return files, earlier
+
+
+@pytest.mark.parametrize("errno_name", ["EPERM", "EXDEV"])
+def test_a_failed_rename_of_the_json_puts_the_earlier_txt_back(tmp_path, monkeypatch, errno_name):
+    files, earlier = earlier_pair(tmp_path / "traces")
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("t.json"):
+            code = getattr(errno, errno_name)
+            raise OSError(code, os.strerror(code), str(dst))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(common.harness.export.os, "replace", replace)
+    with pytest.raises(SuiteError, match="cannot write .*t.json"):
+        files.commit()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "traces").iterdir()} == earlier  # no temporary left either
+
+
+def test_a_commit_without_faults_replaces_the_pair_and_keeps_no_copy(tmp_path):
+    files, _ = earlier_pair(tmp_path / "traces")
+    files.commit()
+    after = {p.name: p.read_bytes() for p in (tmp_path / "traces").iterdir()}
+    assert after == {"t.json": b"new trace", "t.txt": b"new table\n"}

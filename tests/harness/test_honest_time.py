@@ -257,6 +257,7 @@ def test_a_compiled_run_announces_its_compile_before_the_first_call(tmp_path, ca
         assert "compiles the forward and backward" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch (and its compiler)
 def test_importing_the_compiler_announces_itself():
     code = "import sys; from common.harness.estimate import profiler_imports; profiler_imports(); profiler_imports()"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
@@ -577,6 +578,7 @@ def test_progress_names_the_reference_only_where_the_run_has_one_left_to_compute
     assert progress_what(said) == "profiled steps, then the reference"
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch (and its compiler)
 def test_a_compiled_run_announces_importing_the_compiler_before_torch_compile(tmp_path):
     code = (
         "import sys; from common.harness.runtime import make_parser, setup\n"
@@ -683,6 +685,7 @@ def test_a_phase_s_progress_line_counts_from_the_estimate_and_says_what_is_left(
     assert line == f"... 80.1 s, past the 27.5 s estimated; {left}"
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch (and its compiler)
 def test_the_estimate_benchmark_notes_a_run_that_ends_its_process_with_end_process(tmp_path):
     """01-05 end with common.cli.end_process (os._exit): the benchmark's note must come out before it."""
     script = tmp_path / "ends.py"

@@ -97,3 +97,14 @@ def test_the_printed_share_command_gets_to_the_login_on_python(version, tmp_path
         pytest.skip("PyPI is not reachable from here, so uv cannot install trace-util")
     assert done.returncode == 1 and not any(sign in out for sign in USAGE_ERRORS), out
     assert "hf auth login" in out, out  # no token: it stops at the login, before any upload
+
+
+def test_a_long_traces_folder_puts_the_share_command_on_lines_a_shell_joins():
+    """A traces folder deep in a temporary path made the share line 150 columns: now each line fits, and the lines,
+    joined as the shell joins ` \\`-ended lines, are the command."""
+    folder = Path("/tmp/pytest-of-someone/pytest-123/popen-gw1/test_a_long_name_of_a_test0/traces")
+    lines = "\n".join(share_lines(folder)).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("share "))
+    assert all(len(line) <= 120 for line in lines) and lines[at].endswith("as Perfetto links:")
+    joined = " ".join(line.strip().removesuffix(" \\") for line in lines[at + 1 :])
+    assert shlex.split(joined) == shlex.split(share_command(folder))

@@ -256,3 +256,29 @@ def test_a_hard_exit_removes_temporaries_newest_first_through_libc_gil_held(tmp_
     names = [Path(line).name for line in (tmp_path / "order").read_text().splitlines()]
     assert names == ["trace.tmp.tmp", "table.tmp", "trace.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["order"]
+
+
+# Run `python -m common.<command>` with a SIGINT sent to itself as the import of its reader's modules begins.
+CTRL_C_AT_IMPORT = (
+    "import builtins, os, runpy, signal, sys\n"
+    "command, *sys.argv[1:] = sys.argv[1:]\n"
+    "original = builtins.__import__\n"
+    "def importing(name, *args, **kwargs):\n"
+    "    if name == f'common.analysis.{command}':\n"
+    "        builtins.__import__ = original\n"
+    "        os.kill(os.getpid(), signal.SIGINT)\n"
+    "    return original(name, *args, **kwargs)\n"
+    "builtins.__import__ = importing\n"
+    "runpy.run_module(f'common.{command}', run_name='__main__', alter_sys=True)\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["summary", "diff"])
+def test_a_ctrl_c_while_the_reader_loads_is_one_interrupted_line(command):
+    traces = [str(ROOT / "tests" / "fixtures" / "foreign" / "bare_profile.json.gz")] * 2
+    done = subprocess.run(
+        [*PYTHON, "-c", CTRL_C_AT_IMPORT, command, *traces],
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")

@@ -15,11 +15,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, ROOT, command, ev, tiny_gpu_trace
+from helpers import FIXTURES, ROOT, command, comms_trace, ev, tiny_gpu_trace
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.analysis import diff, summary
+from common.reader.roofline import ShapedOp, op_work
 
 COMMON = {"deadline": None, "suppress_health_check": list(HealthCheck), "report_multiple_bugs": False}
 settings.register_profile("default", max_examples=12, derandomize=True, **COMMON)  # CI: the same cases every run
@@ -251,7 +252,9 @@ KNOBS = {
 }
 UNMEASURABLE = {  # 0 µs kernels, shapes and figures no float holds, a number as a device name (issue 31 item 2)
     "times": st.one_of(TIMES, st.sampled_from([0, 0.0, 5e-324, 1e-320])),
-    "dims": st.lists(st.lists(st.one_of(st.integers(-1, 4096), st.sampled_from([2**40, 10**30, 10**400]))), max_size=3),
+    "dims": st.lists(
+        st.lists(st.one_of(st.integers(-1, 4096), st.sampled_from([2**40, 2**62, 10**30, 10**400]))), max_size=3
+    ),
     "input_types": st.sampled_from([["float"], None, 3]),
     "devices": st.sampled_from(["NVIDIA H200", 7, 1.5, None]),
     "figures": st.one_of(NASTY_NUMBERS),
@@ -291,7 +294,8 @@ def synthetic_traces(draw: st.DrawFn, knobs: dict[str, st.SearchStrategy]) -> di
     if device is not None:
         doc["deviceProperties"] = [{"id": 0, "name": device}]
     if draw(st.booleans()):
-        figures = {"flops": draw(knobs["figures"]), "bytes": draw(knobs["figures"])}
+        figures = {"flops": draw(knobs["figures"]), "bytes": draw(knobs["figures"]),
+                   "memory": {"peak_bytes": draw(knobs["figures"])}}  # fmt: skip
         doc["suite"] = {"script": "04_x", "tag": "fuzz", "label": draw(st.sampled_from(["fwd", "mm"])), **figures}
     return doc
 
@@ -304,3 +308,57 @@ def test_synthetic_traces_exit_0_or_2(doc, capsys):
 @given(doc=synthetic_traces(UNMEASURABLE))
 def test_synthetic_traces_with_figures_no_float_holds_exit_0_or_2(doc, capsys):
     check_commands(capsys, as_gzip(doc))
+
+
+def subnormal_trace() -> dict:
+    """The tiny GPU trace with every kernel, copy and memset a subnormal 5e-324 µs long."""
+    doc = tiny_gpu_trace()
+    for event in doc["traceEvents"]:
+        if event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            event["dur"] = 5e-324
+    return doc
+
+
+def test_subnormal_durations_print_no_line_over_120_columns(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(subnormal_trace()))
+    for main, argv in ((summary.main, [path, "--explain", "--per-step"]), (diff.main, [SOURCES[0], path])):
+        code, out, err = command(main, capsys, *argv)
+        assert code == 0, err
+        assert max(len(line) for line in (out + err).splitlines()) <= 120
+
+
+def test_a_peak_memory_no_float_holds_is_no_figure_in_the_summary_and_diff(tmp_path, capsys):
+    doc = tiny_gpu_trace()
+    doc["suite"] = {"script": "04_x", "tag": "huge", "label": "fwd", "memory": {"peak_bytes": 10**400}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    for main, argv in (
+        (summary.main, [path]),
+        (diff.main, [SOURCES[0], path]),
+        (summary.main, [SOURCES[0], "--baseline", path]),
+    ):
+        code, out, err = command(main, capsys, *argv)
+        assert code == 0, err
+
+
+def test_a_ranks_peak_memory_no_float_holds_is_no_figure(tmp_path, capsys):
+    paths = []
+    for rank in range(2):
+        doc = comms_trace(rank, 2)
+        doc["suite"] = {"script": "06_x", "tag": f"rank{rank}", "memory": {"peak_bytes": 10**400}}
+        paths.append(tmp_path / f"rank{rank}.json")
+        paths[-1].write_text(json.dumps(doc))
+    code, out, err = command(summary.main, capsys, *paths)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("dims", [[2**62, 2**62], [2**62] * 24_000, [10**30], [3] * 40 + [2**40]])
+def test_dims_no_tensor_can_hold_are_no_shape_to_the_roofline(dims):
+    op = ShapedOp("aten::add", [dims, dims], ["float", "float"], ["", ""])
+    assert op_work(op) == (None, None)
+
+
+def test_a_zero_dim_among_huge_ones_is_an_empty_tensor_to_the_roofline():
+    op = ShapedOp("aten::add", [[0, 2**62, 2**62]] * 2, ["float", "float"], ["", ""])
+    assert op_work(op) == (0.0, 0.0)

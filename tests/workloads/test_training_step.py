@@ -8,7 +8,7 @@ import io
 
 import pytest
 import torch
-from helpers import FIXTURES, diff_parts, ev, load_script, run, usage_error
+from helpers import FIXTURES, cpu_view, diff_parts, ev, load_script, run, usage_error
 
 from common.analysis.diff import main as diff_main
 from common.analysis.summary import main as summary_main
@@ -51,9 +51,11 @@ def fp32_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def amp_fused_run(tmp_path_factory):
-    """One step at the default precision (fp32 parameters, bf16 autocast) with AdamW(fused=True) on the CPU."""
+    """One step at the default precision of a CPU with native bf16 (fp32 parameters, bf16 autocast), pinned
+    whatever this CPU is, with AdamW(fused=True) on the CPU."""
     folder = tmp_path_factory.mktemp("amp")
-    printed = script_run(folder, "--fused-optimizer")
+    with cpu_view(native_bf16=True):
+        printed = script_run(folder, "--fused-optimizer")
     return printed, read_trace(folder / "05_training_step" / f"{TINY_TAG}_fusedadamw_amp_bf16_cold_eager.json")
 
 
@@ -347,10 +349,10 @@ def test_the_precision_rule_defaults_to_fp32_where_bf16_is_emulated():
     assert training_precision("bf16", "bf16") == "bf16"  # asked for: run as asked, wherever
 
 
-def test_05_on_a_cpu_without_native_bf16_runs_fp32_by_default(tmp_path, capsys, monkeypatch):
+def test_05_on_a_cpu_without_native_bf16_runs_fp32_by_default(tmp_path, capsys):
     """It ran bf16 autocast there, its GEMMs on the emulated path: a default 05 estimated at 1,440 s, 31 s in fp32."""
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # how common.harness.machine sees an AVX2-only CPU
-    assert run("05_training_step", tmp_path, *TINY) == 0
+    with cpu_view(native_bf16=False):
+        assert run("05_training_step", tmp_path, *TINY) == 0
     out = capsys.readouterr().out
     assert "dtype=fp32" in out and "notice: --dtype bf16 is emulated" not in out
     assert "precision: everything in fp32 (this CPU's default: bf16 is emulated here; --dtype bf16 runs it)" in out

@@ -1,0 +1,291 @@
+"""Counterfactuals for the verdict: ordinary training and inference loops, each with one known bottleneck, written
+as users write them; each profiled as it is (the trace the verdict reads), then timed without the profiler before
+and after the lever that removes its bottleneck is applied, 20 steps between CUDA events.
+
+    python3 benchmarks/counterfactuals.py --out traces/counterfactuals        # every case (a CUDA GPU)
+    python3 benchmarks/counterfactuals.py --only item_sync --steps 20
+
+Writes <out>/<case>.json.gz (the profiled loop as users wrote it), <out>/<case>_lever.json.gz (the same loop with
+the lever applied) and <out>/timings.json: per case, the median over --repeat timings of a step before and after,
+each the mean of --steps steps between two CUDA events, and the spread. The verdict is judged on these: the lever it
+names first should be the one that saves the most, and its predicted saving within 2x of the measured one
+(docs/diagnosis.md). Needs torch and a CUDA GPU; nothing of the suite is imported, so what runs is what a user
+runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+DEVICE = "cuda"
+
+
+# --- the cases: each returns (setup, step) for the loop as written and for the loop with its lever ------------------
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim)) for _ in range(layers)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+def host_batch(lever: bool) -> Callable[[], None]:
+    """Each step makes its batch on the CPU (torch.randn, then .to(cuda) from pageable memory): the GPU waits for the
+    host's randn and the copy. Lever: make the batch on the GPU."""
+    model = MLP(1024, 4096, 2).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+
+    def step() -> None:
+        x = torch.randn(8192, 1024, device=DEVICE) if lever else torch.randn(8192, 1024).to(DEVICE)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+class Decoded(torch.utils.data.Dataset):
+    """A dataset whose __getitem__ does CPU work per sample, as decoding and augmenting an image does."""
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(i)
+        image = torch.rand(3, 64, 64, generator=g)
+        for _ in range(4):  # the augmentation pipeline
+            image = torch.flip(image, dims=[2]) * 0.9 + 0.05
+        return image, torch.tensor(i % 10)
+
+
+def dataloader(lever: bool) -> Callable[[], None]:
+    """A DataLoader without workers: each step waits for 256 samples made in the main process. Lever: num_workers=4
+    and pin_memory=True."""
+    extra = {"num_workers": 4, "pin_memory": True, "persistent_workers": True, "prefetch_factor": 4} if lever else {}
+    loader = torch.utils.data.DataLoader(Decoded(), batch_size=256, shuffle=False, **extra)
+    batches = iter(loader)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 64 * 64, 2048), nn.ReLU(), nn.Linear(2048, 10)).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+
+    def step() -> None:
+        x, y = next(batches)
+        x, y = x.to(DEVICE, non_blocking=lever), y.to(DEVICE, non_blocking=lever)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def decode(lever: bool) -> Callable[[], None]:
+    """A decode loop at batch 1: 16 tokens a step through a 24-layer model of small matrices, each token a few
+    hundred tiny kernels launched one by one. Lever: capture one token's forward in a CUDA graph and replay it."""
+    model = MLP(512, 1024, 24).to(DEVICE, torch.bfloat16).eval()
+    x = torch.randn(1, 512, device=DEVICE, dtype=torch.bfloat16)
+    if not lever:
+
+        @torch.no_grad()
+        def step() -> None:
+            h = x
+            for _ in range(16):
+                h = model(h)
+
+        return step
+    static_in = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(stream):
+        for _ in range(3):
+            model(static_in)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = model(static_in)
+
+    def step() -> None:
+        for _ in range(16):
+            graph.replay()
+            static_in.copy_(static_out)
+
+    return step
+
+
+def optimizer(lever: bool) -> Callable[[], None]:
+    """AdamW(foreach=False) over 200 parameters: each parameter's update is a dozen small kernels launched one by
+    one, the step's largest part. Lever: AdamW(fused=True), one kernel over every parameter."""
+    model = MLP(256, 512, 50).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), **({"fused": True} if lever else {"foreach": False}))
+    x = torch.randn(64, 256, device=DEVICE)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def item_sync(lever: bool) -> Callable[[], None]:
+    """A step that logs loss.item() after the forward, before the backward: the CPU waits for the forward's kernels,
+    so the backward's launches start only after the GPU drained. Lever: keep the loss on the GPU (sum it, read
+    it once at the end)."""
+    model = MLP(1024, 2048, 8).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), fused=True)
+    x = torch.randn(512, 1024, device=DEVICE)
+    total = torch.zeros((), device=DEVICE)
+    log: list[float] = []
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        if lever:
+            total.add_(loss.detach())
+        else:
+            log.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def compile_in_window(lever: bool) -> Callable[[], None]:
+    """torch.compile's first call inside the profiled steps: the window holds the compile. Lever: warm up (call the
+    compiled step) before profiling; the steps are then those of the compiled model."""
+    torch._dynamo.reset()
+    model = torch.compile(MLP(1024, 4096, 4).to(DEVICE))
+    x = torch.randn(4096, 1024, device=DEVICE)
+
+    @torch.no_grad()
+    def step() -> None:
+        model(x)
+
+    if lever:
+        step()
+        step()
+    return step
+
+
+CASES: dict[str, tuple[Callable[[bool], Callable[[], None]], str]] = {
+    "host_batch": (host_batch, "make the batch on the GPU"),
+    "dataloader": (dataloader, "DataLoader(num_workers=4, pin_memory=True)"),
+    "decode": (decode, "CUDA graphs (capture a token's forward, replay it)"),
+    "optimizer": (optimizer, "AdamW(fused=True)"),
+    "item_sync": (item_sync, "no .item() inside the step"),
+    "compile_in_window": (compile_in_window, "warm up before profiling"),
+}
+
+
+# --- profiling and timing ------------------------------------------------------------------------------------------
+
+
+def profiled(step: Callable[[], None], path: Path, wait: int, active: int) -> None:
+    """The loop as the posts write it, its trace gzipped to `path`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "trace.json"
+        with profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+            schedule=schedule(wait=wait, warmup=0 if wait == 0 else 1, active=active, repeat=1),
+            record_shapes=True,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(raw)),
+        ) as prof:
+            for _ in range(wait + (0 if wait == 0 else 1) + active):
+                with record_function("train_step"):
+                    step()
+                torch.cuda.synchronize()
+                prof.step()
+        with raw.open("rb") as src, gzip.open(path, "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+
+
+def timed(step: Callable[[], None], steps: int) -> float:
+    """Milliseconds a step, the mean of `steps` steps between two CUDA events (no profiler)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def run_case(name: str, out: Path, steps: int, repeat: int) -> dict:
+    make, lever_text = CASES[name]
+    result: dict = {"case": name, "lever": lever_text, "steps": steps}
+    for lever in (False, True):
+        key = "after" if lever else "before"
+        wait = 0 if name == "compile_in_window" and not lever else 1
+        profiled(make(lever), out / f"{name}{'_lever' if lever else ''}.json.gz", wait=wait, active=3)
+        if name == "compile_in_window" and not lever:
+            # as written, the first of the timed steps compiles: a fresh compile per timing
+            times = []
+            for _ in range(repeat):
+                step = make(False)
+                times.append(timed(step, steps))
+        else:
+            step = make(lever)
+            for _ in range(3):
+                step()
+            times = [timed(step, steps) for _ in range(repeat)]
+        result[key] = {"ms_per_step": statistics.median(times), "all": [round(t, 4) for t in times]}
+    before, after = result["before"]["ms_per_step"], result["after"]["ms_per_step"]
+    result["saved_ms"] = before - after
+    result["saved_share"] = (before - after) / before
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("traces/counterfactuals"))
+    parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("error: the counterfactuals need a CUDA GPU", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(),
+        "cases": [],
+    }
+    for name in args.only or list(CASES):
+        began = time.monotonic()
+        result = run_case(name, args.out, args.steps, args.repeat)
+        results["cases"].append(result)
+        before, after = result["before"]["ms_per_step"], result["after"]["ms_per_step"]
+        share, took = 100 * result["saved_share"], time.monotonic() - began
+        print(f"{name:18} before {before:9.3f} ms  after {after:9.3f} ms  saved {share:5.1f}% ({took:.0f} s)")
+    (args.out / "timings.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")  # the compile case compiles, as a first run does
+    sys.exit(main())
