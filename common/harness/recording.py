@@ -102,6 +102,7 @@ class Recording:
         self.holding = False  # a first signal waits for the end of the step in progress: one is being recorded
         self.writing = False  # rec.save is writing the trace
         self.stop: int | None = None  # the signal that ended the loop at the end of a recorded step
+        self.stop_step = ""  # which step that was: "step 998 of 100,000"
         self.stopped = ""  # what the trace's metadata and table say of a signal: "stopped by Ctrl-C after ..."
 
     @property
@@ -180,7 +181,7 @@ class Recording:
         last = prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE
         signum = signal_waiting()
         if signum is not None and self.holding:
-            self.stop = signum
+            self.stop, self.stop_step = signum, self.step_number(prof)
         if self.holding and (last or signum is not None):
             self.writing = True  # torch.profiler collects the steps' events (seconds for thousands), then rec.save
         take_at_step_end()
@@ -194,15 +195,14 @@ class Recording:
             return None
         who = signal_name(signum)
         again = f"; {'Ctrl-C again' if who == 'Ctrl-C' else 'a second signal'} quits now, keeping no trace"
+        if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
+            return f"{who}: stopping after this step ({self.stop_step}){again}"
         if self.writing:
             return f"{who}: letting the trace's write finish, then stopping{again}"
-        prof, started, last, schedule = self.prof, self.step_started, self.last_step_s, self.schedule
+        prof, started, last = self.prof, self.step_started, self.last_step_s
         if not self.holding or prof is None or started is None:
             return None
-        number = f"step {prof.step_num + 1:,}"
-        if schedule is not None:
-            cycle = schedule.wait + schedule.warmup + schedule.active
-            number = f"step {prof.step_num % cycle - schedule.wait - schedule.warmup + 1:,} of {schedule.active:,}"
+        number = self.step_number(prof)
         left = ""
         if last is not None and last >= SAY_LEFT_ABOVE_S:
             spent = time.monotonic() - started
@@ -210,6 +210,14 @@ class Recording:
             if spent >= last:
                 left = f", {human_time(spent * 1e6)} into it, longer than the {human_time(last * 1e6)} of the last"
         return f"{who}: stopping after this step ({number}{left}){again}"
+
+    def step_number(self, prof: torch.profiler.profile) -> str:
+        """The step in progress, as the acknowledgement says it: `step 3 of 5` in the schedule's recorded steps."""
+        schedule = self.schedule
+        if schedule is None:
+            return f"step {prof.step_num + 1:,}"
+        cycle = schedule.wait + schedule.warmup + schedule.active
+        return f"step {prof.step_num % cycle - schedule.wait - schedule.warmup + 1:,} of {schedule.active:,}"
 
     def stopped_line(self) -> str:
         """What the trace and its table say of a signal that ended the run, as the trace is written: after how many
