@@ -2,13 +2,14 @@
 and signal -> exit, with what the run kept.
 
 Each trial starts a fresh run, waits until its profiled steps are under way (--delay seconds after the line
-that says torch's compiler is imported for the profiler, or after its first progress line),
+that says torch's compiler is imported for the profiler, the one that announces the profiled steps, or the first
+progress line, whichever comes first),
 sends one signal and timestamps every line of stderr as it arrives.
 Prints one line per trial: the times, the exit code, and the steps the kept trace holds (read back with the
 suite's reader, as `python -m common.summary` does). The kinds:
 
     tiny      01_matmul_add.py --size 8 --active 100000 (steps of tens of microseconds), as the issue ran it
-    slow      04_a_naive_attention.py on the CPU at its default shape (seconds a step)
+    slow      04_a_naive_attention.py --batch 16 on the CPU (seconds a step)
 
 Usage:
     python benchmarks/stop_times.py tiny --trials 3
@@ -34,7 +35,7 @@ from common.reader.build import read_trace  # noqa: E402
 
 KINDS = {
     "tiny": ("01_matmul_add", ["--size", "8", "--active", "100000"]),
-    "slow": ("04_a_naive_attention", []),
+    "slow": ("04_a_naive_attention", ["--batch", "16"]),
 }
 GUARD_S = 900  # a run not ended by then is stuck (a guard, not a measure)
 ACK = ": stopping after this step"
@@ -50,7 +51,7 @@ def trial(kind: str, signum: int, delay_s: float) -> str:
         reader = threading.Thread(target=lambda: err.extend((time.monotonic(), line) for line in proc.stderr))
         reader.start()
         for line in proc.stdout:
-            if line.startswith("importing torch's compiler") or line.startswith("..."):  # the profiler starts next
+            if line.startswith(("importing torch's compiler", "...", "the profiled steps (")):  # the steps come next
                 break
         time.sleep(delay_s)
         sent = time.monotonic()
