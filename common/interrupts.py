@@ -15,6 +15,12 @@ in ...") is not lost: `sys.unraisablehook` puts its signal back to wait for the 
 Renames that must all land or none (common.harness.export's commit) run inside `atomic()`: a first signal still
 waiting when it begins is taken before it, one arriving during it after it, and a second waits for its end
 (at most HARD_EXIT_WAIT_S) before the process ends.
+
+While a profiler loop records its steps, the harness holds a first signal for the end of the step in progress
+(`hold_for_step_end`, common.harness.recording): it is taken there (`take_at_step_end`), from the harness's hook on
+`prof.step()`, so that the steps already recorded make a whole trace. The watchdog says so at once, with the line
+the harness hands `acknowledge_with`, whatever the main thread is running: a step of microseconds, whose Python
+would meet no safe point, or one long native call.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ class _State:
     renaming = threading.RLock()  # held by `atomic()`: the watchdog takes it before it ends the process
     unraisable_hook: Callable | None = None  # sys.unraisablehook before install()
     atomic_depth = 0  # `atomic()` blocks the main thread is in: a first signal waits for their end
+    first: int | None = None  # the first signal since install(), whoever saw it first (handler or watchdog)
+    hold = False  # a first signal waits for the end of the profiled step in progress (take_at_step_end)
+    acknowledge: Callable[[int], str | None] | None = None  # the line the watchdog prints on a first signal
 
 
 _state = _State()
@@ -68,7 +77,8 @@ def _raise_when_safe(signum: int, frame: FrameType | None) -> None:
         return  # raising it here would land inside the first one's handling, as a traceback
     if signum in SIGNALS:
         _state.pending = _state.pending or signum
-    if _state.pending is None:
+        _state.first = _state.first or signum
+    if _state.pending is None or _state.hold:  # held: taken at the end of the step (take_at_step_end)
         return
     if _state.atomic_depth or _unsafe(frame):
         if hasattr(signal, "setitimer"):
@@ -121,8 +131,24 @@ def _watchdog(fd: int) -> None:
         for signum in data:
             if signum in SIGNALS and _state.installed:
                 _state.seen += 1
+                _state.first = _state.first or signum
                 if _state.seen >= 2:
                     _hard_exit(signum)
+                _acknowledge(signum)
+
+
+def _acknowledge(signum: int) -> None:
+    """Print the harness's line for a first signal (acknowledge_with), at once: the watchdog's, so a main thread
+    busy in a long native call or in a loop of tiny steps does not hold it back."""
+    say = _state.acknowledge
+    if say is None:
+        return
+    try:
+        line = say(signum)
+        if line:
+            os.write(2, line.encode("ascii", "replace") + b"\n")
+    except Exception:  # noqa: BLE001 (a line that cannot be made or written is lost, never the watchdog)
+        return
 
 
 def _gil_holding_unlink() -> Callable[[bytes], int] | None:
@@ -193,6 +219,7 @@ def install() -> None:
         signal.set_wakeup_fd(_state.wakeup_write, warn_on_full_buffer=False)
     _state.unraisable_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     _state.installed, _state.seen, _state.pending, _state.taken = True, 0, None, False
+    _state.first, _state.hold, _state.acknowledge = None, False, None
     on_exit(uninstall)
 
 
@@ -218,6 +245,7 @@ def uninstall() -> None:
         if sys.unraisablehook is _unraisable:
             sys.unraisablehook = _state.unraisable_hook or sys.__unraisablehook__
         _state.previous, _state.pending, _state.installed = {}, None, False
+        _state.hold, _state.acknowledge = False, None
 
 
 def _take_pending() -> None:
@@ -251,3 +279,40 @@ def forget(*paths: Path) -> None:
     """The temporaries are renamed or removed: nothing to clean up for them any more."""
     for path in paths:
         _state.open_files.pop(path, None)
+
+
+def signal_name(signum: int) -> str:
+    """How a line names the signal: `Ctrl-C` for SIGINT, else its name (`SIGTERM`, `SIGHUP`)."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def first_signal() -> int | None:
+    """The first SIGINT, SIGTERM or SIGHUP since install(), taken or not; None while none came."""
+    return _state.first if _state.installed else None
+
+
+def hold_for_step_end(hold: bool) -> None:
+    """While `hold`, a first signal is not raised at the next safe point but waits for `take_at_step_end`, at the end
+    of the profiled step in progress; turned off, one already waiting is raised at the next safe point."""
+    _state.hold = hold
+    if not hold and _state.pending is not None and _state.installed and hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, POLL_S)
+
+
+def take_at_step_end() -> None:
+    """Raise the first signal as `Interrupted` if one is waiting: call it at the end of a step, outside torch's
+    profiler code, where the steps before make a whole recording."""
+    if _state.pending is not None and _state.installed and not _state.taken:
+        pending, _state.pending, _state.taken = _state.pending, None, True
+        raise Interrupted(pending)
+
+
+def signal_waiting() -> int | None:
+    """The first signal, if one waits to be taken."""
+    return _state.pending if _state.installed and not _state.taken else None
+
+
+def acknowledge_with(line: Callable[[int], str | None] | None) -> None:
+    """`line(signum)`: what the watchdog prints to stderr the moment a first signal arrives (None: nothing). It runs
+    in the watchdog thread while the main thread goes on: it reads, it never waits."""
+    _state.acknowledge = line

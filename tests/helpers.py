@@ -105,6 +105,44 @@ PYTHON = (sys.executable, "-c", DEFAULT_SIGNALS)  # `python`, its signals at the
 
 STARTED: list[subprocess.Popen] = []  # what start_script started; tests/conftest.py ends those left after a test
 
+# `python -c MARKING LABEL N script.py ...`: the script, its signals at their defaults, that writes `MARKED` to
+# stderr as it enters its N-th `record_function(LABEL)` (the N-th step's work begins): a test sends its signal then,
+# knowing the profiled steps are under way. The loop and the harness run as they are; the mark is a write(2).
+MARK = "MARKED"
+MARKING = (
+    "import os, runpy, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "label, n, script, *rest = sys.argv[1:]\n"
+    "import torch.autograd.profiler as ap\n"
+    "enter, calls = ap.record_function.__enter__, [0]\n"
+    "def marking(self):\n"
+    "    out = enter(self)\n"
+    "    if self.name == label:\n"
+    "        calls[0] += 1\n"
+    "        if calls[0] == int(n):\n"
+    f"            os.write(2, b'{MARK}\\n')\n"
+    "    return out\n"
+    "ap.record_function.__enter__ = marking\n"
+    "sys.argv = [script, *rest]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+)
+
+
+def marking(label: str, call: int) -> tuple[str, ...]:
+    """The `prefix` for start_script that marks the `call`-th entry of `record_function(label)` (MARKING)."""
+    return (sys.executable, "-c", MARKING, label, str(call))
+
+
+def wait_for_mark(proc: subprocess.Popen) -> list[str]:
+    """Read the run's stderr up to the MARK line (the step is under way); the lines before it. Fails if the run
+    ends first."""
+    before = []
+    for line in proc.stderr:
+        if line.strip() == MARK:
+            return before
+        before.append(line)
+    raise AssertionError(f"the run ended before its mark: {''.join(before)[-2000:]}")
+
 
 def start_script(name: str, *flags: str, traces: Path, prefix: tuple[str, ...] | None = None) -> subprocess.Popen:
     """`python <name>.py FLAGS --traces-dir traces` in its own process, output unbuffered, its signals at their

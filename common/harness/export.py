@@ -16,6 +16,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -185,9 +186,19 @@ class TraceFiles:
             if path.is_dir():
                 raise SuiteError(f"cannot write {path}: a folder is in the way")
 
-    def write(self, prof: torch.profiler.profile, memory: dict | None, snapshot: MemoryWatch | None) -> None:
+    def write(
+        self,
+        prof: torch.profiler.profile,
+        memory: dict | None,
+        snapshot: MemoryWatch | None,
+        stopped: Callable[[], str] = str,
+    ) -> str:
         """Export the trace (with the run's `suite` metadata), the full table and, given `snapshot`, the
-        CUDA memory snapshot, each to a hidden temporary beside its final name, for `commit` to rename."""
+        CUDA memory snapshot, each to a hidden temporary beside its final name, for `commit` to rename.
+
+        `stopped()`: what to say of a signal that ended the run ("stopped by Ctrl-C after 2 of 3 profiled steps"),
+        '' for none; asked once the profiler's export is done and again at the end, so a signal that came during the
+        write is said in both files (the metadata's `stopped` entry, the table's first line). Returns what was said."""
         self.memory = memory
         folder = self.run.traces_dir
         try:
@@ -209,9 +220,14 @@ class TraceFiles:
                 temporaries.append(kineto)
                 removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
-            self.written = self.metadata()
-            add_metadata(raw, trace, self.written)
-            table.write_text(key_averages_table(averages, self.run.on_gpu) + "\n")
+            said = None
+            while said != (now := stopped()):  # once, or twice where a signal came in between
+                said = now
+                self.extra.pop("stopped", None)
+                self.extra.update({"stopped": said} if said else {})
+                self.written = self.metadata()
+                add_metadata(raw, trace, self.written)
+                table.write_text((f"{said}\n\n" if said else "") + key_averages_table(averages, self.run.on_gpu) + "\n")
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
             written = [(table, self.txt), *([(dump, self.pickle)] if snapshot is not None else []), (trace, self.json)]
@@ -221,6 +237,7 @@ class TraceFiles:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         else:
             self.ready = written
+            return said
         finally:
             kept = {tmp for tmp, _ in self.ready}
             for tmp in temporaries:

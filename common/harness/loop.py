@@ -19,6 +19,8 @@ from common.analysis.tables import TEXT_WIDTH
 
 OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 MAX_CYCLES = 1000  # a schedule still recording after this many cycles repeats forever (repeat=0)
+MAX_CYCLE_STEPS = 10_000_000  # a first cycle longer than this is not read (a second or so of calls)
+CYCLE_ORDER = (ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 STEP_NAME = re.compile(r"ProfilerStep(#\d+|\*)$")  # prof.events() names every step ProfilerStep*
 
 
@@ -58,19 +60,21 @@ def read_schedule(prof: torch.profiler.profile) -> Schedule | None:
     if not prof.record_steps:
         return None
     fn = prof.schedule
-    actions: list[ProfilerAction] = []
-    step = 0
-    while ProfilerAction.RECORD_AND_SAVE not in actions[-1:]:
-        if step > 100_000:
+    counts = dict.fromkeys(CYCLE_ORDER, 0)
+    at = 0  # where in CYCLE_ORDER the first cycle has got to: its actions come in that order, each kind in a run
+    for step in range(MAX_CYCLE_STEPS):
+        action = fn(step)
+        if action not in counts or CYCLE_ORDER.index(action) < at:
             return None
-        actions.append(fn(step))
-        step += 1
-    wait = next(i for i, a in enumerate(actions) if a != ProfilerAction.NONE)
-    warmup = next(i for i, a in enumerate(actions[wait:]) if a != ProfilerAction.WARMUP)
-    active = len(actions) - wait - warmup
-    if actions[wait + warmup :] != [ProfilerAction.RECORD] * (active - 1) + [ProfilerAction.RECORD_AND_SAVE]:
+        at = CYCLE_ORDER.index(action)
+        counts[action] += 1
+        if action == ProfilerAction.RECORD_AND_SAVE:
+            break
+    else:
         return None
-    length = len(actions)
+    wait, warmup = counts[ProfilerAction.NONE], counts[ProfilerAction.WARMUP]
+    active = counts[ProfilerAction.RECORD] + 1
+    length = wait + warmup + active
     cycles = 1
     while cycles < MAX_CYCLES and fn(length * (cycles + 1) - 1) == ProfilerAction.RECORD_AND_SAVE:
         cycles += 1

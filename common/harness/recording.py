@@ -10,12 +10,21 @@ handed (common.harness.loop), never from the flags, so an edited loop runs as ed
 of your own (`torch.profiler.tensorboard_trace_handler(dir)`) and the loop runs on plain torch: the suite then
 checks the output and says in one line that it has no trace to report on. Ctrl-C is handled process-wide by
 `common.interrupts` (installed by `setup`), so nothing of the suite is needed inside the loop.
+
+A Ctrl-C (SIGTERM, SIGHUP) while the loop records its steps stops it at the end of the step in progress, and the
+steps recorded are kept: the guard hooks `prof.step()` for the profiles whose `on_trace_ready` is `rec.save`
+(`stepping`), where a first signal is taken before torch's step runs, and the exception on its way out through the
+profile block has torch hand `rec.save` what was recorded. The watchdog of common.interrupts says so at once
+(`Recording.acknowledge`); the trace and its table say "stopped by Ctrl-C after 2 of 3 profiled steps", and the
+run reports on them, without the output check and the guess (the script's lines after the loop never run), and
+exits 130.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import sys
 import textwrap
@@ -27,7 +36,7 @@ from pathlib import Path
 import torch
 
 from common.analysis.tables import TEXT_WIDTH
-from common.cli import fit, on_exit
+from common.cli import Interrupted, fit, on_exit, shown
 from common.harness.bench import time_unprofiled
 from common.harness.checks import compare
 from common.harness.estimate import (
@@ -55,12 +64,22 @@ from common.harness.loop import (
 from common.harness.memory import MemoryWatch
 from common.harness.report import exit_code, print_files, print_report, print_unprofiled
 from common.harness.runtime import REPO_ROOT, Run
-from common.interrupts import atomic
+from common.interrupts import (
+    acknowledge_with,
+    atomic,
+    first_signal,
+    hold_for_step_end,
+    signal_name,
+    signal_waiting,
+    take_at_step_end,
+)
 from common.physics import Work
 from common.reader.build import read_trace
 from common.units import human_time
 
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
+SAY_LEFT_ABOVE_S = 1.0  # a step at least this long: the line acknowledging a Ctrl-C says how long it has left
+RECORDING = (torch.profiler.ProfilerAction.RECORD, torch.profiler.ProfilerAction.RECORD_AND_SAVE)
 MTIME_SLACK_S = 2.0  # a file's mtime runs behind time.time() (the kernel's coarse clock, a file system's 2 s)
 
 
@@ -82,10 +101,18 @@ class Recording:
         guess = said.estimate
         self.unchecked = guess is not None and guess.step_s is not None  # its estimate is still to check (check)
         self.loop_started: float | None = None  # time.monotonic() as the profiler started, and as each step ended
-        self.step_ends: list[float] = []  # (step_clock); a compiled run's first call compiles: its second checks
+        self.step_times: list[float] = []  # (step_clock); a compiled run's first call compiles: its second checks
         self.calls_to_check = 2 if run.compiled else 1
         self.stepped = threading.Event()  # the call to check has ended (or the recording has)
         self.took: float | None = None
+        self.prof: torch.profiler.profile | None = None  # the loop's profile, from its start (stepping)
+        self.step_started: float | None = None  # time.monotonic() when the step in progress began
+        self.last_step_s: float | None = None  # how long the step before it took
+        self.holding = False  # a first signal waits for the end of the step in progress: one is being recorded
+        self.writing = False  # rec.save is writing the trace
+        self.stop: int | None = None  # the signal that ended the loop at the end of a recorded step
+        self.stop_step = ""  # which step that was: "step 998 of 100,000"
+        self.stopped = ""  # what the trace's metadata and table say of a signal: "stopped by Ctrl-C after ..."
 
     @property
     def files(self) -> TraceFiles | None:
@@ -161,9 +188,9 @@ class Recording:
         """A step of the profiled loop ended at `at` (time.monotonic(); step_clock): the call that checks the
         estimate has ended once there are `calls_to_check` of them. Nothing is printed here, inside the loop: the
         checking thread of `recording` prints."""
-        self.step_ends.append(at)
-        if len(self.step_ends) == self.calls_to_check and self.loop_started is not None:
-            before = self.step_ends[-2] if len(self.step_ends) > 1 else self.loop_started
+        self.step_times.append(at)
+        if len(self.step_times) == self.calls_to_check and self.loop_started is not None:
+            before = self.step_times[-2] if len(self.step_times) > 1 else self.loop_started
             self.took = at - before
             self.stepped.set()
 
@@ -177,16 +204,89 @@ class Recording:
         if self.run.on_gpu:
             torch.cuda.synchronize(self.run.device)
 
+    def step_begins(self, prof: torch.profiler.profile) -> None:
+        """After torch's start() or step(): a step begins. While it is recorded, a first signal waits for its end."""
+        self.prof, self.step_started = prof, time.monotonic()
+        self.holding = bool(prof.record_steps) and prof.current_action in RECORDING
+        hold_for_step_end(self.holding)
+        if not self.holding:
+            take_at_step_end()  # nothing recorded is lost by stopping now (or the trace was just written)
+
+    def step_ends(self, prof: torch.profiler.profile) -> None:
+        """Before torch's step(): the step ends. A signal that came during it ends the loop here, outside torch's
+        code; if the step was recorded, the exception has torch hand rec.save the steps recorded, this one too."""
+        if self.step_started is not None:
+            self.last_step_s = time.monotonic() - self.step_started
+        last = prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE
+        signum = signal_waiting()
+        if signum is not None and self.holding:
+            self.stop, self.stop_step = signum, self.step_number(prof)
+        if self.holding and (last or signum is not None):
+            self.writing = True  # torch.profiler collects the steps' events (seconds for thousands), then rec.save
+        take_at_step_end()
+
+    def acknowledge(self, signum: int) -> str | None:
+        """The line a first signal gets at once (from common.interrupts' watchdog thread, while the main thread
+        runs on): the step the loop will stop after, and how long it has left where a step takes seconds; or that
+        the trace's write goes on to its end. None elsewhere (the signal is taken at the next safe point) and on
+        a rank other than 0 (rank 0 speaks for the run)."""
+        if self.meta.get("rank", 0) != 0:
+            return None
+        who = signal_name(signum)
+        again = f"; {'Ctrl-C again' if who == 'Ctrl-C' else 'a second signal'} quits now, keeping no trace"
+        if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
+            return f"{who}: stopping after this step ({self.stop_step}){again}"
+        if self.writing:
+            return f"{who}: letting the trace's write finish, then stopping{again}"
+        prof, started, last = self.prof, self.step_started, self.last_step_s
+        if not self.holding or prof is None or started is None:
+            return None
+        number = self.step_number(prof)
+        left = ""
+        if last is not None and last >= SAY_LEFT_ABOVE_S:
+            spent = time.monotonic() - started
+            left = f", about {human_time((last - spent) * 1e6)} left in it"
+            if spent >= last:
+                left = f", {human_time(spent * 1e6)} into it, longer than the {human_time(last * 1e6)} of the last"
+        return f"{who}: stopping after this step ({number}{left}){again}"
+
+    def step_number(self, prof: torch.profiler.profile) -> str:
+        """The step in progress, as the acknowledgement says it: `step 3 of 5` in the schedule's recorded steps."""
+        schedule = self.schedule
+        if schedule is None:
+            return f"step {prof.step_num + 1:,}"
+        cycle = schedule.wait + schedule.warmup + schedule.active
+        return f"step {prof.step_num % cycle - schedule.wait - schedule.warmup + 1:,} of {schedule.active:,}"
+
+    def stopped_line(self) -> str:
+        """What the trace and its table say of a signal that ended the run, as the trace is written: after how many
+        of the schedule's steps, or that it came while the trace was being written; '' for none."""
+        if self.stop is not None:
+            of = f" of {self.schedule.active:,}" if self.schedule else ""
+            return f"stopped by {signal_name(self.stop)} after {self.recorded:,}{of} profiled steps"
+        signum = first_signal()
+        if signum is not None and self.writing:
+            return f"stopped by {signal_name(signum)} while the trace was written, after its {self.recorded:,} steps"
+        return ""
+
     def save(self, prof: torch.profiler.profile) -> None:
         """`on_trace_ready`: write the cycle's trace and table, named and labelled as the profiler ran them.
 
         torch.profiler calls it at the end of each cycle of its schedule, and once more when the loop stops
-        while recording. Stopped by Ctrl-C or an error, nothing is written (a trace with missing steps would
-        read as whole): the exception on its way out through the profile block says so. A second cycle
-        (`repeat=2`) goes to `<tag>_cycle2.*`, beside the first.
+        while recording. Stopped by an error, nothing is written; stopped by a signal at the end of a step
+        (step_ends), the steps recorded are, and the trace says it stopped early. A signal during the write lets
+        it finish, and the trace says so too. A second cycle (`repeat=2`) goes to `<tag>_cycle2.*`, beside the first.
         """
-        if sys.exc_info()[0] is not None:
+        if sys.exc_info()[0] is not None and self.stop is None:
             return
+        self.writing, self.holding = True, False
+        hold_for_step_end(False)
+        try:
+            self._save(prof)
+        finally:
+            self.writing = False
+
+    def _save(self, prof: torch.profiler.profile) -> None:
         schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
         first = not self.cycles
         if first:
@@ -204,8 +304,21 @@ class Recording:
         if self.said.phases and first:  # a longer run's trace takes seconds to write: said as it starts
             print(f"{writing} ...", flush=True)
         memory = self.watch.stop(prof.step_num) if first else None
-        files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None)
+        self.recorded = recorded if first else self.recorded
+        said = files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None,
+                           self.stopped_line if first else str)  # fmt: skip
+        self.stopped = said if first else self.stopped
         self.cycles.append(files)
+
+    def report_stopped(self) -> None:
+        """A signal ended the run after its trace was written (stopped_line): keep the files and report on them,
+        saying what was skipped (the output check and the guess: the script's lines after the loop never ran)."""
+        self.keep()
+        print(self.loop)
+        print(self.files.table)
+        print(f"{self.stopped}: the output check, the guess and the report were skipped")
+        print_files(self.cycles, self.run)
+        print(f"read it with: uv run python -m common.summary {shown(str(self.files.json))}")
 
 
 def own_handler_lines(scope: Iterable[object], since: float) -> list[str]:
@@ -318,19 +431,64 @@ def recording(
     rec.watch.start()
     if not run.warm:  # a warm run says them after its warm-up (Recording.warm_up), as they start
         rec.say_steps()
+    acknowledge_with(rec.acknowledge)
     try:
         seconds = said.seconds
         with (
+            stepping(rec),
             progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress,
             checking(rec),
         ):
             yield rec
+    except Interrupted:
+        rec.progress = None
+        if not rec.stopped:  # before a trace was written, or after (the reference): nothing of this run is kept
+            rec.discard()
+            raise
+        rec.report_stopped()
+        raise
     except BaseException:
         rec.discard()
         raise
     finally:
+        acknowledge_with(None)
+        hold_for_step_end(False)
         rec.progress = None
         rec.watch.close()
+
+
+@contextlib.contextmanager
+def stepping(rec: Recording) -> Iterator[None]:
+    """torch.profiler.profile's start() and step(), while the guard is open, tell `rec` where the loop is, for the
+    profiles whose on_trace_ready is `rec.save` (Recording.step_begins, step_ends): the harness's hook on the loop's
+    prof.step(), so the script's loop stays as torch writes it."""
+    cls = torch.profiler.profile
+    start, step = cls.start, cls.step
+
+    def ours(prof: torch.profiler.profile) -> bool:
+        return getattr(prof, "on_trace_ready", None) == rec.save
+
+    @functools.wraps(start)
+    def hooked_start(prof: torch.profiler.profile) -> None:
+        if ours(prof):
+            rec.schedule = read_schedule(prof)  # before the profiler starts: no step pays for it
+        start(prof)
+        if ours(prof):
+            rec.step_begins(prof)
+
+    @functools.wraps(step)
+    def hooked_step(prof: torch.profiler.profile) -> None:
+        if ours(prof):
+            rec.step_ends(prof)
+        step(prof)
+        if ours(prof):
+            rec.step_begins(prof)
+
+    cls.start, cls.step = hooked_start, hooked_step
+    try:
+        yield
+    finally:
+        cls.start, cls.step = start, step
 
 
 def finish(

@@ -65,7 +65,11 @@ def physics_lines(work: Work, seconds: float, what: str, how: str, run: Run, dev
 
 
 def print_report(
-    files: TraceFiles, trace: Trace, verdicts: list[Verdict], run: Run, first_guess: list[Verdict] | None = None
+    files: TraceFiles,
+    trace: Trace,
+    verdicts: list[Verdict],
+    run: Run,
+    first_guess: list[Verdict] | None = None,
 ) -> None:
     """The top of the profiler table, guess vs trace with one step's GPU work, the physics, and the verdict: what
     bounds the run's steps (common.analysis.diagnosis).

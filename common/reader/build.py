@@ -544,7 +544,7 @@ class _Collector:
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
         tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
-        notes = []
+        notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
         if whole:

@@ -88,12 +88,20 @@ def test_two_ctrl_cs_while_05_saves_keep_the_earlier_trace_or_the_whole_new_one(
 
 
 @pytest.mark.slow
-def test_one_signal_during_the_save_keeps_the_earlier_trace_byte_for_byte(tmp_path, earlier_05):
+def test_one_signal_during_the_save_lets_the_write_finish_and_says_so(tmp_path, earlier_05):
     folder, proc = rerun_05_over(tmp_path, earlier_05)
-    os.kill(proc.pid, signal.SIGTERM)  # taken once the save is done, before the output is checked
-    _, err = proc.communicate(timeout=HANG_GUARD_S)
-    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted"
-    assert files(folder) == earlier_05 and hidden(folder) == []
+    os.kill(proc.pid, signal.SIGTERM)  # the save goes on to its end; the files are kept, marked, then the run ends
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1] == "interrupted", err
+    assert "SIGTERM: letting the trace's write finish, then stopping" in err
+    after = files(folder)
+    assert sorted(after) == sorted(earlier_05) and hidden(folder) == []
+    assert all(after[name] != earlier_05[name] for name in after)  # both replaced, the new pair whole
+    said = "stopped by SIGTERM while the trace was written, after its 60 steps"
+    table = next(name for name in after if name.endswith(".txt"))
+    assert after[table].decode().splitlines()[0] == said and said in out
+    trace = read_trace(folder / next(name for name in after if name.endswith(".json")))
+    assert len(trace.steps) == 60 and said in trace.notes
 
 
 @pytest.mark.parametrize(
