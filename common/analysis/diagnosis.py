@@ -364,11 +364,11 @@ class _Usual:
 
     def of_kind(self, role: str) -> float:
         if role not in self.kinds:
-            lengths = [node.us for node in self.trace.tree.of_role(role)]
-            self.kinds[role] = statistics.median(lengths) if lengths else 0.0
             by_name: dict[str, list[float]] = {}
             for node in self.trace.tree.of_role(role):
                 by_name.setdefault(node.name, []).append(node.us)
+            lengths = [us for each in by_name.values() for us in each]
+            self.kinds[role] = statistics.median(lengths) if lengths else 0.0
             for name, us in by_name.items():
                 if len(us) >= 3:
                     usual = statistics.median(us)
@@ -516,7 +516,7 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
 def _applied(trace: Trace) -> dict[str, str]:
     """The levers the trace shows applied already, each with its evidence: "workers" (the DataLoader's iterator is
     _MultiProcessingDataLoaderIter), "fused optimizer" (a Fused* optimizer, or fused optimizer ops/kernels),
-    "foreach optimizer", "CUDA graphs" (graph launches in the steps), "torch.compile" (compiled code ran)."""
+    "foreach optimizer", "CUDA graphs" (graph launches in the steps). Compiled code is the scan's (_Scan.compiled)."""
     found: dict[str, str] = {}
     labels = {node.name for node in trace.tree.of_role("DataLoader")} | {
         node.name for node in trace.tree.of_role("optimizer")
@@ -634,22 +634,21 @@ def _one_time_items(trace: Trace, budgets: list[Budget]) -> Counter:
     return items
 
 
-def _one_time_parts(trace: Trace, budgets: list[Budget]) -> tuple[str, str]:
-    """The one-time costs of `budgets` (the three largest, with their times) and their lever, with what it saves."""
-    items = _one_time_items(trace, budgets)
+def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
+    """The one-time costs `items` (_one_time_items) of windows `total` µs long: the three largest with their
+    times, and their lever with what it saves."""
     listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3))
-    total = sum(b.span for b in budgets)
     saves = f"saves up to {human_time(sum(items.values()))} of the {human_time(total)} profiled"
     return listed, f"warm up before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps ({saves})"
 
 
-def _one_time(trace: Trace, budgets: list[Budget]) -> str:
-    """'; one-time, not counted in the bound: 1.27 s compiling, 497 ms cudaLaunchKernel → warm up …' over the
-    whole trace, where they hold ONE_TIME_SHOWN of its windows or more; else ''."""
-    once = sum(_one_time_items(trace, budgets).values())
-    if once < ONE_TIME_SHOWN * sum(b.span for b in budgets) or once <= 0:
+def _one_time(items: Counter, total: float) -> str:
+    """'; one-time, not counted in the bound: 1.27 s compiling, 497 ms cudaLaunchKernel → warm up …' where the
+    one-time costs `items` hold ONE_TIME_SHOWN of the profiled windows (`total` µs) or more; else ''."""
+    once = sum(items.values())
+    if once < ONE_TIME_SHOWN * total or once <= 0:
         return ""
-    listed, lever = _one_time_parts(trace, budgets)
+    listed, lever = _one_time_parts(items, total)
     return f"; one-time, not counted in the bound: {listed} → {lever}"
 
 
@@ -1013,8 +1012,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     once = sum(us for (cause, _), us in host_wait_causes(trace, [m]).items() if cause in ONE_TIME)
-    once_all = sum(_one_time_items(trace, budgets).values())
-    total = sum(b.span for b in budgets)
+    items = _one_time_items(trace, budgets)
+    once_all, total = sum(items.values()), sum(b.span for b in budgets)
     steady = _steady(m, once)
     if steady is not m:
         where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
@@ -1022,7 +1021,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     bound = bound_of(steady)
     line = _SAYS[bound](facts)
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
-        listed, lever = _one_time_parts(trace, budgets)
+        listed, lever = _one_time_parts(items, total)
         share = percent(100 * once_all / total)
         head = f"one-time costs hold {share} of the profiled {_unit(trace)}s: {listed} → {lever}"
         if steady.span < (1 - ONE_TIME_LEFT) * m.span or steady.span <= 0:
@@ -1030,7 +1029,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         else:
             line = f"{head}; the steady state: {line}"
     else:
-        line += _one_time(trace, budgets)
+        line += _one_time(items, total)
     rules = [
         r
         for r in (

@@ -164,12 +164,6 @@ class Layer:
             depth += 1
         return depth
 
-    def mask(self, kind: int) -> bytes:
-        """A byte per node: 1 where the node is of category code `kind` (for itertools.compress, in C)."""
-        if self.kind is not None:
-            return (b"\x01" if self.kind == kind else b"\x00") * len(self)
-        return self.kinds.translate(bytes(int(k == kind) for k in range(256)))
-
     def tops(self, mask: bytes | None = None, key: object = None) -> tuple[array, array, array]:
         """The nodes marked in `mask` (a byte per node; None: every node) inside no other marked node: (starts,
         ends, indices), kept under `key`. They do not overlap, so their ends are in order too. In start order (a
@@ -388,28 +382,6 @@ class CallTree:
 
     def __len__(self) -> int:
         return sum(map(len, self.threads.values()))
-
-    @classmethod
-    def build(
-        cls, names: list[str], starts: Sequence[float], ends: Sequence[float], tids: list[object], kinds: bytes
-    ) -> CallTree:
-        """The tree of the events given as parallel columns (name, start, end, thread, category code), in any
-        order: each thread's and category's a Layer (Layer.of)."""
-        columns: dict[object, dict[int, list[int]]] = {}
-        for i, (tid, kind) in enumerate(zip(tids, kinds, strict=True)):
-            columns.setdefault(tid, {}).setdefault(kind, []).append(i)
-        threads = {}
-        for tid, by_kind in columns.items():
-            layers = {}
-            for kind, idx in sorted(by_kind.items()):
-                layers[kind] = Layer.of(
-                    kind,
-                    array("d", map(starts.__getitem__, idx)),
-                    array("d", map(ends.__getitem__, idx)),
-                    list(map(names.__getitem__, idx)),
-                )
-            threads[tid] = Thread(tid, layers)
-        return cls(threads)
 
     def innermost(self, tid: object, t: float, kinds: frozenset[int] | None = None) -> Node | None:
         """The innermost node open at `t` on thread `tid` (of one of the category codes `kinds`, where given)."""

@@ -74,14 +74,3 @@ def role_of(kind: int, name: str) -> int:
     if COMPILING.search(name) and not name.startswith(COMPILE_POOL):
         return R_COMPILING
     return R_LABEL if kind == LABEL else R_PYTHON
-
-
-def optimizer_kind(op_names: object) -> str | None:
-    """How an optimizer steps, from the names of the ops its step ran: "fused" (one _fused_adamw_ kernel set),
-    "foreach" (the _foreach_ ops over the parameter lists), else "for-loop"; None where it ran no op."""
-    names = list(op_names)  # type: ignore[call-overload]
-    if not names:
-        return None
-    if any(name.startswith("aten::_fused_") for name in names):
-        return "fused"
-    return "foreach" if any(name.startswith("aten::_foreach_") for name in names) else "for-loop"

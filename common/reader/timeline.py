@@ -41,47 +41,11 @@ class Window(NamedTuple):
     number: int  # the step's number
 
 
-class Union:
+class Union(NamedTuple):
     """Disjoint (start, end) intervals in time order, µs from the timeline's origin, as two arrays (for bisect)."""
 
-    __slots__ = ("starts", "ends")
-
-    def __init__(self, intervals: list[tuple[float, float]]) -> None:
-        self.starts = array("d", (a for a, _ in intervals))
-        self.ends = array("d", (b for _, b in intervals))
-
-    @classmethod
-    def of(cls, starts: array, ends: array) -> Union:
-        """The union whose intervals are given as two arrays."""
-        union = cls.__new__(cls)
-        union.starts, union.ends = starts, ends
-        return union
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def between(self, start: float, end: float) -> range:
-        """The indices of the intervals that overlap (start, end): those ending after `start` and starting before
-        `end`, by two binary searches."""
-        return range(bisect.bisect_right(self.ends, start), bisect.bisect_left(self.starts, end))
-
-    def length(self, start: float, end: float) -> float:
-        """How long the union covers [start, end] (µs), each interval cut to the window."""
-        return self.lengths([(start, end)])[0]
-
-    def lengths(self, bounds: list[tuple[float, float]]) -> list[float]:
-        """How long the union covers each window of `bounds` (µs), each interval cut to it: one sweep where the
-        windows come in time order (each binary search starts where the last one ended)."""
-        starts, ends, n = self.starts, self.ends, len(self.starts)
-        out, i, last = [], 0, -math.inf
-        for lo, hi in bounds:
-            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
-            last, total, j = lo, 0.0, i
-            while j < n and starts[j] < hi:
-                total += min(ends[j], hi) - max(starts[j], lo)
-                j += 1
-            out.append(total)
-        return out
+    starts: array
+    ends: array
 
 
 class WindowParts:
@@ -148,19 +112,8 @@ class GpuTimeline:
         ends = array("d", map(operator.add, starts, map(US, self.ops)))
         self.reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each op: ascending
         begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
-        self.union = Union.of(begins, lasts)
+        self.union = Union(begins, lasts)
         self._ends = ends
-
-    def ops_in(self, start: float, end: float) -> list[GpuOp]:
-        """The ops that run during (start, end), in start order: found by binary search over the running maximum
-        end (the first op that can still be open at `start`) and over the starts."""
-        lo = bisect.bisect_right(self.reach, start - self.origin)
-        hi = bisect.bisect_left(self.starts, end - self.origin)
-        return [op for op in self.ops[lo:hi] if op.start + op.us > start]
-
-    def busy_us(self, start: float, end: float) -> float:
-        """How long at least one GPU op runs in [start, end] (µs), from the trace's one union."""
-        return self.union.length(start - self.origin, end - self.origin)
 
     @functools.cached_property
     def has_comm(self) -> bool:
