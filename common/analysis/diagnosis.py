@@ -578,13 +578,13 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
     return _cpu_lever(trace, phase, compiled)
 
 
-def _host_story(trace: Trace, budgets: list[Budget], phase: str | None, compiled: bool, m: Budget) -> str:
+def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool, m: Budget) -> str:
     """'; N of each step's host wait is X → try LEVER (saves up to …)' for the largest cause of the median step
-    `m` (two where they are close), each figure the median step's own, levers ranked by what they save; then the
-    one-time costs of the whole trace, apart."""
+    `m` (two where they are close; `causes`: its host_wait_causes), each figure the median step's own, levers
+    ranked by what they save. Its one-time causes are left out (the verdict says them apart)."""
     by: Counter = Counter()
     names: dict[str, Counter] = {}
-    for (cause, what), us in host_wait_causes(trace, [m]).items():
+    for (cause, what), us in causes.items():
         if cause in ONE_TIME:
             continue
         by[cause] += us
@@ -851,6 +851,7 @@ class _Facts(NamedTuple):
     longest: Gap | None
     scan: _Scan
     eff: dict
+    causes: Counter  # the median step's host_wait_causes
 
 
 def _says_communication(f: _Facts) -> str:
@@ -906,7 +907,7 @@ def _says_idle(f: _Facts) -> str:
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
                 f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
-                f"{_host_story(trace, f.budgets, phase, f.scan.compiled, m)}")  # fmt: skip
+                f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
     return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
             f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
             f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
@@ -952,7 +953,7 @@ def _says_balanced(f: _Facts) -> str:
     gpu_part = _says_gpu(f).removeprefix("bound by the GPU: ")
     return (
         f"balanced between the GPU and the host: {gpu_part}; and the GPU waits for the host "
-        f"{percent(f.m.pct(f.m.host_wait))} of it{_host_story(f.trace, f.budgets, None, f.scan.compiled, f.m)}"
+        f"{percent(f.m.pct(f.m.host_wait))} of it{_host_story(f.trace, f.causes, None, f.scan.compiled, f.m)}"
     )
 
 
@@ -963,13 +964,13 @@ def _says_gpu_and_host(f: _Facts) -> str:
     if f.m.host_wait < HOST_ASIDE * f.m.span:
         return line
     causes = Counter()
-    for (cause, _), us in host_wait_causes(f.trace, [f.m]).items():
+    for (cause, _), us in f.causes.items():
         causes[cause] += us
     top = max(causes, key=causes.__getitem__, default=None)
     if top not in ("data loading", "the optimizer", "CPU op", "a sync", "runtime call"):
         return line
     return (f"{line}; and the GPU waits for the host {percent(f.m.pct(f.m.host_wait))} of it"
-            f"{_host_story(f.trace, f.budgets, None, f.scan.compiled, f.m)}")  # fmt: skip
+            f"{_host_story(f.trace, f.causes, None, f.scan.compiled, f.m)}")  # fmt: skip
 
 
 _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says_idle, "copies": _says_copies,
@@ -1011,13 +1012,14 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    once = sum(us for (cause, _), us in host_wait_causes(trace, [m]).items() if cause in ONE_TIME)
+    causes = host_wait_causes(trace, [m])  # the median step's, found once
+    once = sum(us for (cause, _), us in causes.items() if cause in ONE_TIME)
     items = _one_time_items(trace, budgets)
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
     steady = _steady(m, once)
     if steady is not m:
         where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
-    facts = _Facts(trace, budgets, steady, where, longest_gaps[0] if longest_gaps else None, scan, eff)
+    facts = _Facts(trace, budgets, steady, where, longest_gaps[0] if longest_gaps else None, scan, eff, causes)
     bound = bound_of(steady)
     line = _SAYS[bound](facts)
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
