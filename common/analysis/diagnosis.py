@@ -10,6 +10,7 @@ where their evidence is in the trace. Everything comes from the one pass of comm
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from collections import Counter
@@ -403,6 +404,8 @@ def _captures(trace: Trace) -> list[tuple[float, float]]:
         for kind in (RUNTIME, DRIVER):
             layer = thread.layer(kind)
             marks = CAPTURE_BEGIN + CAPTURE_END
+            if not any(name.startswith(marks) for name in set(layer.names)):  # most often: once per distinct name
+                continue
             calls += [(layer.starts[i], layer.ends[i], name.startswith(CAPTURE_BEGIN))
                       for i, name in enumerate(layer.names) if name.startswith(marks)]  # fmt: skip
         begin = None
@@ -425,23 +428,31 @@ class HeldBy(NamedTuple):
     thread: object = None
 
 
-class GapContext(NamedTuple):
-    """What every gap of a trace is read against, found once: the launches' starts (sorted), the usual lengths, the
-    CUDA graph captures, the optimizer phases."""
+class GapContext:
+    """What every gap of a trace is read against, each found once and only where a gap asks for it: the launches'
+    starts (sorted), the usual lengths, the CUDA graph captures, the optimizer phases."""
 
-    launched: list[float]
-    usual: _Usual
-    captures: list[tuple[float, float]]
-    optimizer_phases: set[str]
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.usual = _Usual(trace)
+        self.optimizer_phases = {name for name in trace.phases if "optim" in name.lower()}
+
+    @functools.cached_property
+    def launched(self) -> list[float]:
+        return sorted(op.launch.ts for step in self.trace.steps for op in step.gpu if op.launch is not None)
+
+    @functools.cached_property
+    def captures(self) -> list[tuple[float, float]]:
+        return _captures(self.trace)
 
 
 def gap_context(trace: Trace) -> GapContext:
-    launched = sorted(op.launch.ts for step in trace.steps for op in step.gpu if op.launch is not None)
-    phases = {name for name in trace.phases if "optim" in name.lower()}
-    return GapContext(launched, _Usual(trace), _captures(trace), phases)
+    return GapContext(trace)
 
 
-def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0) -> Counter:
+def host_wait_causes(
+    trace: Trace, budgets: list[Budget], shortest: float = 0.0, context: GapContext | None = None
+) -> Counter:
     """Where the host-wait idle went, µs over `budgets`, by what the CPU did during each such gap, from the call
     tree. Each microsecond falls in exactly one cause, taken in this order: ("compiling", label) for Dynamo,
     Inductor, autotuning or graph capture; ("one-time", name) for a runtime call or an op ONE_TIME_FACTOR times its
@@ -452,7 +463,7 @@ def host_wait_causes(trace: Trace, budgets: list[Budget], shortest: float = 0.0)
     nothing meanwhile; ("launches", "") for the short ops that launch the GPU's work one by one; ("no recorded op",
     "") for time in none (Python between ops). Gaps of `shortest` µs or less are left out."""
     causes: Counter = Counter()
-    context = gap_context(trace)
+    context = context or gap_context(trace)
     for b in budgets:
         for gap in b.gaps:
             if gap.kind == "host" and gap.us > max(shortest, 0.0):
@@ -466,7 +477,8 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
     causes: Counter = Counter()
     if gap.kind != "host" or gap.us <= 0:
         return causes, None
-    launched, usual, captures, optimizer_phases = context or gap_context(trace)
+    context = context or gap_context(trace)
+    usual, optimizer_phases = context.usual, context.optimizer_phases
     tree = trace.tree
     held: list = [None, 0.0]
 
@@ -479,7 +491,7 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
     claims = _Claims(gap.start, gap.end)
     for node in tree.overlapping(gap.start, gap.end, "compiling"):
         claim(("compiling", _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
-    for start, end in captures:
+    for start, end in context.captures:
         if start < gap.end and end > gap.start:
             claim(("one-time", "CUDA graph capture"), start, end, "CUDA graph capture")
     for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
@@ -506,7 +518,7 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
             claim(("runtime call", node.name), node.start, node.end, node.name, node.tid)
     for op_start, op_end, name in top_level_ops(trace, gap.start, gap.end):
         long = op_end - op_start >= CPU_OP_US
-        if long and bisect.bisect_left(launched, op_start) < bisect.bisect_right(launched, op_end):
+        if long and bisect.bisect_left(context.launched, op_start) < bisect.bisect_right(context.launched, op_end):
             long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
     causes["no recorded op", ""] += claims.left
@@ -612,7 +624,7 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
     return f"; of the host wait per {unit}, {' and '.join(said)} → try {tried}"
 
 
-def _one_time_items(trace: Trace, budgets: list[Budget]) -> Counter:
+def _one_time_items(trace: Trace, budgets: list[Budget], context: GapContext | None = None) -> Counter:
     """What ran once in `budgets` -> its µs: a first step FIRST_STEP_SLOWER times the others' median or more counts
     its excess over them (what it pays for start-up: compiling, autotuning, first launches); in the other windows,
     the one-time causes of their host-wait gaps of ONE_TIME_US or more (host_wait_causes)."""
@@ -628,7 +640,7 @@ def _one_time_items(trace: Trace, budgets: list[Budget]) -> Counter:
             )
             items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += first.span - usual
             rest = budgets[1:]
-    for (cause, what), us in host_wait_causes(trace, rest, ONE_TIME_US).items():
+    for (cause, what), us in host_wait_causes(trace, rest, ONE_TIME_US, context).items():
         if cause in ONE_TIME:
             items[what if cause == "one-time" else f"compiling ({what})"] += us
     return items
@@ -1012,9 +1024,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    causes = host_wait_causes(trace, [m])  # the median step's, found once
+    context = gap_context(trace)
+    causes = host_wait_causes(trace, [m], context=context)  # the median step's, found once
     once = sum(us for (cause, _), us in causes.items() if cause in ONE_TIME)
-    items = _one_time_items(trace, budgets)
+    items = _one_time_items(trace, budgets, context)
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
     steady = _steady(m, once)
     if steady is not m:

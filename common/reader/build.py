@@ -161,6 +161,7 @@ _new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur,
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
 # record_function label, what today's traces call user_annotation.
+EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
@@ -475,19 +476,19 @@ class _Collector:
                 spans.append((ts, ts - neg_dur, phase))
         return spans
 
-    def check_links(self, tree: CallTree) -> list[str]:
-        """Check each kernel's External id link to a shaped op (Trace.shapes: what its FLOPs are read from) against
-        the time nesting: the op it names must enclose the kernel's launch call on its thread. Where it does not,
-        the op is taken from the nesting (the innermost enclosing shaped op, else none) and the note says how many
-        disagreed, once."""
+    def check_links(self, tree: CallTree, ops: list[GpuOp]) -> list[str]:
+        """Check the External id link of each kernel of `ops` to a shaped op (Trace.shapes: what its FLOPs are read
+        from) against the time nesting: the op it names must enclose the kernel's launch call on its thread. Where it
+        does not, the op is taken from the nesting (the innermost enclosing shaped op, else none) and the note says
+        how many disagreed, once."""
         shaped, spans = self.shapes, self.shaped_spans
         if not shaped:
             return []
         at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id, made where a link is broken
         linked = broken = 0
-        for _, _, op in self.gpu:
+        for op in compress(ops, map(shaped.__contains__, map(EXTERNAL, ops))):  # the linked ones, picked in C
             launch, ext = op.launch, op.external
-            if launch is None or ext not in shaped or op.category != "kernel":
+            if launch is None or op.category != "kernel":
                 continue
             linked += 1
             ts, end, tid = spans[ext]
@@ -637,7 +638,8 @@ class _Collector:
                     f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between "
                     "steps?): not counted"
                 )
-        link_notes = self.check_links(tree)
+        gpu = [op for _, _, op in self.gpu]
+        link_notes = self.check_links(tree, gpu)
         notes += link_notes
         devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
         if devices:
@@ -667,7 +669,7 @@ class _Collector:
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
-            tree=tree, gpu=[op for _, _, op in self.gpu], devices=devices, broken_links=bool(link_notes),
+            tree=tree, gpu=gpu, devices=devices, broken_links=bool(link_notes),
             shaped_calls=sorted(self.shaped_calls, key=lambda c: (c[0], -c[1])),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
         )  # fmt: skip

@@ -108,6 +108,9 @@ class Layer:
     def roles(self) -> bytes:
         """A kind-of-time code per node (common.reader.kinds.ROLES), typed once, when first asked for: once per
         distinct name and category."""
+        if self._roles is None and self.kind is not None:  # one category: a name's role looked up in C
+            role = {name: role_of(self.kind, name) for name in set(self.names)}
+            self._roles = bytes(map(role.__getitem__, self.names))
         if self._roles is None:
             typed: dict[tuple[int, str], int] = {}
             self._roles = bytes(

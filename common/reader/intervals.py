@@ -37,11 +37,12 @@ def union_sorted(
         return array("d"), array("d"), array("l")
     if reach is None:
         reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each: ascending
-    later = map(operator.gt, itertools.islice(starts, 1, None), map(touch.__add__, reach))
+    # a byte per interval after the first: 1 where it opens an interval of the union
+    reached = map(operator.add, reach, itertools.repeat(touch))
+    later = bytes(map(operator.gt, itertools.islice(starts, 1, None), reached))
     firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
-    closes = itertools.chain(itertools.islice(firsts, 1, None), (len(starts),))  # the index after each interval
-    lasts = array("d", map(reach.__getitem__, map((-1).__add__, closes)))
-    return array("d", map(starts.__getitem__, firsts)), lasts, firsts
+    lasts = array("d", itertools.compress(reach, itertools.chain(later, (1,))))  # each closes before the next opens
+    return array("d", itertools.compress(starts, itertools.chain((1,), later))), lasts, firsts
 
 
 def union_us(intervals: Iterable[Interval]) -> float:

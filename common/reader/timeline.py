@@ -103,12 +103,16 @@ class GpuTimeline:
     __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "__dict__")
 
     def __init__(self, ops: list[GpuOp]) -> None:
-        timed = [op for op in ops if op.start is not None]
-        starts = list(map(START, timed))
-        in_order = not any(map(operator.gt, starts, itertools.islice(starts, 1, None)))  # a trace's most often are
-        self.ops = timed if in_order else sorted(timed, key=START)
-        origin = self.origin = self.ops[0].start if self.ops else 0.0
-        self.starts = starts = array("d", map(origin.__rsub__, map(START, self.ops)))  # from the origin, ascending
+        begins = list(map(START, ops))
+        if None in begins:  # an op with no start time (not the reader's): left out
+            ops = [op for op in ops if op.start is not None]
+            begins = list(map(START, ops))
+        in_order = not any(map(operator.gt, begins, itertools.islice(begins, 1, None)))  # a trace's most often are
+        self.ops = list(ops) if in_order else sorted(ops, key=START)
+        if not in_order:
+            begins = list(map(START, self.ops))
+        origin = self.origin = begins[0] if begins else 0.0
+        self.starts = starts = array("d", map(operator.sub, begins, itertools.repeat(origin)))  # ascending
         ends = array("d", map(operator.add, starts, map(US, self.ops)))
         self.reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each op: ascending
         begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
