@@ -14,7 +14,7 @@ import functools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -31,11 +31,10 @@ from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
-from common.reader.calltree import Node, Thread
+from common.reader.calltree import CallTree, Node, Thread
 from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
-    COMPILER_LABELS,
     DATALOADER,
     DRIVER,
     GRAPH_LAUNCHES,
@@ -63,7 +62,13 @@ FUSABLE_SHARE = 0.4  # pointwise, reduce and softmax kernels this share of GPU b
 CPU_OP_US = 200.0  # a top-level CPU op this long during a host wait is CPU work (randn, a copy); shorter ones launch
 ONE_TIME_FACTOR = 10.0  # a runtime call or op this many times its kind's usual length: a one-time cost
 ONE_TIME_US = 1000.0  # ... and at least this long
+COMPILED_OPS = ("CompiledFunction", "Torch-Compiled Region")  # ops only torch.compile's code runs
+COMPILED_LABELS = ("## Call CompiledFxGraph", "Torch-Compiled Region")  # its labels (a user's "## forward ##" is not)
 ONE_TIME_MOST = 3  # a call slow that way more times than this in a trace recurs: not one-time
+# the ops that allocate: one ONE_TIME_US or longer, of a name seen fewer than ONE_TIME_MOST times or ONE_TIME_FACTOR
+# times its usual length, grew the caching allocator (a cudaMalloc the trace may not record): one-time
+ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+                         "aten::new_empty_strided", "aten::resize_"})  # fmt: skip
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
@@ -234,10 +239,18 @@ def _scan(trace: Trace) -> _Scan:
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    compiled = "triton" in families or any(
-        name.startswith(COMPILER_LABELS)
-        for thread in trace.tree.threads.values()
-        for name in set(thread.layer(LABEL).names)
+    compiled = (
+        "triton" in families
+        or any(
+            name.startswith(COMPILED_LABELS)
+            for thread in trace.tree.threads.values()
+            for name in set(thread.layer(LABEL).names)
+        )
+        or any(  # AOTAutograd's function around a compiled graph, or the compiled region: compiled on any backend
+            name.startswith(COMPILED_OPS)
+            for thread in trace.tree.threads.values()
+            for name in set(thread.layer(OP).names)
+        )
     )
     return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
 
@@ -362,6 +375,7 @@ class _Usual:
         self.kinds: dict[str, float] = {}
         self.names: dict[tuple[str, str], float] = {}
         self.ops: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
 
     def of_kind(self, role: str) -> float:
         if role not in self.kinds:
@@ -388,7 +402,13 @@ class _Usual:
         if name not in self.ops:
             lengths = [node.us for node in self.trace.tree.named(name, OP)]
             self.ops[name] = statistics.median(lengths) if lengths else 0.0
+            self.counts[name] = len(lengths)
         return self.ops[name]
+
+    def seen(self, name: str) -> int:
+        """How many times an op of this name ran in the trace."""
+        self.of_op(name)
+        return self.counts[name]
 
     @staticmethod
     def once(us: float, usual: float) -> bool:
@@ -500,10 +520,27 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
             if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual.of_call(role, node.name))):
                 claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
     waits = tree.overlapping(gap.start, gap.end, "sync")
-    for node in tree.top_level(gap.start, gap.end, OP):
-        waited = sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
-                     if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
-        if node.us >= ONE_TIME_US and waited < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
+
+    def waited(node: Node) -> float:
+        return sum(min(w.end, node.end) - max(w.start, node.start) for w in waits
+                   if w.tid == node.tid and w.start < node.end and w.end > node.start)  # fmt: skip
+
+    def launched(start: float, end: float) -> bool:
+        return bisect.bisect_left(context.launched, start) < bisect.bisect_right(context.launched, end)
+
+    tops, quiet = tree.top_level(gap.start, gap.end, OP), []
+    for node in tops:
+        if node.us >= ONE_TIME_US and waited(node) < node.us / 2 and usual.once(node.us, usual.of_op(node.name)):
+            claim(("one-time", f"first {node.name}"), node.start, node.end, node.name, node.tid)
+        if node.us >= CPU_OP_US and launched(node.start, node.end):  # a wrapper: what inside it launched nothing
+            quiet += _quiet_parts(tree, node, launched)
+    for node in quiet:  # an allocation that grew the caching allocator (cudaMalloc), a first call inside a wrapper
+        if node.us < ONE_TIME_US or waited(node) >= node.us / 2:
+            continue
+        rare = usual.seen(node.name) < ONE_TIME_MOST
+        if node.name in ALLOCATIONS and (rare or usual.once(node.us, usual.of_op(node.name))):
+            claim(("one-time", f"allocator growth ({node.name})"), node.start, node.end, node.name, node.tid)
+        elif usual.once(node.us, usual.of_op(node.name)):
             claim(("one-time", f"first {node.name}"), node.start, node.end, node.name, node.tid)
     for role in ("DataLoader", "optimizer", "label"):
         for node in tree.overlapping(gap.start, gap.end, role):
@@ -516,19 +553,35 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
     for node in tree.overlapping(gap.start, gap.end, "runtime call"):
         if node.us >= CPU_OP_US:
             claim(("runtime call", node.name), node.start, node.end, node.name, node.tid)
+    for node in quiet:  # CPU work inside a wrapper, not its launches
+        claim(("CPU op", node.name), node.start, node.end, node.name, node.tid)
     for op_start, op_end, name in top_level_ops(trace, gap.start, gap.end):
         long = op_end - op_start >= CPU_OP_US
-        if long and bisect.bisect_left(context.launched, op_start) < bisect.bisect_right(context.launched, op_end):
+        if long and launched(op_start, op_end):
             long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
     causes["no recorded op", ""] += claims.left
     return causes, held[0]
 
 
+def _quiet_parts(tree: CallTree, node: Node, launched: Callable[[float, float], bool]) -> list[Node]:
+    """The ops inside `node` (an op that launched GPU work) of CPU_OP_US or more that launched nothing, none inside
+    another: the CPU work a wrapper did between its launches (an allocation, a host-side op)."""
+    parts, covered = [], -math.inf
+    for inner in tree.starting(node.start, node.end, OP):
+        if inner.tid != node.tid or inner.end > node.end or (inner.layer is node.layer and inner.index == node.index):
+            continue
+        if inner.start >= covered and inner.us >= CPU_OP_US and not launched(inner.start, inner.end):
+            parts.append(inner)
+            covered = inner.end
+    return parts
+
+
 def _applied(trace: Trace) -> dict[str, str]:
     """The levers the trace shows applied already, each with its evidence: "workers" (the DataLoader's iterator is
     _MultiProcessingDataLoaderIter), "fused optimizer" (a Fused* optimizer, or fused optimizer ops/kernels),
-    "foreach optimizer", "CUDA graphs" (graph launches in the steps). Compiled code is the scan's (_Scan.compiled)."""
+    "foreach optimizer", "CUDA graphs" (graph launches in the steps), "torch.compile" (its ops or labels). Compiled
+    code of any kind, Triton kernels included, is the scan's (_Scan.compiled)."""
     found: dict[str, str] = {}
     labels = {node.name for node in trace.tree.of_role("DataLoader")} | {
         node.name for node in trace.tree.of_role("optimizer")
@@ -550,6 +603,12 @@ def _applied(trace: Trace) -> dict[str, str]:
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     if graphs:
         found["CUDA graphs"] = f"{num(graphs)} graph launch{'' if graphs == 1 else 'es'} per step"
+    compiled = next((name for name in steps_ops if name.startswith(COMPILED_OPS)), None)
+    compiled = compiled or next(
+        (name for thread in trace.tree.threads.values() for name in set(thread.layer(LABEL).names)
+         if name.startswith(COMPILED_LABELS)), None)  # fmt: skip
+    if compiled:  # torch.compile's own ops or labels (Triton kernels alone may be a library's, run eagerly)
+        found["torch.compile"] = compiled
     return found
 
 
@@ -815,6 +874,8 @@ def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
     if (trace.per_step(lambda s: s.launches) or 0) <= 1:
         return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
                 "or capture")  # fmt: skip
+    if "torch.compile" in _applied(trace):
+        return 'CUDA graphs on top of torch.compile (its mode="reduce-overhead"), or a larger batch'
     if compiled:
         return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
     return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'

@@ -130,3 +130,33 @@ def test_all_to_all_communication_is_not_told_to_tune_ddp_buckets():
                       correlation=k)]  # fmt: skip
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("bound by exposed communication") and "all-to-all" in line and "bucket" not in line, line
+
+
+def test_an_allocation_inside_a_launching_op_is_allocator_growth_not_launches():
+    ones = [ev("cpu_op", "aten::ones", 1_000, 60_000), ev("cpu_op", "aten::empty", 1_005, 58_000),
+            ev("cpu_op", "aten::fill_", 59_100, 1_800),
+            ev("cuda_runtime", "cudaLaunchKernel", 59_200, 30, correlation=5),
+            ev("kernel", "fill_kernel", 59_400, 5, tid=7, correlation=5)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": window([*ones, *launches(62_000, 600, every=60)])})).verdict
+    assert "58.0 ms allocator growth (aten::empty)" in line and "one-time" in line, line
+
+
+def test_cpu_work_inside_a_launching_op_is_that_op_s_not_launch_work():
+    step = [ev("cpu_op", "aten::index", 1_000, 60_000), ev("cpu_op", "aten::nonzero", 1_005, 58_000),
+            ev("cuda_runtime", "cudaLaunchKernel", 59_200, 30, correlation=5),
+            ev("kernel", "index_kernel", 59_400, 5, tid=7, correlation=5)]  # fmt: skip
+    steady = [[*step]] * 3
+    line = diagnose(parse(steps(steady, us=100_000))).verdict
+    assert "aten::nonzero on the CPU" in line and "launching the GPU's work" not in line, line
+
+
+def test_compiled_function_ops_show_torch_compile_applied_in_the_lever():
+    steady = [[ev("cpu_op", "CompiledFunction", 10, 9_000), *launches(20, 150, every=60)]] * 3
+    line = diagnose(parse(steps(steady, us=10_000))).verdict
+    assert "CUDA graphs on top of torch.compile" in line and "try torch.compile (fewer" not in line, line
+
+
+def test_a_user_label_starting_with_hashes_is_not_torch_compile():
+    steady = [[ev("user_annotation", "## forward ##", 10, 9_000), *launches(20, 150, every=60)]] * 3
+    line = diagnose(parse(steps(steady, us=10_000))).verdict
+    assert "try torch.compile (fewer, fused kernels)" in line, line
