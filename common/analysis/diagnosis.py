@@ -874,11 +874,28 @@ def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
     if (trace.per_step(lambda s: s.launches) or 0) <= 1:
         return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
                 "or capture")  # fmt: skip
+    syncs = _syncs_per_step(trace)
+    first = (f"taking its {num(syncs)} sync{'' if syncs == 1 else 's'} per step out of the step first (.item(), "
+             ".cpu(), a tensor in an `if`: no CUDA graph can hold one), then " if syncs else "")  # fmt: skip
     if "torch.compile" in _applied(trace):
-        return 'CUDA graphs on top of torch.compile (its mode="reduce-overhead"), or a larger batch'
+        return first + 'CUDA graphs on top of torch.compile (its mode="reduce-overhead"), or a larger batch'
     if compiled:
-        return 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
-    return 'torch.compile (fewer, fused kernels) or CUDA graphs (mode="reduce-overhead"), or a larger batch'
+        return first + 'CUDA graphs (torch.compile mode="reduce-overhead") or a larger batch'
+    # CUDA graphs first: they take every launch off the CPU, where fusing removes only the fusable kernels'
+    return (
+        first
+        + 'CUDA graphs (torch.compile mode="reduce-overhead"), or torch.compile to fuse kernels, or a larger batch'
+    )
+
+
+def _syncs_per_step(trace: Trace) -> float:
+    """The median count of sync calls inside a step, the loop's own end-of-step synchronize left out."""
+
+    def inside(step: Step) -> int:
+        launches = [op.launch.ts for op in step.gpu if op.launch is not None]
+        return len(_in_step_syncs(step, max(launches) if launches else None))
+
+    return trace.per_step(inside) or 0
 
 
 def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:

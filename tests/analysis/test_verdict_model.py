@@ -153,10 +153,18 @@ def test_cpu_work_inside_a_launching_op_is_that_op_s_not_launch_work():
 def test_compiled_function_ops_show_torch_compile_applied_in_the_lever():
     steady = [[ev("cpu_op", "CompiledFunction", 10, 9_000), *launches(20, 150, every=60)]] * 3
     line = diagnose(parse(steps(steady, us=10_000))).verdict
-    assert "CUDA graphs on top of torch.compile" in line and "try torch.compile (fewer" not in line, line
+    assert "CUDA graphs on top of torch.compile" in line and "or torch.compile to fuse" not in line, line
 
 
 def test_a_user_label_starting_with_hashes_is_not_torch_compile():
     steady = [[ev("user_annotation", "## forward ##", 10, 9_000), *launches(20, 150, every=60)]] * 3
     line = diagnose(parse(steps(steady, us=10_000))).verdict
-    assert "try torch.compile (fewer, fused kernels)" in line, line
+    assert "or torch.compile to fuse kernels" in line, line
+
+
+def test_launch_overhead_names_cuda_graphs_first_and_syncs_before_them():
+    reads = [ev("cuda_runtime", "cudaStreamSynchronize", 3_000 + 1_000 * k, 20) for k in range(4)]
+    steady = [[*launches(20, 150, every=60), *reads]] * 3
+    line = diagnose(parse(steps(steady, us=10_000))).verdict
+    assert "taking its 4 syncs per step out of the step first" in line, line
+    assert line.index("CUDA graphs (torch.compile") < line.index("torch.compile to fuse"), line
