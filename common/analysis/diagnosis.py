@@ -992,8 +992,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             if not trace.gpu_activity
             else "its GPU work ran outside the profiled steps"
         )
-        line = (f"no bound: the trace has {num(launches)} launch{'' if launches == 1 else 'es'} but no GPU work "
-                f"(kernels, memcpy, memset) in its steps, so nothing says how busy the GPU was; likely {why}, "
+        made = (f"the trace has {num(launches)} launch{'' if launches == 1 else 'es'} but no GPU work (kernels, "
+                "memcpy, memset) in its steps" if launches  # never "0 launches but no GPU work"
+                else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
+        line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
@@ -1004,10 +1006,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 "nothing says where its time went")  # fmt: skip
         return Diagnosis("—", line, budgets, [], m, {})
     unit = {"iteration": "iteration", "window": "window"}.get(trace.cpu_source, "step")  # never "step" for either
+    owner = "the" if unit == "window" else f"the {unit}'s"  # never "the window's … GPU window"
     where = (
         f"the {human_time(m.span)} {unit}"
         if m.window == "step"
-        else (f"the {unit}'s {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
+        else (f"{owner} {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
     )
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)

@@ -1,0 +1,72 @@
+"""What the summary and the verdict say where a trace lacks a figure: only what it records, never a placeholder
+("rank 0 of ? (?)"), a count of nothing ("0 launches but no GPU work") or a word twice ("the window's … GPU
+window"). Issue 46's smaller untruths."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import command, ev, tiny_gpu_trace
+
+from common.analysis.diagnosis import diagnose
+from common.analysis.summary import main
+from common.reader.build import parse
+
+H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+
+
+def rank_note(tmp_path, capsys, info: dict) -> str:
+    data = tiny_gpu_trace()
+    data["distributedInfo"] = info
+    (tmp_path / "t.json").write_text(json.dumps(data))
+    code, out, err = command(main, capsys, tmp_path / "t.json")
+    assert code == 0, err
+    [note] = [line for line in out.splitlines() if line.startswith("note: ") and ": rank" in line]
+    return note.split(": ", 2)[2]
+
+
+@pytest.mark.parametrize(
+    ("info", "said"),
+    [
+        ({"rank": 0}, "rank 0"),
+        ({"rank": 3, "world_size": 8}, "rank 3 of 8"),
+        ({"rank": 1, "world_size": 2, "backend": "nccl"}, "rank 1 of 2 (nccl)"),
+    ],
+)
+def test_a_rank_note_says_only_what_distributedinfo_records(tmp_path, capsys, info, said):
+    assert rank_note(tmp_path, capsys, info) == said
+
+
+def test_steps_that_launch_nothing_are_never_called_0_launches():
+    """The GPU's only work ran before the first step: the steps launch nothing."""
+    data = {
+        "traceEvents": [
+            ev("cuda_runtime", "cudaLaunchKernel", 1, 1, correlation=1),
+            ev("kernel", "void at::native::vectorized_elementwise_kernel<4>(int)", 3, 2, tid=7, correlation=1),
+            ev("user_annotation", "ProfilerStep#1", 10, 100),
+            ev("cpu_op", "aten::add", 20, 10),
+            ev("user_annotation", "ProfilerStep#2", 110, 100),
+            ev("cpu_op", "aten::add", 120, 10),
+        ],
+        "deviceProperties": H100,
+    }
+    d = diagnose(parse(data))
+    assert d.bound == "—" and "0 launches" not in d.verdict
+    assert d.verdict.startswith("no bound: its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")
+
+
+def test_a_window_measured_on_the_gpu_is_named_once():
+    """No steps (the whole profiled window) and GPU work after the CPU's span: "the 100 µs GPU window", where it
+    read "the window's 100 µs GPU window"."""
+    data = {
+        "traceEvents": [
+            ev("cpu_op", "aten::mm", 0, 100),
+            ev("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+            ev("kernel", "void ampere_sgemm_64x64_nn<float>(int)", 5000, 1000, tid=7, correlation=1),
+        ],
+        "deviceProperties": H100,
+    }
+    d = diagnose(parse(data))
+    assert d.median.window == "gpu" and "window's" not in d.verdict
+    assert "of the 100 µs GPU window (its GPU work ran outside its CPU span)" in d.verdict
