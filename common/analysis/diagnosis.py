@@ -845,10 +845,9 @@ class _Facts(NamedTuple):
     """What the verdict's wording reads, found once in _diagnose."""
 
     trace: Trace
-    budgets: list[Budget]
-    m: Budget  # the median step's budget
+    step: Step  # the median step: every figure of the verdict's line is its own
+    m: Budget  # the median step's budget (its steady state, where one-time costs are left out)
     where: str  # "the 3.04 ms step", or the GPU window it was measured on
-    longest: Gap | None
     scan: _Scan
     eff: dict
     causes: Counter  # the median step's host_wait_causes
@@ -888,20 +887,21 @@ def _comm_lever(trace: Trace) -> str:
 
 
 def _says_idle(f: _Facts) -> str:
-    """The verdict of a GPU idle half the step or more: waiting for the host (and why), or on its own waits."""
-    trace, m, longest = f.trace, f.m, f.longest
+    """The verdict of a GPU idle half the step or more: waiting for the host (and why), or on its own waits. Its
+    figures are the median step's own (its launches, its longest gap, its idle per phase), never a figure of all
+    steps beside a share of one (issue 46: "longest gap 87.3 ms" in a 162 µs step)."""
+    trace, m = f.trace, f.m
     host = m.host_wait >= m.kernel_wait + m.other_wait
-    launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    by_phase = idle_by_phase(trace, f.budgets)
+    launches = f.step.launches + f.step.graph_launches
+    by_phase = idle_by_phase(trace, [m])
     phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
-    n = len(trace.steps)
-    gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
+    gap = f"; longest gap {human_time(m.longest_gap)}" if m.gaps else ""
     ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
     if ranked:
         shown = ranked if not host else ranked[:1]  # the host wait's causes follow: the phase is its where
-        gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in shown)
+        gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us)}" for p, us in shown)
     optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
-    if optimizer < OPTIMIZER_IDLE * m.idle * n:
+    if optimizer < OPTIMIZER_IDLE * m.idle:
         phase = None
     if host:
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
@@ -1022,7 +1022,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     steady = _steady(m, once)
     if steady is not m:
         where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
-    facts = _Facts(trace, budgets, steady, where, longest_gaps[0] if longest_gaps else None, scan, eff, causes)
+    step = trace.steps[next(i for i, b in enumerate(budgets) if b is m)]  # the budgets are the steps', in order
+    facts = _Facts(trace, step, steady, where, scan, eff, causes)
     bound = bound_of(steady)
     line = _SAYS[bound](facts)
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it

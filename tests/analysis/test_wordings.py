@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import command, ev, tiny_gpu_trace
+from helpers import FIXTURES, command, ev, tiny_gpu_trace
 
 from common.analysis.diagnosis import diagnose
 from common.analysis.summary import main
-from common.reader.build import parse
+from common.reader.build import parse, read_trace
 
 H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
 
@@ -70,3 +70,13 @@ def test_a_window_measured_on_the_gpu_is_named_once():
     d = diagnose(parse(data))
     assert d.median.window == "gpu" and "window's" not in d.verdict
     assert "of the 100 µs GPU window (its GPU work ran outside its CPU span)" in d.verdict
+
+
+def test_the_figures_of_a_verdict_line_are_the_median_steps_own():
+    """Issue 46: "GPU idle 98% of the 162 µs step …; longest gap 87.3 ms": the gap was step #0's start-up, the
+    share the median step's. The line's launches, longest gap and idle per phase are now the median step's."""
+    trace = read_trace(FIXTURES / "01_matmul_add" / "64_bf16_cold_eager_w0u0a20.json.gz")
+    d = diagnose(trace)
+    step = trace.steps[d.budgets.index(d.median)]
+    assert "of the 162 µs step (98% waiting for the host), 2 launches; longest gap 82.1 µs;" in d.verdict
+    assert d.median.longest_gap <= d.median.span and step.launches == 2
