@@ -103,6 +103,8 @@ class Diagnosis:
     rules: list[Rule]
     median: Budget | None
     rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
+    steady: Budget | None = None  # the median step less its one-time costs: what the bound was decided on
+    causes: Counter = field(default_factory=Counter)  # the median step's host_wait_causes
 
 
 # ---- the rules ----
@@ -148,9 +150,10 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     read = SCALAR_READS[1]  # what .item() runs; aten::item only calls it
     for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
         reads_synced = 0
+        end = step.start_us + step.dur_us
         for sync in _in_step_syncs(step, last_launch):
             calls[sync.name] += 1
-            us += sync.dur
+            us += max(0.0, min(sync.ts + sync.dur, end) - max(sync.ts, step.start_us))  # its time in the step alone
             op = _made_in(trace, sync)
             if op is not None and step.start_us <= sync.ts:
                 inside[op] += 1
@@ -751,17 +754,19 @@ def _rule_first_step(trace: Trace) -> Rule | None:
 
 
 def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
-    n = len(trace.steps)
+    """GEMM, attention and convolution ops far from their peak, each with its share of `busy`, the GPU work of the
+    profiled steps (their ops' time summed over streams), taken as its own time is: a mean step's time over the
+    median step's busy read "101% of GPU busy", and over the windows' busy a kernel running past its window too."""
     far = [
         (key, e) for key, e in eff.items()
-        if busy > 0 and e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us / n >= FAR_SHARE * busy
+        if busy > 0 and e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us >= FAR_SHARE * busy
     ]  # fmt: skip
     if not far:
         return None
     far.sort(key=lambda kv: -kv[1].us)
     lines = [
         f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {num(kv[1].pct_peak, 2)}% of peak, "
-        f"{100 * kv[1].us / n / busy:.0f}% of GPU busy"
+        f"{100 * kv[1].us / busy:.0f}% of the GPU work"
         for kv in far[:3]
     ]
     return Rule(
@@ -978,9 +983,12 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
-    if trace.devices and not trace.gpu:  # a device the reader does not model: never "no GPU", never a bound
+    if trace.devices:  # a device the reader does not model: never "no GPU", never a bound (beside a GPU's too)
         line = (f"no bound: the trace's device is {', '.join(trace.devices)}, which the reader does not model, so "
                 "nothing says how busy it was")  # fmt: skip
+        if trace.gpu:
+            line = (f"no bound: the trace also holds work of {', '.join(trace.devices)}, which the reader does not "
+                    "model, so nothing says whether it or the GPU bounds the steps")  # fmt: skip
         return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
@@ -1044,12 +1052,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             _rule_short_kernels(trace, scan),
             _rule_gaps(trace, longest_gaps, m),
             _rule_first_step(trace),
-            _rule_far_from_peak(trace, eff, m.busy),
+            _rule_far_from_peak(trace, eff, sum(scan.shares.values())),
             _rule_math_attention(trace),
         )
         if r is not None
     ]
-    return Diagnosis(bound, line, budgets, rules, m, eff)
+    return Diagnosis(bound, line, budgets, rules, m, eff, steady=steady, causes=causes)
 
 
 def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from common import interrupts
 from common.analysis.diagnosis import bound_lines, diagnose
 from common.analysis.figures import Row, launch_line, summarize
+from common.analysis.invariants import invariant_notes
 from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.files import not_a_file
@@ -469,7 +470,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     out = [heading(title)] if markdown or len(title) <= TEXT_WIDTH else [f"diff: A = {a.name}", f"    → B = {b.name}"]
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
-    bound = bound_lines(diagnose(a), diagnose(b))  # what the diff leads with: the bound before and after
+    da, db = diagnose(a), diagnose(b)
+    bound = bound_lines(da, db)  # what the diff leads with: the bound before and after
     out += [
         *gap,
         *(
@@ -481,7 +483,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     notes = comparability(a, b)
     cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
     lines = [cpu, *(f"note: {n}; compared anyway" for n in notes)]
-    lines += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    for side, trace, d in (("A", a, da), ("B", b, db)):  # a broken invariant of a verdict: one note of its own
+        lines += [f"note: {side}: {note}" for note in (*trace.notes, *invariant_notes(trace, d))]
     out += ["", *(printable(line, newlines=False) for line in lines)]  # a device's or label's name: one line
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)
