@@ -599,6 +599,8 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
     unit = _unit(trace)
     said, saves = [], {}
     one_launch = (trace.per_step(lambda s: s.launches) or 0) <= 1
+    if one_launch and {cause for cause, _ in picked} == {"launches", "no recorded op"}:  # one cause: said once
+        picked = [("launches", sum(us for _, us in picked))]  # not "53.1 µs launching … and 48.9 µs launching …"
     for cause, us in picked:
         what = names[cause].most_common(1)[0][0]
         if one_launch and cause in ("launches", "no recorded op"):  # a fixed cost per launch: more work per launch

@@ -80,3 +80,13 @@ def test_the_figures_of_a_verdict_line_are_the_median_steps_own():
     step = trace.steps[d.budgets.index(d.median)]
     assert "of the 162 µs step (98% waiting for the host), 2 launches; longest gap 82.1 µs;" in d.verdict
     assert d.median.longest_gap <= d.median.span and step.launches == 2
+
+
+def test_one_cause_of_the_host_wait_is_said_once():
+    """02_linear eager launches one kernel a step: its launches and the Python between its ops are one cause (a
+    fixed cost per launch), and the line read "53.1 µs launching the GPU's work op by op and 48.9 µs launching the
+    GPU's work op by op". Said once, with what it saves as before."""
+    d = diagnose(read_trace(FIXTURES / "02_linear" / "1024_32_64_bf16_cold_eager.json.gz"))
+    assert d.verdict.count("launching the GPU's work op by op") == 1
+    assert "of the host wait per step, 102 µs launching the GPU's work op by op → try" in d.verdict
+    assert "(saves up to 102 µs of the 108 µs step)" in d.verdict
