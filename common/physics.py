@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 
@@ -76,14 +77,24 @@ class Peak:
 
 
 # Vendor datasheet figures, dense (no sparsity: the TF32, 16-bit and FP8 tensor figures halved where a datasheet
-# prints them with sparsity), 16-bit and FP8 with fp32 accumulation. First match wins, so more specific names come
-# first. Override with --peak-tflops/--peak-gbps (the one figure then stands for every precision).
+# prints them with sparsity), 16-bit and FP8 with fp32 accumulation. A device takes the entry whose every word is a
+# word of its name (find_peak), the entry of the most words where several do: "NVIDIA H200 NVL" is the H200 NVL,
+# never the H200 SXM; "NVIDIA GH200 480GB" the GH200, never an H200 (whose word is not GH200's). Override with
+# --peak-tflops/--peak-gbps (the one figure then stands for every precision).
 PEAKS = [
-    Peak("H200", 989.0, 67.0, 4800.0, 494.7, 1979.0),  # H200 SXM datasheet
+    Peak("H200", 989.0, 67.0, 4800.0, 494.7, 1979.0),  # H200 SXM datasheet ("NVIDIA H200", "NVIDIA H200 141GB HBM3e")
+    Peak("H200 NVL", 835.0, 60.0, 4800.0, 417.5, 1670.5),  # H200 NVL datasheet: same memory, a 600 W card's rates
+    # GH200 Grace Hopper Superchip datasheet (nvidia.com/en-us/data-center/grace-hopper-superchip): its Hopper GPU
+    # has the H100 SXM's compute (67 fp32, 494 TF32, 990 16-bit, 1,979 FP8 dense) and 96 GB HBM3 at 4.0 TB/s
+    # ("NVIDIA GH200 480GB": 480 GB is the Grace CPU's LPDDR5X), or 144 GB HBM3e at 4.9 TB/s ("NVIDIA GH200 144G
+    # HBM3e").
+    Peak("GH200", 989.0, 67.0, 4000.0, 494.7, 1979.0),
+    Peak("GH200 HBM3e", 989.0, 67.0, 4900.0, 494.7, 1979.0),
     Peak("H100 NVL", 835.0, 60.0, 3900.0, 417.5, 1670.5),  # H100 NVL datasheet
     Peak("H100 PCIe", 756.0, 51.0, 2000.0, 378.0, 1513.0),  # H100 PCIe datasheet
-    Peak("H100", 989.0, 67.0, 3350.0, 494.7, 1979.0),  # H100 SXM datasheet
+    Peak("H100", 989.0, 67.0, 3350.0, 494.7, 1979.0),  # H100 SXM datasheet ("NVIDIA H100 80GB HBM3")
     Peak("A100-SXM4-80GB", 312.0, 19.5, 2039.0, 156.0),  # A100 datasheet (80GB SXM, the posts' GPU); no FP8
+    Peak("A100 80GB PCIe", 312.0, 19.5, 1935.0, 156.0),  # A100 datasheet (80GB PCIe)
     Peak("A100", 312.0, 19.5, 1555.0, 156.0),  # A100 40GB datasheet
     Peak("L40S", 362.0, 91.6, 864.0, 183.0, 733.0),  # L40S datasheet
     Peak("L4", 121.0, 30.3, 300.0, 60.0, 242.5),  # L4 datasheet
@@ -95,12 +106,27 @@ PEAKS = [
     Peak("T4", 65.0, 8.1, 320.0),  # T4 datasheet (fp16; no bf16 tensor cores)
 ]
 
+_WORD = re.compile(r"[^\s\-_/(),]+")  # a device name's words: "NVIDIA A100-SXM4-80GB" is nvidia, a100, sxm4, 80gb
+
+
+def _words(name: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(name))
+
+
+def _known_peak(device_name: str) -> Peak | None:
+    """The PEAKS entry of `device_name`: of the entries whose every word is a word of the name, the one of the
+    most words (the first of those). Whole words, never a part of one: "GH200" holds "H200", "L40S" holds "L4",
+    "A100" holds "A10", and none of them is the other GPU."""
+    words = _words(device_name)
+    fits = [p for p in PEAKS if _words(p.name) <= words]
+    return max(fits, key=lambda p: len(_words(p.name)), default=None)
+
 
 def find_peak(device_name: str | None, tflops: float | None = None, gbps: float | None = None) -> Peak | None:
     """The peaks for `device_name` (None on CPU or an unknown GPU), with flag overrides applied."""
     if not isinstance(device_name, str):  # a trace's deviceProperties may hold any JSON value as its name
         device_name = None
-    known = next((p for p in PEAKS if device_name and p.name.lower() in device_name.lower()), None)
+    known = _known_peak(device_name) if device_name else None
     if tflops is None and gbps is None:
         return known
     base = known or Peak(device_name or "custom", 0.0, 0.0, 0.0)

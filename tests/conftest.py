@@ -8,8 +8,14 @@ the fixture's launch as well as the tests that read it.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import end_started
+
+# A verdict that breaks one of its invariants (common.analysis.invariants) fails the test that printed it, where a
+# user's run gets one "internal check" note; set before any test, so the scripts and workers a test starts inherit it.
+os.environ["PROFILING_STRICT_CHECKS"] = "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

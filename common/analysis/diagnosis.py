@@ -109,6 +109,8 @@ class Diagnosis:
     rules: list[Rule]
     median: Budget | None
     rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
+    steady: Budget | None = None  # the median step less its one-time costs: what the bound was decided on
+    causes: Counter = field(default_factory=Counter)  # the median step's host_wait_causes
 
 
 # ---- the rules ----
@@ -154,9 +156,10 @@ def _rule_syncs(trace: Trace, scan: _Scan) -> Rule | None:
     read = SCALAR_READS[1]  # what .item() runs; aten::item only calls it
     for step, last_launch in zip(trace.steps, scan.last_launch, strict=True):
         reads_synced = 0
+        end = step.start_us + step.dur_us
         for sync in _in_step_syncs(step, last_launch):
             calls[sync.name] += 1
-            us += sync.dur
+            us += max(0.0, min(sync.ts + sync.dur, end) - max(sync.ts, step.start_us))  # its time in the step alone
             op = _made_in(trace, sync)
             if op is not None and step.start_us <= sync.ts:
                 inside[op] += 1
@@ -667,6 +670,8 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
     unit = _unit(trace)
     said, saves = [], {}
     one_launch = (trace.per_step(lambda s: s.launches) or 0) <= 1
+    if one_launch and {cause for cause, _ in picked} == {"launches", "no recorded op"}:  # one cause: said once
+        picked = [("launches", sum(us for _, us in picked))]  # not "53.1 µs launching … and 48.9 µs launching …"
     for cause, us in picked:
         what = names[cause].most_common(1)[0][0]
         if one_launch and cause in ("launches", "no recorded op"):  # a fixed cost per launch: more work per launch
@@ -822,17 +827,19 @@ def _rule_first_step(trace: Trace) -> Rule | None:
 
 
 def _rule_far_from_peak(trace: Trace, eff: dict, busy: float) -> Rule | None:
-    n = len(trace.steps)
+    """GEMM, attention and convolution ops far from their peak, each with its share of `busy`, the GPU work of the
+    profiled steps (their ops' time summed over streams), taken as its own time is: a mean step's time over the
+    median step's busy read "101% of GPU busy", and over the windows' busy a kernel running past its window too."""
     far = [
         (key, e) for key, e in eff.items()
-        if busy > 0 and e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us / n >= FAR_SHARE * busy
+        if busy > 0 and e.pct_peak is not None and e.pct_peak < 100 * FAR_FROM_PEAK and e.us >= FAR_SHARE * busy
     ]  # fmt: skip
     if not far:
         return None
     far.sort(key=lambda kv: -kv[1].us)
     lines = [
         f"{kv[0][1][:50]}: {kv[1].tflops:.3g} TFLOP/s, {num(kv[1].pct_peak, 2)}% of peak, "
-        f"{100 * kv[1].us / n / busy:.0f}% of GPU busy"
+        f"{100 * kv[1].us / busy:.0f}% of the GPU work"
         for kv in far[:3]
     ]
     return Rule(
@@ -935,10 +942,9 @@ class _Facts(NamedTuple):
     """What the verdict's wording reads, found once in _diagnose."""
 
     trace: Trace
-    budgets: list[Budget]
-    m: Budget  # the median step's budget
+    step: Step  # the median step: every figure of the verdict's line is its own
+    m: Budget  # the median step's budget (its steady state, where one-time costs are left out)
     where: str  # "the 3.04 ms step", or the GPU window it was measured on
-    longest: Gap | None
     scan: _Scan
     eff: dict
     causes: Counter  # the median step's host_wait_causes
@@ -978,20 +984,21 @@ def _comm_lever(trace: Trace) -> str:
 
 
 def _says_idle(f: _Facts) -> str:
-    """The verdict of a GPU idle half the step or more: waiting for the host (and why), or on its own waits."""
-    trace, m, longest = f.trace, f.m, f.longest
+    """The verdict of a GPU idle half the step or more: waiting for the host (and why), or on its own waits. Its
+    figures are the median step's own (its launches, its longest gap, its idle per phase), never a figure of all
+    steps beside a share of one (issue 46: "longest gap 87.3 ms" in a 162 µs step)."""
+    trace, m = f.trace, f.m
     host = m.host_wait >= m.kernel_wait + m.other_wait
-    launches = trace.per_step(lambda s: s.launches + s.graph_launches) or 0
-    by_phase = idle_by_phase(trace, f.budgets)
+    launches = f.step.launches + f.step.graph_launches
+    by_phase = idle_by_phase(trace, [m])
     phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
-    n = len(trace.steps)
-    gap = "" if longest is None else f"; longest gap {human_time(longest.us)}"
+    gap = f"; longest gap {human_time(m.longest_gap)}" if m.gaps else ""
     ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
     if ranked:
         shown = ranked if not host else ranked[:1]  # the host wait's causes follow: the phase is its where
-        gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us / n)}" for p, us in shown)
+        gap += "; idle per step while the CPU ran " + ", ".join(f"{p} {human_time(us)}" for p, us in shown)
     optimizer = next((us for p, us in ranked if "optim" in p.lower()), 0.0)
-    if optimizer < OPTIMIZER_IDLE * m.idle * n:
+    if optimizer < OPTIMIZER_IDLE * m.idle:
         phase = None
     if host:
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
@@ -1068,9 +1075,12 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
 
 
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
-    if trace.devices and not trace.gpu:  # a device the reader does not model: never "no GPU", never a bound
+    if trace.devices:  # a device the reader does not model: never "no GPU", never a bound (beside a GPU's too)
         line = (f"no bound: the trace's device is {', '.join(trace.devices)}, which the reader does not model, so "
                 "nothing says how busy it was")  # fmt: skip
+        if trace.gpu:
+            line = (f"no bound: the trace also holds work of {', '.join(trace.devices)}, which the reader does not "
+                    "model, so nothing says whether it or the GPU bounds the steps")  # fmt: skip
         return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
@@ -1082,8 +1092,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             if not trace.gpu_activity
             else "its GPU work ran outside the profiled steps"
         )
-        line = (f"no bound: the trace has {num(launches)} launch{'' if launches == 1 else 'es'} but no GPU work "
-                f"(kernels, memcpy, memset) in its steps, so nothing says how busy the GPU was; likely {why}, "
+        made = (f"the trace has {num(launches)} launch{'' if launches == 1 else 'es'} but no GPU work (kernels, "
+                "memcpy, memset) in its steps" if launches  # never "0 launches but no GPU work"
+                else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
+        line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
@@ -1094,10 +1106,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 "nothing says where its time went")  # fmt: skip
         return Diagnosis("—", line, budgets, [], m, {})
     unit = {"iteration": "iteration", "window": "window"}.get(trace.cpu_source, "step")  # never "step" for either
+    owner = "the" if unit == "window" else f"the {unit}'s"  # never "the window's … GPU window"
     where = (
         f"the {human_time(m.span)} {unit}"
         if m.window == "step"
-        else (f"the {unit}'s {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
+        else (f"{owner} {human_time(m.span)} GPU window (its GPU work ran outside its CPU span)")
     )
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
@@ -1110,7 +1123,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     steady = _steady(m, once)
     if steady is not m:
         where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
-    facts = _Facts(trace, budgets, steady, where, longest_gaps[0] if longest_gaps else None, scan, eff, causes)
+    step = trace.steps[next(i for i, b in enumerate(budgets) if b is m)]  # the budgets are the steps', in order
+    facts = _Facts(trace, step, steady, where, scan, eff, causes)
     bound = bound_of(steady)
     line = _SAYS[bound](facts)
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
@@ -1131,12 +1145,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             _rule_short_kernels(trace, scan),
             _rule_gaps(trace, longest_gaps, m),
             _rule_first_step(trace),
-            _rule_far_from_peak(trace, eff, m.busy),
+            _rule_far_from_peak(trace, eff, sum(scan.shares.values())),
             _rule_math_attention(trace),
         )
         if r is not None
     ]
-    return Diagnosis(bound, line, budgets, rules, m, eff)
+    return Diagnosis(bound, line, budgets, rules, m, eff, steady=steady, causes=causes)
 
 
 def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:

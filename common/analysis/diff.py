@@ -12,7 +12,8 @@ changed, the CPU ops added or removed, and the runtime calls whose counts change
 name first; then, within a family, by their short name, the instantiations of one template chosen among by their calls
 and time; then by a close name: more than half of the words that say what they compute in common (MulFunctor never
 pairs with FillFunctor, nor triton_poi_fused_add_mul with triton_poi_fused_add_sum); a gemm, attention or softmax
-kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs. Thousands of
+kernel left alone on each side pairs too, so an A100 and an H200 trace of one script pair their GEMMs; two kernels of
+other names pair only where their calls per step agree within 2× (never a GEMM called 38× as often). Thousands of
 kernels of the same words (a recompiled model's renumbered `triton_poi_fused_add_mul_<n>`) pair in the order of their
 time, in memory linear in their number. The rest are gone or new. The table shows both names of a pair of other
 names, and lists them in full under it. A copy pairs only with a copy the same way (never DtoH with DtoD), a backward
@@ -35,6 +36,7 @@ from pathlib import Path
 from common import interrupts
 from common.analysis.diagnosis import bound_lines, diagnose
 from common.analysis.figures import Row, launch_line, summarize
+from common.analysis.invariants import invariant_notes
 from common.analysis.tables import DASH, TEXT_WIDTH, fit_last_column, num, printable, table
 from common.cli import REGION_HELP, OneLineParser, SuiteError, cli
 from common.files import not_a_file
@@ -46,6 +48,7 @@ from common.units import human_time
 CLOSE_NAME = 0.5  # two kernels of one family are one kernel past this share of words in common (Dice)
 ONE_JOB = ("gemm", "attention", "softmax")  # families whose lone kernel on each side is the same work, any name
 ALL_PAIRS = 4096  # a word set shared by more kernels than make this many pairs is paired in order (same_words)
+SAME_CALLS = 2.0  # two kernels of other names pair only where one's calls per step are within 2× of the other's
 ASSIGN_EXACTLY = 7  # instantiations of one template on the shorter side up to which every pairing is tried
 _COPY = re.compile(r"Memcpy (\w+)")
 
@@ -129,6 +132,14 @@ def similarity(x: frozenset[str], y: frozenset[str]) -> float:
     return 2 * len(x & y) / (len(x) + len(y)) if x and y else 0.0
 
 
+def _calls_agree(u: KernelUse, v: KernelUse) -> bool:
+    """Two uses of other names whose calls per step agree within SAME_CALLS (2×) of each other: the same work made
+    as often. A100 and V100 GEMMs of one name's words called 19 to 38 times as often on one side are other work;
+    paired, one GEMM seemed to slow down 100 to 180 times."""
+    few, many = sorted((u.calls, v.calls))
+    return many <= SAME_CALLS * few
+
+
 def _same_way(u: KernelUse, v: KernelUse) -> bool:
     """Two uses that may be the same work: a copy only with a copy the same way, a backward kernel (its name says
     backward, bwd or bprop) only with a backward one."""
@@ -175,7 +186,7 @@ def _pair_closest(
     returns the indices of `left` and `right` so paired."""
     used_l, used_r = set(), set()
     for _, _, i, j in sorted((-score, _cost(left[i], right[j]), i, j) for score, i, j in close):
-        if i not in used_l and j not in used_r and _same_way(left[i], right[j]):
+        if i not in used_l and j not in used_r and _same_way(left[i], right[j]) and _calls_agree(left[i], right[j]):
             pairs.append((left[i], right[j]))
             used_l.add(i)
             used_r.add(j)
@@ -212,7 +223,8 @@ def match_kernels(
     among by their calls and time (the pairs of least total difference); then a close name: more than CLOSE_NAME
     (half) of the words that say what they compute in common (see `words`), the closest pair first, the nearer
     calls and time among equals; in a family of one job (ONE_JOB: gemm, attention, softmax), one kernel left on
-    each side pairs too (the same job, another build or GPU). The rest are removed or added. A copy pairs only
+    each side pairs too (the same job, another build or GPU). Two kernels of other short names pair only where
+    their calls per step agree within SAME_CALLS (_calls_agree). The rest are removed or added. A copy pairs only
     with a copy the same way (never DtoH with DtoD), a backward kernel only with a backward one. Linear in the
     kernels but for the pairs of close names (close_pairs); linear in memory for the same words (same_words)."""
     pairs: list[tuple[KernelUse | None, KernelUse | None]] = [(a[k], b[k]) for k in a if k in b]
@@ -247,7 +259,8 @@ def match_kernels(
             left = [u for i, u in enumerate(left) if i not in used_l]
             right = [v for j, v in enumerate(right) if j not in used_r]
             same = close_pairs([words(_short(u.op)) for u in left], [words(_short(v.op)) for v in right])
-        if len(left) == 1 and len(right) == 1 and family in ONE_JOB and _same_way(left[0], right[0]):
+        lone = len(left) == 1 and len(right) == 1 and family in ONE_JOB
+        if lone and _same_way(left[0], right[0]) and _calls_agree(left[0], right[0]):
             pairs.append((left[0], right[0]))
         else:
             pairs += [(u, None) for u in left] + [(None, v) for v in right]
@@ -457,7 +470,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     out = [heading(title)] if markdown or len(title) <= TEXT_WIDTH else [f"diff: A = {a.name}", f"    → B = {b.name}"]
     if a.path.resolve() == b.path.resolve():
         return "\n".join([*out, "", "No difference: A and B are the same trace file."])
-    bound = bound_lines(diagnose(a), diagnose(b))  # what the diff leads with: the bound before and after
+    da, db = diagnose(a), diagnose(b)
+    bound = bound_lines(da, db)  # what the diff leads with: the bound before and after
     out += [
         *gap,
         *(
@@ -469,7 +483,8 @@ def render(a: Trace, b: Trace, markdown: bool = False) -> str:
     notes = comparability(a, b)
     cpu = f"CPU = {a.cpu_what}" if a.cpu_what == b.cpu_what else f"CPU = A: {a.cpu_what}; B: {b.cpu_what}"
     lines = [cpu, *(f"note: {n}; compared anyway" for n in notes)]
-    lines += [f"note: {side}: {note}" for side, trace in (("A", a), ("B", b)) for note in trace.notes]
+    for side, trace, d in (("A", a, da), ("B", b, db)):  # a broken invariant of a verdict: one note of its own
+        lines += [f"note: {side}: {note}" for note in (*trace.notes, *invariant_notes(trace, d))]
     out += ["", *(printable(line, newlines=False) for line in lines)]  # a device's or label's name: one line
     ta, tb = summarize(a), summarize(b)
     ops_a, ops_b = a.median_counts(lambda s: s.cpu_ops), b.median_counts(lambda s: s.cpu_ops)

@@ -12,6 +12,7 @@ from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.efficiency import peak_cell
 from common.analysis.figures import Row, metadata_figure, summarize
+from common.analysis.invariants import invariant_notes
 from common.analysis.picture import Picture, picture
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
@@ -88,7 +89,7 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         has_gpu=trace.has_gpu,
         gpu_activity=trace.gpu_activity,
         step_time=trace.step_time_us()[0],
-        notes=trace.notes,
+        notes=trace.notes + invariant_notes(trace, diagnosis),  # a broken invariant: one note, before any prints
         streams=streams_line(trace),
         cpu_source=trace.cpu_source,
         label=trace.label,

@@ -179,10 +179,18 @@ def trace_notes(traces: list[Digest], rows: list[Row]) -> list[str]:
         if trace.streams:
             lines.append(f"note: {row.name}: {trace.streams}")
         if trace.distributed:
-            info = trace.distributed
-            world = info.get("world_size", "?")
-            lines.append(f"note: {row.name}: rank {info.get('rank', '?')} of {world} ({info.get('backend', '?')})")
+            lines.append(f"note: {row.name}: {rank_words(trace.distributed)}")
     return lines
+
+
+def rank_words(info: dict) -> str:
+    """A trace's place in its run, from its distributedInfo, saying only what it records: "rank 0 of 2 (nccl)", "rank
+    0" where the world size and backend are not in it, never "rank 0 of ? (?)"."""
+    rank, world, backend = (info.get(key) for key in ("rank", "world_size", "backend"))
+    said = f"rank {shown(str(rank))}" if rank is not None else "a rank of a distributed run (its rank not recorded)"
+    if world is not None:
+        said += f" of {shown(str(world))}"
+    return said + (f" ({shown(str(backend))})" if backend else "")
 
 
 RANK_WORD = re.compile(r"[_.-]?rank\d+")  # `_rank1` in a file name: the rank, the rest names the run
@@ -199,14 +207,15 @@ def runs_of(traces: list[Digest]) -> list[tuple[str, list[Digest]]]:
         folders.setdefault(key, []).append(trace)
     runs = []
     for (folder, world, _), members in folders.items():
+        size = f"{world} ranks" if world != "None" else "world size not recorded"
         if len({t.rank for t in members}) == len(members):
-            runs.append((f"{folder.name} ({world} ranks)", members))
+            runs.append((f"{folder.name} ({size})", members))
             continue
         split: dict[str, list[Digest]] = {}
         for trace in members:
             stem = trace.path.name.removesuffix(".gz").removesuffix(".json")
             split.setdefault(RANK_WORD.sub("", stem), []).append(trace)
-        runs += [(f"{folder.name}/{stem} ({world} ranks)", group) for stem, group in split.items()]
+        runs += [(f"{folder.name}/{stem} ({size})", group) for stem, group in split.items()]
     return [(name, sorted(group, key=lambda t: t.rank)) for name, group in runs]
 
 

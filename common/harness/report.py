@@ -10,6 +10,7 @@ import textwrap
 
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.figures import shapes_check
+from common.analysis.invariants import invariant_notes
 from common.analysis.tables import TEXT_WIDTH, phase_table, step_table
 from common.cli import shown
 from common.harness.bench import UnprofiledTime
@@ -98,7 +99,8 @@ def print_report(
             work = Work(check.shapes, math.nan)
         print("\n".join(physics_lines(work, *timed, run, trace.device_name or run.device_name)))
     print(memory_line(files.memory, files.work.bytes))
-    print("\n".join(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="      ") for line in verdict_lines(diagnosis)))
+    said = [*verdict_lines(diagnosis), *(f"note: {note}" for note in invariant_notes(trace, diagnosis))]
+    print("\n".join(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="      ") for line in said))
 
 
 def print_unprofiled(b: UnprofiledTime, trace: Trace) -> None:

@@ -441,3 +441,38 @@ def test_a_cpu_diff_has_a_per_op_table_of_self_time(tmp_path, capsys):
     assert rows["aten::mm"] == ["changed", "3", "3", "3.00", "ms", "2.40", "ms", "−600", "µs", "38%", "aten::mm"]
     assert rows["aten::gelu"][:3] == ["removed", "1", "0"] and rows["cpp_fused_gelu_mul_0"][:3] == ["added", "0", "1"]
     assert all(len(line) <= 120 for line in out.splitlines())
+
+
+AMPERE_GEMM = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn"
+VOLTA_GEMM = "volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn"
+
+
+def test_gemms_of_other_names_whose_calls_differ_38x_are_not_one_gemm(tmp_path, capsys):
+    """Issue 46: an A100 and a V100 trace whose lone GEMMs were called 19-38× as often on one side were paired,
+    and one GEMM seemed to slow down 100-180×. Called 2 and 76 times a step, they are gone and new."""
+    (tmp_path / "a.json").write_text(json.dumps(_copy_trace([(AMPERE_GEMM, 2, 10.0)])))
+    (tmp_path / "b.json").write_text(json.dumps(_copy_trace([(VOLTA_GEMM, 76, 30.0)])))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    table = out.split("GPU work added, removed or changed")[1]
+    assert code == 0 and "changed  gemm" not in table and "Paired by name" not in out
+    assert "removed  gemm" in table and "added    gemm" in table
+
+
+def test_gemms_of_other_names_whose_calls_agree_within_2x_pair(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(_copy_trace([(AMPERE_GEMM, 2, 10.0)])))
+    (tmp_path / "b.json").write_text(json.dumps(_copy_trace([(VOLTA_GEMM, 4, 30.0)])))
+    code, out, _ = diff(capsys, tmp_path / "a.json", tmp_path / "b.json")
+    table = out.split("GPU work added, removed or changed")[1]
+    assert code == 0 and "changed  gemm" in table and "(the one gemm kernel left each side)" in out
+
+
+def test_near_names_whose_calls_differ_more_than_2x_are_not_paired():
+    old, new = "triton_poi_fused_add_mul_gelu_3", "triton_poi_fused_add_mul_gelu_view_7"
+    assert all(a is None or b is None for a, b in match_kernels(_uses((old, 2, 8.0)), _uses((new, 5, 8.0))))
+    [(a, b)] = match_kernels(_uses((old, 2, 8.0)), _uses((new, 4, 8.0)))
+    assert a and b
+
+
+def test_kernels_of_one_name_pair_whatever_their_calls():
+    [(a, b)] = match_kernels(_uses((AMPERE_GEMM, 1, 8.0)), _uses((AMPERE_GEMM, 40, 300.0)))
+    assert a and b and (a.calls, b.calls) == (1, 40)
