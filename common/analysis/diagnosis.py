@@ -878,9 +878,12 @@ def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
     if graphs:
         return "a larger batch: CUDA graphs already launch the work, the GPU still has too little of it"
-    if (trace.per_step(lambda s: s.launches) or 0) <= 1:
+    kernels = trace.per_step(lambda s: s.launches) or 0
+    if kernels == 1:
         return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
                 "or capture")  # fmt: skip
+    if kernels < 1:  # its GPU work is copies and sets alone
+        return "fewer, larger copies (a larger batch): the step launches no kernel, only copies and memsets"
     syncs = _syncs_per_step(trace)
     first = (f"taking its {num(syncs)} sync{'' if syncs == 1 else 's'} per step out of the step first (.item(), "
              ".cpu(), a tensor in an `if`: no CUDA graph can hold one), then " if syncs else "")  # fmt: skip

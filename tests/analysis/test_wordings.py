@@ -90,3 +90,8 @@ def test_one_cause_of_the_host_wait_is_said_once():
     assert d.verdict.count("launching the GPU's work op by op") == 1
     assert "of the host wait per step, 102 µs launching the GPU's work op by op → try" in d.verdict
     assert "(saves up to 102 µs of the 108 µs step)" in d.verdict
+
+
+def test_a_step_of_copies_alone_is_not_said_to_launch_one_kernel():
+    line = diagnose(read_trace(FIXTURES.parent / "foreign" / "collectives.json.gz")).verdict
+    assert "0 launches" in line and "launches one kernel" not in line and "launches no kernel" in line, line
