@@ -41,6 +41,7 @@ from common.reader.kinds import (
     LABEL,
     MULTIPROCESSING_LOADER,
     OP,
+    PYTHON,
     RUNTIME,
 )
 from common.reader.model import GpuOp, Launch, Step, Trace
@@ -563,8 +564,34 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
         if long and launched(op_start, op_end):
             long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
-    causes["no recorded op", ""] += claims.left
+    if claims.left > 0:
+        causes["no recorded op", _python_at(tree, claims.free)] += claims.left
     return causes, held[0]
+
+
+PYTHON_ONLY = frozenset({PYTHON})
+LIBRARY_FRAMES = ("torch/", "<built-in", "<frozen", "<string>", "threading.py", "contextlib.py")
+
+
+def _python_at(tree: CallTree, pieces: list[tuple[float, float]]) -> str:
+    """Where the Python ran in `pieces` (a gap's time in no recorded op), where the trace has with_stack's
+    python_function events: the innermost frame of the reader's own code (not torch's, not a built-in, not a
+    site-package) open at each piece's middle, the one holding the longest of them; "" without such events."""
+    threads = [tid for tid, thread in tree.threads.items() if len(thread.layer(PYTHON))]
+    if not threads:
+        return ""
+    held: Counter = Counter()
+    for a, b in pieces:
+        for tid in threads:
+            node = tree.innermost(tid, (a + b) / 2, PYTHON_ONLY)
+            if node is None:
+                continue
+            frame = node
+            while frame is not None and (frame.name.startswith(LIBRARY_FRAMES) or "site-packages" in frame.name):
+                frame = frame.up
+            held[(frame or node).name] += b - a
+            break
+    return held.most_common(1)[0][0] if held else ""
 
 
 def _quiet_parts(tree: CallTree, node: Node, launched: Callable[[float, float], bool]) -> list[Node]:
@@ -644,6 +671,9 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
                 "workers with pin_memory=True")  # fmt: skip
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     if cause == "no recorded op" and not graphs:
+        if what:  # with_stack is on: the trace names the frame
+            return (f"taking that Python ({_cut(what)} holds the most of it) out of the step: CUDA graphs or "
+                    "torch.compile replace it")  # fmt: skip
         if compiled:
             return ("CUDA graphs (torch.compile mode=\"reduce-overhead\") to replace the Python between the "
                     "compiled ops, or with_stack=True to see where it runs")  # fmt: skip
@@ -678,7 +708,9 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
             cause = "launches"
         label = {"data loading": f"the DataLoader ({what})", "the optimizer": f"the optimizer ({what})",
                  "CPU op": f"{what} on the CPU", "launches": "launching the GPU's work op by op",
-                 "no recorded op": "in no recorded op (Python)", "a sync": f"waiting in a sync in {_cut(what)}",
+                 "no recorded op": f"in Python, no op recorded ({_cut(what)})" if what
+                 else "in no recorded op (Python)",
+                 "a sync": f"waiting in a sync in {_cut(what)}",
                  "runtime call": f"in {what} calls"}[cause]  # fmt: skip
         said.append(f"{human_time(us)} {label}")
         lever = _host_lever(cause, what, trace, phase, compiled)

@@ -168,3 +168,12 @@ def test_launch_overhead_names_cuda_graphs_first_and_syncs_before_them():
     line = diagnose(parse(steps(steady, us=10_000))).verdict
     assert "taking its 4 syncs per step out of the step first" in line, line
     assert line.index("CUDA graphs (torch.compile") < line.index("torch.compile to fuse"), line
+
+
+def test_python_with_stack_names_the_frame_of_the_reader_s_code_in_a_gap():
+    frames = [ev("python_function", "train.py(10): make_batch", 100, 80_000),
+              ev("python_function", "torch/nn/functional.py(5): pad", 200, 79_000),
+              ev("python_function", "<built-in method randn of type object>", 300, 78_000)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": window(frames)})).verdict
+    assert "in Python, no op recorded (train.py(10): make_batch)" in line, line
+    assert "with_stack=True shows where" not in line, line
