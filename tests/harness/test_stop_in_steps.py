@@ -4,19 +4,22 @@ signals sent to runs in subprocesses once their profiled steps are under way (he
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import command, marking, start_script, wait_for_mark
+from helpers import ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
 from common.reader.build import read_trace
 
-SLOW_FIXTURES = {"tiny"}
+SLOW_FIXTURES = {"tiny", "ddp"}
 # 01's steps of tens of microseconds, as the issue ran it: a step's Python is mostly the profiler's own
 TINY = ["--size", "8", "--active", "100000", "--device", "cpu"]
 TINY_MARK = 1000  # the signal follows the 1000th call of the step (wait=1, warmup=1: the 998th profiled step)
@@ -152,3 +155,56 @@ def test_a_second_ctrl_c_while_the_stopped_trace_is_written_keeps_the_earlier_fi
     assert len(ACK.findall(err)) == 1 and err.strip().splitlines()[-1] == "interrupted", err
     assert visible(folder) == earlier  # nothing half-written under a final name, the earlier files as they were
     assert hidden(folder) == []
+
+
+# 06 under torchrun: two gloo ranks on the CPU, one Ctrl-C to torchrun (it passes SIGINT on to each rank)
+TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
+DDP_MARK = 40  # the signal follows a rank's 40th train_step (wait=1, warmup=1: its 38th profiled step)
+LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> Stopped:
+    """06 on two ranks with 100,000 profiled steps, one SIGINT to torchrun once a rank is under way."""
+    traces = tmp_path_factory.mktemp("ddp")
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith("TORCHELASTIC")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
+         *marking("train_step", DDP_MARK), str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "100000",
+         "--device", "cpu", "--traces-dir", str(traces)],
+        cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    STARTED.append(proc)
+    before = wait_for_mark(proc)
+    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C does: torchrun's ranks run in sessions of their own
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    return Stopped(proc.returncode, out, "".join(before) + err, traces / "06_ddp_training_step")
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_keeps_each_rank_s_trace_whole(ddp):
+    traces = sorted(ddp.folder.glob("*.json"))
+    assert [re.findall(r"_rank(\d)_", t.name) for t in traces] == [["0"], ["1"]], ddp.err[-3000:]
+    assert sorted(Path(name).suffix for name in visible(ddp.folder)) == [".json", ".json", ".txt", ".txt"]
+    assert hidden(ddp.folder) == []
+    for trace in traces:
+        assert trace.with_suffix(".txt").read_text().startswith("stopped by Ctrl-C after ")
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_stops_every_rank_after_the_same_step(ddp):
+    kept = [len(read_trace(t).steps) for t in sorted(ddp.folder.glob("*.json"))]
+    notes = [STOPPED.findall(" ".join(read_trace(t).notes)) for t in sorted(ddp.folder.glob("*.json"))]
+    assert len(kept) == 2 and kept[0] == kept[1] and DDP_MARK - 3 <= kept[0] < 100_000, kept
+    assert notes == [[("Ctrl-C", f"{kept[0]:,}", "100,000")]] * 2, notes
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_ends_the_ranks_before_its_shutdown_kills_them(ddp):
+    # torchrun, signalled, prints no box of the ranks' exit codes: it raises SignalException (exit 1) once they end
+    assert "Unable to shutdown process" not in ddp.err, ddp.err[-3000:]  # no rank waited for torchrun's SIGKILL
+    assert ddp.code == 1 and "SignalException: Process" in ddp.err and "got signal: 2" in ddp.err
+    assert (
+        "interrupted" in ddp.err.splitlines()
+        and "Ctrl-C: stopping every rank after this step or the next (step " in ddp.err
+    )
