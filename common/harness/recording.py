@@ -278,10 +278,12 @@ class Recording:
         again = f"; {'Ctrl-C again' if who == 'Ctrl-C' else 'a second signal'} quits now, keeping no trace"
         if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
             return f"{who}: stopping after this step ({self.stop_step}){again}"
-        if self.writing:
+        with self.lock:
+            writing, holding = self.writing, self.holding
+        if writing:
             return f"{who}: letting the trace's write finish, then stopping{again}"
         prof, started, last = self.prof, self.step_started, self.last_step_s
-        if not self.holding or prof is None or started is None:
+        if not holding or prof is None or started is None:
             return None
         number = self.step_number(prof)
         left = ""
@@ -323,12 +325,18 @@ class Recording:
         """
         if sys.exc_info()[0] is not None and self.stop is None:
             return
-        self.writing, self.holding = True, False
+        with self.lock:
+            self.writing, self.holding = True, False
         hold_for_step_end(False)
         try:
             self._save(prof)
         finally:
-            self.writing = False
+            # What the watchdog said of a signal (acknowledge reads `writing` under the lock) is what the run does:
+            # one that came before this point, even after the files' last look at it, keeps the trace written
+            with self.lock:
+                if not self.stopped and self.cycles and first_signal() is not None:
+                    self.stopped = self.stopped_line()
+                self.writing = False
 
     def _save(self, prof: torch.profiler.profile) -> None:
         schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
