@@ -57,10 +57,9 @@ from common.harness.loop import (
     Schedule,
     describe_loop,
     options_tag_part,
-    read_label,
     read_options,
     read_schedule,
-    recorded_steps,
+    read_steps,
 )
 from common.harness.memory import MemoryWatch
 from common.harness.ranks import StopTogether
@@ -339,7 +338,7 @@ class Recording:
                 self.writing = False
 
     def _save(self, prof: torch.profiler.profile) -> None:
-        schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
+        schedule, (recorded, label) = read_schedule(prof), read_steps(prof)
         first = not self.cycles
         if first:
             self.schedule, self.recorded = schedule, recorded

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, STARTED, command, marking, start_script, wait_for_mark
+from helpers import MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
+from common.harness import ranks
 from common.reader.build import read_trace
 
 SLOW_FIXTURES = {"tiny", "ddp"}
@@ -157,6 +158,20 @@ def test_a_second_ctrl_c_while_the_stopped_trace_is_written_keeps_the_earlier_fi
     assert hidden(folder) == []
 
 
+@pytest.mark.slow
+def test_a_stopped_run_ends_without_the_interpreter_s_teardown(tmp_path):
+    # a finished run ends through end_process (os._exit): a stopped one must too, or Python frees torch's events of
+    # every recorded step one by one before the exit (2 s for 7,000 tiny steps); atexit handlers run only then
+    teardown = "import atexit, os\natexit.register(lambda: os.write(2, b'TEARDOWN\\n'))\n"
+    prefix = (sys.executable, "-c", teardown + MARKING, "matmul_add", str(TINY_MARK))
+    proc = start_script("01_matmul_add", *TINY, traces=tmp_path, prefix=prefix)
+    wait_for_mark(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130 and "stopped by Ctrl-C after" in out, err[-2000:]
+    assert "TEARDOWN" not in err and err.strip().splitlines()[-1] == "interrupted"
+
+
 # 06 under torchrun: two gloo ranks on the CPU, one Ctrl-C to torchrun (it passes SIGINT on to each rank)
 TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
 DDP_MARK = 40  # the signal follows a rank's 40th train_step (wait=1, warmup=1: its 38th profiled step)
@@ -208,3 +223,29 @@ def test_a_ctrl_c_to_torchrun_ends_the_ranks_before_its_shutdown_kills_them(ddp)
         "interrupted" in ddp.err.splitlines()
         and "Ctrl-C: stopping every rank after this step or the next (step " in ddp.err
     )
+
+
+def agreeing(steps: list[int]) -> list[ranks.StopTogether]:
+    """A StopTogether per rank over one in-process store, each rank in step `steps[rank]` when asked."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    peers = [ranks.StopTogether(store, store, rank, len(steps)) for rank in range(len(steps))]
+    for peer, step in zip(peers, steps, strict=True):
+        peer.on_request = lambda _signum, step=step: step
+    return peers
+
+
+def test_the_ranks_stop_after_the_largest_step_any_rank_is_in():
+    peers = agreeing([5, 6])  # rank 1 a step ahead: rank 0 must run step 6 too, or rank 1 waits in its all-reduce
+    peers[0].ask(signal.SIGINT)  # only rank 0 got the signal
+    assert [peer.stop_step(step) for peer, step in zip(peers, [5, 6], strict=True)] == [6, 6]
+    assert peers[1].signum == signal.SIGINT  # rank 1 stops as if it had been signalled too
+
+
+def test_a_rank_whose_peers_never_answer_stops_after_its_own_step(monkeypatch):
+    monkeypatch.setattr(ranks, "AGREE_S", 0.0)
+    peers = agreeing([5, 6])
+    peers[1].on_request = lambda _signum: None  # rank 1 is past its loop: it proposes nothing
+    peers[0].ask(signal.SIGTERM)
+    assert peers[0].stop_step(5) == 5
