@@ -178,10 +178,8 @@ DDP_MARK = 40  # the signal follows a rank's 40th train_step (wait=1, warmup=1: 
 LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory) -> Stopped:
-    """06 on two ranks with 100,000 profiled steps, one SIGINT to torchrun once a rank is under way."""
-    traces = tmp_path_factory.mktemp("ddp")
+def start_06(traces: Path) -> tuple[subprocess.Popen, list[str]]:
+    """06 on two ranks with 100,000 profiled steps, started and run until a rank is under way; what it said so far."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith("TORCHELASTIC")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
@@ -190,7 +188,14 @@ def ddp(tmp_path_factory) -> Stopped:
         cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     STARTED.append(proc)
-    before = wait_for_mark(proc)
+    return proc, wait_for_mark(proc)
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> Stopped:
+    """06 on two ranks, one SIGINT to torchrun once a rank is under way."""
+    traces = tmp_path_factory.mktemp("ddp")
+    proc, before = start_06(traces)
     proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C does: torchrun's ranks run in sessions of their own
     out, err = proc.communicate(timeout=HANG_GUARD_S)
     return Stopped(proc.returncode, out, "".join(before) + err, traces / "06_ddp_training_step")
@@ -223,6 +228,22 @@ def test_a_ctrl_c_to_torchrun_ends_the_ranks_before_its_shutdown_kills_them(ddp)
         "interrupted" in ddp.err.splitlines()
         and "Ctrl-C: stopping every rank after this step or the next (step " in ddp.err
     )
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_one_rank_stops_both_after_the_same_step_exiting_130(tmp_path):
+    proc, _ = start_06(tmp_path)
+    ranks_of = {}
+    for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        ranks_of[next(v for v in environ if v.startswith(b"RANK="))] = int(pid)
+    os.kill(ranks_of[b"RANK=1"], signal.SIGINT)  # rank 0 gets no signal: only rank 1's request through the store
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    traces = sorted((tmp_path / "06_ddp_training_step").glob("*.json"))
+    kept = [len(read_trace(t).steps) for t in traces]
+    assert len(kept) == 2 and kept[0] == kept[1], err[-3000:]
+    assert "stopped by Ctrl-C after" in out  # rank 0 stopped as if signalled, and said so
+    assert re.findall(r"^\s+exitcode\s*:\s*(\d+)", err, re.M) == ["130", "130"], err[-3000:]  # torchrun's box
 
 
 def agreeing(steps: list[int]) -> list[ranks.StopTogether]:
