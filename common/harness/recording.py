@@ -118,6 +118,7 @@ class Recording:
         self.lock = threading.Lock()  # a step's end, and a signal noted in another thread, one after the other
         self.ended = 0  # steps of the loop ended (step_ends): the number of the step in progress, from 0
         self.proposed: int | None = None  # the step this rank proposed to stop after (StopTogether)
+        self.stopped_by_peer = False  # the loop stopped on another rank's signal, none of this rank's
 
     @property
     def files(self) -> TraceFiles | None:
@@ -250,6 +251,7 @@ class Recording:
             together.ask(signum)
         if step < together.stop_step(proposed):
             return None
+        self.stopped_by_peer = signum is None  # another rank's signal: this one's stops it as if it came here
         return signum or together.signum or signal.SIGINT
 
     def proposal(self, signum: int | None = None) -> int | None:
@@ -275,6 +277,8 @@ class Recording:
             return None
         who = signal_name(signum)
         again = f"; {'Ctrl-C again' if who == 'Ctrl-C' else 'a second signal'} quits now, keeping no trace"
+        if self.stop is not None and self.stopped_by_peer:  # stopping already, as another rank asked: nothing to say
+            return None
         if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
             return f"{who}: stopping after this step ({self.stop_step}){again}"
         with self.lock:
