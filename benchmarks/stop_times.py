@@ -11,9 +11,19 @@ suite's reader, as `python -m common.summary` does). The kinds:
     tiny      01_matmul_add.py --size 8 --active 100000 (steps of tens of microseconds), as the issue ran it
     slow      04_a_naive_attention.py --batch 16 on the CPU (seconds a step)
 
+With --phases, each run also says where its way out went, per phase (seconds, and µs per kept step): torch's
+stop (Kineto's collection of the recorded events), torch's parse of them into FunctionEvents (prof.events(), which
+the .txt's key_averages table needs), key_averages, export_chrome_trace, the suite's own pass over the events
+(loop.read_steps: the steps recorded and the label; the first to ask for prof.events(), so its time holds the
+parse's), the trace's metadata added (export.add_metadata: a rewrite of the file), the tables, and rec.save in
+all. --finished lets the run end on its own (no signal) with --active steps, so a stopped run's way out can be
+set against a finished one's.
+
 Usage:
     python benchmarks/stop_times.py tiny --trials 3
     python benchmarks/stop_times.py slow --trials 2 [--signal TERM]
+    python benchmarks/stop_times.py tiny --trials 1 --phases
+    python benchmarks/stop_times.py tiny --trials 1 --phases --finished --active 10000
 """
 
 from __future__ import annotations
@@ -39,13 +49,44 @@ KINDS = {
 }
 GUARD_S = 900  # a run not ended by then is stuck (a guard, not a measure)
 ACK = ": stopping after this step"
+# `python -c PHASES script.py ...`: the script with the calls of its way out timed, each said on stderr as it ends
+PHASES = """
+import functools, os, runpy, sys, time
+sys.path.insert(0, os.getcwd())
+import torch.autograd.profiler as ap, torch.profiler.profiler as pp
+import common.harness.export as export, common.harness.recording as recording
+def timed(owner, name, phase):
+    call = getattr(owner, name)
+    @functools.wraps(call)
+    def timing(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            os.write(2, f"phase {phase} {time.perf_counter() - start:.6f}\\n".encode())
+    setattr(owner, name, timing)
+timed(pp._KinetoProfile, "stop_trace", "collect")
+timed(ap.profile, "_ensure_function_events", "parse")
+timed(pp._KinetoProfile, "key_averages", "key_averages")
+timed(pp._KinetoProfile, "export_chrome_trace", "export")
+timed(recording, "read_steps", "suite's scan")
+timed(export, "add_metadata", "metadata")
+timed(export, "key_averages_table", "tables")
+timed(recording.Recording, "save", "save in all")
+script, *rest = sys.argv[1:]
+sys.argv = [script, *rest]
+runpy.run_path(script, run_name="__main__")
+"""
 
 
-def trial(kind: str, signum: int, delay_s: float) -> str:
+def trial(kind: str, signum: int | None, delay_s: float, phases: bool, active: str | None) -> str:
     script, flags = KINDS[kind]
+    if active is not None:
+        flags = [*flags[: flags.index("--active")], *flags[flags.index("--active") + 2 :], "--active", active]
     with tempfile.TemporaryDirectory() as traces:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, str(ROOT / f"{script}.py"), *flags, "--device", "cpu", "--traces-dir", traces]
+        prefix = [sys.executable, "-c", PHASES] if phases else [sys.executable]
+        cmd = [*prefix, str(ROOT / f"{script}.py"), *flags, "--device", "cpu", "--traces-dir", traces]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         err: list[tuple[float, str]] = []
         reader = threading.Thread(target=lambda: err.extend((time.monotonic(), line) for line in proc.stderr))
@@ -53,20 +94,34 @@ def trial(kind: str, signum: int, delay_s: float) -> str:
         for line in proc.stdout:
             if line.startswith(("importing torch's compiler", "...", "the profiled steps (")):  # the steps come next
                 break
-        time.sleep(delay_s)
+        if signum is not None:
+            time.sleep(delay_s)
         sent = time.monotonic()
-        proc.send_signal(signum)
+        if signum is not None:
+            proc.send_signal(signum)
         out = proc.stdout.read()  # to the end
-        print(out[-3000:], "".join(line for _, line in err)[-2000:], file=sys.stderr)
+        print(out[-3000:], "".join(line for _, line in err if not line.startswith("phase "))[-2000:], file=sys.stderr)
         proc.wait(timeout=GUARD_S)
         ended = time.monotonic()
         reader.join()
         ack = next((t for t, line in err if ACK in line), None)
         kept = sorted(Path(traces).rglob("*.json"))
-        steps = f"{len(read_trace(kept[0]).steps):,} steps kept" if kept else "no trace kept"
+        count = len(read_trace(kept[0]).steps) if kept else 0
+        steps = f"{count:,} steps kept" if kept else "no trace kept"
         stopped = next((line.strip() for line in out.splitlines() if line.startswith("stopped by")), "")
         ack_s = f"{ack - sent:.2f} s" if ack is not None else "none"
-        return f"{kind}: ack {ack_s}, exit {ended - sent:.1f} s (rc {proc.returncode}), {steps}; {stopped[:60]}"
+        line = f"{kind}: ack {ack_s}, exit {ended - sent:.1f} s (rc {proc.returncode}), {steps}; {stopped[:60]}"
+        if signum is None:
+            line = f"{kind} finished: exit {ended - sent:.1f} s after the steps began (rc {proc.returncode}), {steps}"
+        if phases:
+            spent: dict[str, float] = {}
+            for _, text in err:
+                if text.startswith("phase "):
+                    name, seconds = text[len("phase ") :].rsplit(" ", 1)
+                    spent[name] = spent.get(name, 0.0) + float(seconds)
+            each = ", ".join(f"{name} {s:.2f} s ({1e6 * s / max(count, 1):.0f} µs/step)" for name, s in spent.items())
+            line += f"\n  way out: {each}"
+        return line
 
 
 def main() -> None:
@@ -75,9 +130,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--signal", default="INT", choices=["INT", "TERM", "HUP"])
     parser.add_argument("--delay", type=float, default=4.0, help="seconds after the profiler's imports")
+    parser.add_argument("--phases", action="store_true", help="time each phase of the way out")
+    parser.add_argument("--finished", action="store_true", help="no signal: the run ends on its own")
+    parser.add_argument("--active", help="the profiled steps, in place of the kind's")
     args = parser.parse_args()
+    signum = None if args.finished else getattr(signal, f"SIG{args.signal}")
     for _ in range(args.trials):
-        print(trial(args.kind, getattr(signal, f"SIG{args.signal}"), args.delay), flush=True)
+        print(trial(args.kind, signum, args.delay, args.phases, args.active), flush=True)
 
 
 if __name__ == "__main__":

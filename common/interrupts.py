@@ -299,11 +299,13 @@ def hold_for_step_end(hold: bool) -> None:
         signal.setitimer(signal.ITIMER_REAL, POLL_S)
 
 
-def take_at_step_end() -> None:
-    """Raise the first signal as `Interrupted` if one is waiting: call it at the end of a step, outside torch's
-    profiler code, where the steps before make a whole recording."""
-    if _state.pending is not None and _state.installed and not _state.taken:
-        pending, _state.pending, _state.taken = _state.pending, None, True
+def take_at_step_end(signum: int | None = None) -> None:
+    """Raise the first signal as `Interrupted` if one is waiting, or as if `signum` had come (another rank's, that
+    this one stops on too): call it at the end of a step, outside torch's profiler code, where the steps before
+    make a whole recording."""
+    if _state.installed and not _state.taken and (_state.pending or signum) is not None:
+        pending, _state.pending, _state.taken = _state.pending or signum, None, True
+        _state.first = _state.first or pending
         raise Interrupted(pending)
 
 

@@ -112,6 +112,7 @@ class Diagnosis:
     rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
     steady: Budget | None = None  # the median step less its one-time costs: what the bound was decided on
     causes: Counter = field(default_factory=Counter)  # the median step's host_wait_causes
+    one_time: list[float] = field(default_factory=list)  # per budget: the µs of its host wait that ran once (one_time)
 
 
 # ---- the rules ----
@@ -720,12 +721,22 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
     return f"; of the host wait per {unit}, {' and '.join(said)} → try {tried}"
 
 
-def _one_time_items(trace: Trace, budgets: list[Budget], context: GapContext | None = None) -> Counter:
-    """What ran once in `budgets` -> its µs: a first step FIRST_STEP_SLOWER times the others' median or more counts
-    its excess over them (what it pays for start-up: compiling, autotuning, first launches); in the other windows,
-    the one-time causes of their host-wait gaps of ONE_TIME_US or more (host_wait_causes)."""
+class OneTime(NamedTuple):
+    """What ran once in a trace's profiled windows: each cost by name (its µs), and each window's one-time µs, the
+    part of its host wait they hold (so a step's bar shows it apart without counting it twice)."""
+
+    items: Counter
+    per_step: list[float]
+
+
+def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = None) -> OneTime:
+    """What ran once in `budgets`: a first step FIRST_STEP_SLOWER times the others' median or more counts its excess
+    over them (what it pays for start-up: compiling, autotuning, first launches), and as its window's share as much
+    of it as its host wait holds (the rest of the excess is GPU work, shown as such); in the other windows, the
+    one-time causes of their host-wait gaps of ONE_TIME_US or more (gap_causes), each its window's."""
     items: Counter = Counter()
-    rest = budgets
+    per_step = [0.0] * len(budgets)
+    rest = 0
     if len(budgets) >= 2 and len(trace.steps) == len(budgets):
         usual = statistics.median(b.span for b in budgets[1:])
         first = budgets[0]
@@ -735,15 +746,22 @@ def _one_time_items(trace: Trace, budgets: list[Budget], context: GapContext | N
                 True for _ in trace.tree.overlapping(step.start_us, step.start_us + step.dur_us, "compiling")
             )
             items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += first.span - usual
-            rest = budgets[1:]
-    for (cause, what), us in host_wait_causes(trace, rest, ONE_TIME_US, context).items():
-        if cause in ONE_TIME:
-            items[what if cause == "one-time" else f"compiling ({what})"] += us
-    return items
+            per_step[0] = min(first.span - usual, first.host_wait)
+            rest = 1
+    for i in range(rest, len(budgets)):
+        for gap in budgets[i].gaps:
+            if gap.kind != "host" or gap.us <= ONE_TIME_US:
+                continue
+            context = context or gap_context(trace)
+            for (cause, what), us in gap_causes(trace, gap, context)[0].items():
+                if cause in ONE_TIME and us > 0:
+                    items[what if cause == "one-time" else f"compiling ({what})"] += us
+                    per_step[i] += us
+    return OneTime(items, per_step)
 
 
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
-    """The one-time costs `items` (_one_time_items) of windows `total` µs long: the three largest with their
+    """The one-time costs `items` (one_time) of windows `total` µs long: the three largest with their
     times, and their lever with what it saves."""
     listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3))
     saves = f"saves up to {human_time(sum(items.values()))} of the {human_time(total)} profiled"
@@ -1153,7 +1171,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     context = gap_context(trace)
     causes = host_wait_causes(trace, [m], context=context)  # the median step's, found once
     once = sum(us for (cause, _), us in causes.items() if cause in ONE_TIME)
-    items = _one_time_items(trace, budgets, context)
+    once_found = one_time(trace, budgets, context)
+    items = once_found.items
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
     steady = _steady(m, once)
     if steady is not m:
@@ -1185,7 +1204,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         )
         if r is not None
     ]
-    return Diagnosis(bound, line, budgets, rules, m, eff, steady=steady, causes=causes)
+    return Diagnosis(bound, line, budgets, rules, m, eff, steady=steady, causes=causes, one_time=once_found.per_step)
 
 
 def verdict_lines(diagnosis: Diagnosis, explain: bool = False) -> list[str]:

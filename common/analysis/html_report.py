@@ -25,7 +25,7 @@ from common.units import human_bytes, human_time
 
 DASH = "—"
 PART_COLOURS = {"compute": "#2ca02c", "copies": "#ff7f0e", "exposed communication": "#9467bd",
-                "host wait": "#d62728", "queued": "#7f7f7f", "CPU span": "#1f77b4"}  # fmt: skip
+                "host wait": "#d62728", "queued": "#7f7f7f", "one-time": "#c49c94", "CPU span": "#1f77b4"}  # fmt: skip
 CAUSE_COLOURS = {"data loading": "#8c564b", "the optimizer": "#e377c2", "CPU op": "#bcbd22", "launches": "#d62728",
                  "no recorded op": "#ff9896", "compiling": "#17becf", "one-time": "#c49c94", "a sync": "#aec7e8",
                  "runtime call": "#7f7f7f", "kernel": "#c7c7c7", "other": "#9467bd"}  # fmt: skip

@@ -44,8 +44,9 @@ CAUSES = {
     "kernel": "kernels waiting (launch latency)",
     "other": "a queued op waiting (sync, event, other stream)",
 }
-# The parts of a step's budget, as its stacked bar shows them (Budget's figures, µs); they add up to its span.
-PARTS = ("compute", "copies", "exposed communication", "host wait", "queued")
+# The parts of a step's budget, as its stacked bar shows them (Budget's figures, µs); they add up to its span. The
+# one-time part is the share of its host wait the verdict finds ran once (Diagnosis.one_time), out of "host wait".
+PARTS = ("compute", "copies", "exposed communication", "host wait", "queued", "one-time")
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,10 @@ def levers_of(verdict: str) -> list[str]:
     return [p if i == len(parts) - 1 else p.split(";")[0] for i, p in enumerate(parts)]
 
 
-def _bar(b: Budget, number: int, start: float) -> StepBar:
-    figures = (b.compute, b.non_compute, b.comm_exposed, b.host_wait, b.kernel_wait + b.other_wait)
+def _bar(b: Budget, number: int, start: float, once: float) -> StepBar:
+    """Step `number`'s bar from its budget `b`, `once` µs of its host wait shown apart as one-time."""
+    once = min(max(once, 0.0), b.host_wait)
+    figures = (b.compute, b.non_compute, b.comm_exposed, b.host_wait - once, b.kernel_wait + b.other_wait, once)
     parts = dict(zip(PARTS, figures, strict=True))
     return StepBar(number=number, start=start, span=b.span, window=b.window, parts=parts)
 
@@ -244,7 +247,10 @@ def picture(trace: Trace, diagnosis: Diagnosis, peak: Peak | None, draw: bool = 
     )
     if budgets:
         starts = [_window_start(trace, i, b) for i, b in enumerate(budgets)]
-        out.steps = [_bar(b, s.number, start) for b, s, start in zip(budgets, trace.steps, starts, strict=True)]
+        once = diagnosis.one_time or [0.0] * len(budgets)
+        out.steps = [
+            _bar(b, s.number, start, o) for b, s, start, o in zip(budgets, trace.steps, starts, once, strict=True)
+        ]
         m = median_index([b.span for b in budgets])
         out.median = trace.steps[m].number
         out.gaps = gap_marks(trace, budgets)

@@ -220,19 +220,19 @@ class TraceFiles:
                 temporaries.append(kineto)
                 removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
+            if snapshot is not None:
+                snapshot.dump_snapshot(dump)
+            written = [(table, self.txt), *([(dump, self.pickle)] if snapshot is not None else []), (trace, self.json)]
+            for path, _ in written:
+                os.chmod(path, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
             said = None
-            while said != (now := stopped()):  # once, or twice where a signal came in between
+            while said != (now := stopped()):  # once, or twice where a signal came in between; the write's last step
                 said = now
                 self.extra.pop("stopped", None)
                 self.extra.update({"stopped": said} if said else {})
                 self.written = self.metadata()
                 add_metadata(raw, trace, self.written)
                 table.write_text((f"{said}\n\n" if said else "") + key_averages_table(averages, self.run.on_gpu) + "\n")
-            if snapshot is not None:
-                snapshot.dump_snapshot(dump)
-            written = [(table, self.txt), *([(dump, self.pickle)] if snapshot is not None else []), (trace, self.json)]
-            for path, _ in written:
-                os.chmod(path, normal_mode())  # mkstemp makes 0600; a plain write gives what the umask allows
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         else:

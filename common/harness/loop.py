@@ -90,24 +90,23 @@ def parent_of(event: object) -> object | None:
     return parent
 
 
-def read_label(prof: torch.profiler.profile) -> str | None:
-    """The record_function label directly inside the profiler's steps (the most common one, the longest of
-    those tied: train_step, not the forward inside it); the top-level label without a schedule."""
+def read_steps(prof: torch.profiler.profile) -> tuple[int, str | None]:
+    """The ProfilerStep#N spans this cycle recorded (0 without a schedule), and the record_function label directly
+    inside them (the most common one, the longest of those tied: train_step, not the forward inside it; the
+    top-level label without a schedule): one pass over `prof.events()`, whose cost grows with the steps recorded."""
     counts: Counter = Counter()
     total: Counter = Counter()
+    steps = 0
     for event in prof.events():
-        if not event.is_user_annotation or STEP_NAME.match(event.name):
+        if not event.is_user_annotation:  # an op: most events (a ProfilerStep#N is a record_function's too)
             continue
-        parent = parent_of(event)
-        if (parent is None and not prof.record_steps) or (parent is not None and STEP_NAME.match(parent.name)):
-            counts[event.name] += 1
-            total[event.name] += event.cpu_time_total
-    return max(counts, key=lambda n: (counts[n], total[n]), default=None)
-
-
-def recorded_steps(prof: torch.profiler.profile) -> int:
-    """The ProfilerStep#N spans this cycle recorded (0 without a schedule)."""
-    return sum(bool(STEP_NAME.match(e.name)) and parent_of(e) is None for e in prof.events())
+        name, parent = event.name, parent_of(event)
+        if STEP_NAME.match(name):
+            steps += parent is None
+        elif (parent is None and not prof.record_steps) or (parent is not None and STEP_NAME.match(parent.name)):
+            counts[name] += 1
+            total[name] += event.cpu_time_total
+    return steps, max(counts, key=lambda n: (counts[n], total[n]), default=None)
 
 
 def read_options(prof: torch.profiler.profile) -> dict[str, bool]:

@@ -20,8 +20,10 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,9 @@ if TYPE_CHECKING:  # the launch is torchrun's, which makes this process speak as
     from common.harness.torchrun import Launch
 
 HOLD_S = 30.0  # how long another rank, refused like rank 0, waits for torchrun to end it after rank 0
+AGREE_S = 5.0  # how long a rank waits at a step's end for the other ranks' proposals before it stops alone
+AGREE_POLL_S = 0.001
+REQUEST = "request"  # the store key a rank sets, to the signal's number, when a signal stops its recorded steps
 
 
 def exit_on_signal(code: int) -> None:
@@ -142,6 +147,68 @@ def _verdict_kind(line: str) -> str | None:
     if not line.startswith("verdict: "):
         return None
     return line[len("verdict: ") :].split(":", 1)[0].strip()
+
+
+class StopTogether:
+    """The profiled step every rank stops after when a signal comes during the recorded steps (issue 51).
+
+    DDP all-reduces inside every step, so a rank that stopped alone would leave the others waiting in the next
+    step's all-reduce until torchrun kills them, their traces lost. The ranks agree through torchrun's store, at no
+    cost to a step until a signal comes: a rank that gets one while it records sets REQUEST (`ask`); each rank's
+    watcher thread, blocked on REQUEST over a connection of its own, wakes and publishes the step that rank is in
+    (`on_request`: the harness's count of ended steps); and a rank at the end of the step it proposed waits for
+    every rank's proposal and stops after the largest (`stop_step`). The ranks run in lockstep a step apart at
+    most and each proposal is published by its watcher, not by a loop that may wait on another rank's all-reduce,
+    so no rank waits on another to propose. A rank whose peers do not all answer within AGREE_S stops alone."""
+
+    current: StopTogether | None = None
+
+    def __init__(self, store: dist.Store, watch_store: dist.Store, rank: int, world_size: int) -> None:
+        self.store, self.rank, self.world_size = store, rank, world_size
+        self.on_request: Callable[[int], int | None] | None = None  # (signal) -> the step to propose, or None
+        self.signum: int | None = None  # the signal REQUEST carried
+        self.agreed: int | None = None
+        self.asked = False
+        watcher = threading.Thread(target=self._watch, args=(watch_store,), name="stop-together", daemon=True)
+        watcher.start()
+
+    def ask(self, signum: int) -> None:
+        """Ask every rank to stop (any thread; it never waits: a thread of its own sets REQUEST)."""
+        if self.asked:
+            return
+        self.asked = True
+        threading.Thread(target=self._set, args=(REQUEST, str(signum)), name="stop-ask", daemon=True).start()
+
+    def _set(self, key: str, value: str) -> None:
+        with contextlib.suppress(Exception):  # the store is gone (torchrun ended): each rank stops alone
+            self.store.set(key, value)
+
+    def _watch(self, store: dist.Store) -> None:
+        try:
+            store.wait([REQUEST], timedelta(days=365))  # in C++, the GIL let go: the loop runs on meanwhile
+            self.signum = int(store.get(REQUEST))
+            step = self.on_request(self.signum) if self.on_request is not None else None
+            if step is not None:
+                store.set(f"rank{self.rank}", str(step))
+        except Exception:  # noqa: BLE001 (the store is gone, the process ends: nothing to agree on)
+            return
+
+    def stop_step(self, proposed: int) -> int:
+        """The step every rank stops after: the largest proposal, waited for (AGREE_S at most) the first time; this
+        rank's own (`proposed`) where the others do not all answer."""
+        if self.agreed is None:
+            keys = [f"rank{r}" for r in range(self.world_size)]
+            deadline = time.monotonic() + AGREE_S
+            with contextlib.suppress(Exception):
+                while not self.store.check(keys) and time.monotonic() < deadline:
+                    time.sleep(AGREE_POLL_S)
+            found = [proposed]
+            for key in keys:
+                with contextlib.suppress(Exception):
+                    if self.store.check([key]):
+                        found.append(int(self.store.get(key)))
+            self.agreed = max(found)
+        return self.agreed
 
 
 class _Voice:

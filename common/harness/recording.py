@@ -26,6 +26,7 @@ import ast
 import contextlib
 import functools
 import inspect
+import signal
 import sys
 import textwrap
 import threading
@@ -56,12 +57,12 @@ from common.harness.loop import (
     Schedule,
     describe_loop,
     options_tag_part,
-    read_label,
     read_options,
     read_schedule,
-    recorded_steps,
+    read_steps,
 )
 from common.harness.memory import MemoryWatch
+from common.harness.ranks import StopTogether
 from common.harness.report import exit_code, print_files, print_report, print_unprofiled
 from common.harness.runtime import REPO_ROOT, Run
 from common.interrupts import (
@@ -113,6 +114,11 @@ class Recording:
         self.stop: int | None = None  # the signal that ended the loop at the end of a recorded step
         self.stop_step = ""  # which step that was: "step 998 of 100,000"
         self.stopped = ""  # what the trace's metadata and table say of a signal: "stopped by Ctrl-C after ..."
+        self.together: StopTogether | None = None  # the ranks' agreement on the step a signal stops them after
+        self.lock = threading.Lock()  # a step's end, and a signal noted in another thread, one after the other
+        self.ended = 0  # steps of the loop ended (step_ends): the number of the step in progress, from 0
+        self.proposed: int | None = None  # the step this rank proposed to stop after (StopTogether)
+        self.stopped_by_peer = False  # the loop stopped on another rank's signal, none of this rank's
 
     @property
     def files(self) -> TraceFiles | None:
@@ -214,32 +220,73 @@ class Recording:
 
     def step_ends(self, prof: torch.profiler.profile) -> None:
         """Before torch's step(): the step ends. A signal that came during it ends the loop here, outside torch's
-        code; if the step was recorded, the exception has torch hand rec.save the steps recorded, this one too."""
+        code; if the step was recorded, the exception has torch hand rec.save the steps recorded, this one too.
+        Under torchrun, at the end of the step every rank agreed on (stop_together), not before."""
         if self.step_started is not None:
             self.last_step_s = time.monotonic() - self.step_started
         last = prof.current_action == torch.profiler.ProfilerAction.RECORD_AND_SAVE
-        signum = signal_waiting()
+        signum = signal_waiting() if self.together is None else self.stop_together(signal_waiting())
         if signum is not None and self.holding:
             self.stop, self.stop_step = signum, self.step_number(prof)
         if self.holding and (last or signum is not None):
             self.writing = True  # torch.profiler collects the steps' events (seconds for thousands), then rec.save
-        take_at_step_end()
+        if self.together is None or signum is not None:  # a rank's signal waits for the step the ranks agreed on
+            take_at_step_end(signum)
+
+    def stop_together(self, signum: int | None) -> int | None:
+        """At a step's end under torchrun: the signal to stop on now, at the step every rank agreed on
+        (StopTogether), or None to go on. No signal here or at another rank: a count, under a lock."""
+        together = self.together
+        assert together is not None
+        with self.lock:
+            if self.proposed is None and (signum is None or not self.holding):
+                self.ended += 1
+                return signum  # none, or one outside the recorded steps: taken now, as on one process
+            ask = self.proposed is None  # a signal the watchdog has not passed on yet: proposed here
+            if ask:
+                self.proposed = self.ended
+            step, proposed = self.ended, self.proposed
+            self.ended += 1
+        if ask:
+            together.ask(signum)
+        if step < together.stop_step(proposed):
+            return None
+        self.stopped_by_peer = signum is None  # another rank's signal: this one's stops it as if it came here
+        return signum or together.signum or signal.SIGINT
+
+    def proposal(self, signum: int | None = None) -> int | None:
+        """The step this rank stops after at the least: the step in progress as the first signal (`signum`, from
+        the watchdog) or another rank's request (None, from StopTogether's watcher) is noted; a signal outside the
+        recorded steps is left to its usual path (taken at the next safe point), and proposes nothing."""
+        with self.lock:
+            if self.proposed is None and (signum is None or self.holding):
+                self.proposed = self.ended
+            proposed = self.proposed
+        if signum is not None and proposed is not None and self.together is not None:
+            self.together.ask(signum)
+        return proposed
 
     def acknowledge(self, signum: int) -> str | None:
         """The line a first signal gets at once (from common.interrupts' watchdog thread, while the main thread
         runs on): the step the loop will stop after, and how long it has left where a step takes seconds; or that
         the trace's write goes on to its end. None elsewhere (the signal is taken at the next safe point) and on
         a rank other than 0 (rank 0 speaks for the run)."""
+        if self.together is not None:
+            self.proposal(signum)  # the other ranks asked to stop after the same step
         if self.meta.get("rank", 0) != 0:
             return None
         who = signal_name(signum)
         again = f"; {'Ctrl-C again' if who == 'Ctrl-C' else 'a second signal'} quits now, keeping no trace"
+        if self.stop is not None and self.stopped_by_peer:  # stopping already, as another rank asked: nothing to say
+            return None
         if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
             return f"{who}: stopping after this step ({self.stop_step}){again}"
-        if self.writing:
+        with self.lock:
+            writing, holding = self.writing, self.holding
+        if writing:
             return f"{who}: letting the trace's write finish, then stopping{again}"
         prof, started, last = self.prof, self.step_started, self.last_step_s
-        if not self.holding or prof is None or started is None:
+        if not holding or prof is None or started is None:
             return None
         number = self.step_number(prof)
         left = ""
@@ -248,7 +295,9 @@ class Recording:
             left = f", about {human_time((last - spent) * 1e6)} left in it"
             if spent >= last:
                 left = f", {human_time(spent * 1e6)} into it, longer than the {human_time(last * 1e6)} of the last"
-        return f"{who}: stopping after this step ({number}{left}){again}"
+        # under torchrun the ranks stop after the same step: this one, or the next where a rank is a step ahead
+        after = "every rank after this step or the next" if self.together is not None else "after this step"
+        return f"{who}: stopping {after} ({number}{left}){again}"
 
     def step_number(self, prof: torch.profiler.profile) -> str:
         """The step in progress, as the acknowledgement says it: `step 3 of 5` in the schedule's recorded steps."""
@@ -279,15 +328,21 @@ class Recording:
         """
         if sys.exc_info()[0] is not None and self.stop is None:
             return
-        self.writing, self.holding = True, False
+        with self.lock:
+            self.writing, self.holding = True, False
         hold_for_step_end(False)
         try:
             self._save(prof)
         finally:
-            self.writing = False
+            # What the watchdog said of a signal (acknowledge reads `writing` under the lock) is what the run does:
+            # one that came before this point, even after the files' last look at it, keeps the trace written
+            with self.lock:
+                if not self.stopped and self.cycles and first_signal() is not None:
+                    self.stopped = self.stopped_line()
+                self.writing = False
 
     def _save(self, prof: torch.profiler.profile) -> None:
-        schedule, label, recorded = read_schedule(prof), read_label(prof), recorded_steps(prof)
+        schedule, (recorded, label) = read_schedule(prof), read_steps(prof)
         first = not self.cycles
         if first:
             self.schedule, self.recorded = schedule, recorded
@@ -425,6 +480,9 @@ def recording(
     files stay as they were). `meta`: more entries for the trace's `suite` metadata (a rank, say)."""
     said = said or say_estimate(run, work, tag=tag)
     rec = Recording(run, tag, work, said, meta)
+    rec.together = StopTogether.current  # under torchrun: the ranks stop after the same step
+    if rec.together is not None:
+        rec.together.on_request = lambda _: rec.proposal()
     on_exit(rec.discard_unchecked)  # an interrupt between the guard and finish()'s check leaves nothing either
     if run.compiled:
         announce_compile(rec.grad, said)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from common.cli import SuiteError
 from common.harness.flags import STARTUP_S as STARTUP_S  # how long a rank waits for the others to join
-from common.harness.ranks import speak_as
+from common.harness.ranks import StopTogether, speak_as
 
 TORCHRUN = "uv run torchrun --standalone --nproc-per-node"  # how every command this suite prints starts 06
 
@@ -144,7 +144,8 @@ def follow_launcher() -> None:
 def rendezvous(launch: Launch, timeout_s: float) -> Iterator[dist.Store]:
     """The store for the `dist.init_process_group(..., store=store)` call inside the block, once every rank has
     said it is here, through torchrun's store (or rank 0's, without torchrun's agent): the wait is in Python, so
-    a signal ends it, and one line names the ranks that did not come within `timeout_s`."""
+    a signal ends it, and one line names the ranks that did not come within `timeout_s`. The ranks' agreement on
+    the step a signal stops them after (StopTogether) opens then too, on a second connection to the store."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     deadline = time.monotonic() + timeout_s
@@ -177,4 +178,16 @@ def rendezvous(launch: Launch, timeout_s: float) -> Iterator[dist.Store]:
             print(f"start-up: waiting up to {timeout_s:g} s for rank(s) {', '.join(map(str, missing))} to join")
             said = True
         time.sleep(0.05)
+    watch = dist.TCPStore(
+        addr,
+        port,
+        launch.world_size,
+        is_master=False,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
+        use_libuv=os.environ.get("USE_LIBUV", "0") == "1",
+    )
+    stop = f"06_ddp/stop/{attempt}/"
+    StopTogether.current = StopTogether(dist.PrefixStore(stop, store), dist.PrefixStore(stop, watch), launch.rank,
+                                        launch.world_size)  # fmt: skip
     yield dist.PrefixStore(f"06_ddp/pg/{attempt}/", store)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,52 @@ def format_problems(events: list[dict]) -> list[str]:
             problems.append(f"flow {e['id']} {e['ph']} at {e['ts']} lies in no slice of its thread")
     both = starts.keys() & ends.keys()
     problems += [f"flow {i} ends before it starts" for i in both if ends[i]["ts"] < starts[i]["ts"]]
+    theirs = {e.get("id") for e in events if e.get("ph") in ("s", "t", "f") and e.get("cat") != "held by"}
+    problems += [f"flow {i} reuses an id of the trace's own flows" for i in starts.keys() & theirs]
+    return problems + _typed_problems(diagnosis(events) + _process(events)) + _nesting_problems(diagnosis(events))
+
+
+def _process(events: list[dict]) -> list[dict]:
+    """The metadata events that name the diagnosis' process and its tracks."""
+    pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("args") == {"name": "diagnosis"}}
+    return [e for e in events if e.get("ph") == "M" and e.get("pid") in pids]
+
+
+def _typed_problems(ours: list[dict]) -> list[str]:
+    """Our events' fields as the format types them: pid and tid integers, ts and dur finite numbers of µs, dur not
+    negative, a flow's id an integer."""
+
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    def integer(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    problems = [f"{e['ph']} {e.get('name')!r}: {key} {e.get(key)!r} is no integer"
+                for e in ours for key in ("pid", "tid") if key in e and not integer(e[key])]  # fmt: skip
+    problems += [f"{e['ph']} {e.get('name')!r}: {key} {e.get(key)!r} is no finite number"
+                 for e in ours for key in ("ts", "dur") if key in e and not number(e[key])]  # fmt: skip
+    problems += [f"X {e.get('name')!r} lasts {e['dur']}" for e in ours if e["ph"] == "X" and number(e.get("dur"))
+                 and e["dur"] < 0]  # fmt: skip
+    problems += [f"flow id {e['id']!r} is no integer" for e in ours if e["ph"] in ("s", "f") and not integer(e["id"])]
+    return problems
+
+
+def _nesting_problems(ours: list[dict]) -> list[str]:
+    """Complete events of one track that overlap without one holding the other, which Perfetto cannot stack."""
+    tracks: dict[tuple, list[tuple[float, float, str]]] = {}
+    for e in ours:
+        if e["ph"] == "X":
+            tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    problems = []
+    for slices in tracks.values():
+        open_ends: list[float] = []
+        for start, end, name in sorted(slices, key=lambda s: (s[0], -s[1])):
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            if open_ends and end > open_ends[-1]:
+                problems.append(f"{name!r} at {start} overlaps a slice it is not inside")
+            open_ends.append(end)
     return problems
 
 

@@ -10,7 +10,10 @@ import sys
 import pytest
 from helpers import ROOT, command, tiny_cpu_trace
 
+from common.analysis.diagnosis import diagnose
+from common.analysis.picture import picture
 from common.analysis.summary import main
+from common.reader.build import read_trace
 
 FIXTURES = ROOT / "tests" / "fixtures"
 TRAINING = FIXTURES / "h200" / "05_training_step" / "8_1024_768_12_3072_amp_bf16_cold_eager.json.gz"
@@ -85,3 +88,25 @@ def test_a_cpu_trace_gets_its_steps_and_timeline_but_no_roofline(tmp_path, capsy
     page = (tmp_path / "r.html").read_text()
     assert code == 0 and 'class="figure budget"' in page and 'class="figure timeline"' in page
     assert 'class="figure roofline"' not in page and "No GPU lane" in page
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["foreign/graph_capture.json.gz", "h200/01_matmul_add/64_bf16_cold_eager_w0u0a20.json.gz"],
+)
+def test_a_one_time_cost_is_its_own_bar_segment_out_of_host_wait(name):
+    trace = read_trace(FIXTURES / name)
+    verdict = diagnose(trace)
+    pic = picture(trace, verdict, None, draw=False)
+    assert "one-time" in verdict.verdict and sum(s.parts["one-time"] for s in pic.steps) > 0
+    for bar, b in zip(pic.steps, verdict.budgets, strict=True):
+        assert sum(bar.parts.values()) == pytest.approx(bar.span, abs=1e-6)
+        assert bar.parts["host wait"] + bar.parts["one-time"] == pytest.approx(b.host_wait, abs=1e-6)
+
+
+def test_the_budget_figure_draws_the_one_time_segment(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    summary(capsys, FIXTURES / "foreign" / "graph_capture.json.gz", "--html", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    budget = page[page.index('class="figure budget"') : page.index('class="figure timeline"')]
+    assert '"name":"one-time"' in budget.replace(" ", "")

@@ -12,7 +12,7 @@ from helpers import ev, tiny_cpu_trace
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.harness.guess import check_guess, expect_kernels, expect_op, format_verdicts
-from common.harness.loop import read_label, recorded_steps
+from common.harness.loop import read_steps
 from common.harness.recording import own_handler_lines
 from common.harness.report import step_seconds
 from common.reader.build import parse
@@ -24,7 +24,7 @@ def test_with_stack_steps_are_counted_past_the_python_frames():
         activities=[ProfilerActivity.CPU],
         schedule=schedule(wait=1, warmup=1, active=3, repeat=1),
         with_stack=True,
-        on_trace_ready=lambda prof: seen.append((recorded_steps(prof), read_label(prof))),
+        on_trace_ready=lambda prof: seen.append(read_steps(prof)),
     ) as prof:
         for _ in range(5):
             with record_function("fwd"):

@@ -104,6 +104,37 @@ def test_one_signal_during_the_save_lets_the_write_finish_and_says_so(tmp_path, 
     assert len(trace.steps) == 60 and said in trace.notes
 
 
+# `python -c LATE script.py ...`: the script, whose trace's write sends this process SIGINT as its last act (where it
+# forgets the profiler's own temporaries, past its last look at a signal): the signal lands there every time.
+LATE = (
+    "import os, runpy, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "sys.path.insert(0, os.getcwd())\n"
+    "import common.harness.export as export\n"
+    "forget, sent = export.forget, []\n"
+    "def late(*paths):\n"
+    "    if not sent:\n"
+    "        sent.append(os.kill(os.getpid(), signal.SIGINT))\n"
+    "    return forget(*paths)\n"
+    "export.forget = late\n"
+    "script, *rest = sys.argv[1:]\n"
+    "sys.argv = [script, *rest]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+)
+
+
+@pytest.mark.slow
+def test_a_signal_at_the_very_end_of_the_write_keeps_the_trace_it_finished(tmp_path):
+    proc = start_script("01_matmul_add", "--size", "8", "--device", "cpu", traces=tmp_path,
+                        prefix=(sys.executable, "-c", LATE))  # fmt: skip
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    folder = tmp_path / "01_matmul_add"
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", err
+    assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".txt"]  # kept, no temporary left
+    assert "stopped by Ctrl-C while the trace was written, after its 3 steps" in out
+    assert len(read_trace(next(folder.glob("*.json"))).steps) == 3
+
+
 @pytest.mark.parametrize(
     "launcher, signum",
     [(("nohup",), signal.SIGHUP), (("bash", "-c", 'trap \'\' INT; exec "$0" "$@"'), signal.SIGINT)],

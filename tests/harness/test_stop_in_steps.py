@@ -4,19 +4,23 @@ signals sent to runs in subprocesses once their profiled steps are under way (he
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import command, marking, start_script, wait_for_mark
+from helpers import MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
+from common.harness import ranks
 from common.reader.build import read_trace
 
-SLOW_FIXTURES = {"tiny"}
+SLOW_FIXTURES = {"tiny", "ddp"}
 # 01's steps of tens of microseconds, as the issue ran it: a step's Python is mostly the profiler's own
 TINY = ["--size", "8", "--active", "100000", "--device", "cpu"]
 TINY_MARK = 1000  # the signal follows the 1000th call of the step (wait=1, warmup=1: the 998th profiled step)
@@ -152,3 +156,118 @@ def test_a_second_ctrl_c_while_the_stopped_trace_is_written_keeps_the_earlier_fi
     assert len(ACK.findall(err)) == 1 and err.strip().splitlines()[-1] == "interrupted", err
     assert visible(folder) == earlier  # nothing half-written under a final name, the earlier files as they were
     assert hidden(folder) == []
+
+
+@pytest.mark.slow
+def test_a_stopped_run_ends_without_the_interpreter_s_teardown(tmp_path):
+    # a finished run ends through end_process (os._exit): a stopped one must too, or Python frees torch's events of
+    # every recorded step one by one before the exit (2 s for 7,000 tiny steps); atexit handlers run only then
+    teardown = "import atexit, os\natexit.register(lambda: os.write(2, b'TEARDOWN\\n'))\n"
+    prefix = (sys.executable, "-c", teardown + MARKING, "matmul_add", str(TINY_MARK))
+    proc = start_script("01_matmul_add", *TINY, traces=tmp_path, prefix=prefix)
+    wait_for_mark(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130 and "stopped by Ctrl-C after" in out, err[-2000:]
+    assert "TEARDOWN" not in err and err.strip().splitlines()[-1] == "interrupted"
+
+
+# 06 under torchrun: two gloo ranks on the CPU, one Ctrl-C to torchrun (it passes SIGINT on to each rank)
+TINY_06 = ["--batch", "2", "--seq", "16", "--dim", "32", "--heads", "2", "--hidden", "64", "--dtype", "fp32"]
+DDP_MARK = 40  # the signal follows a rank's 40th train_step (wait=1, warmup=1: its 38th profiled step)
+LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def start_06(traces: Path) -> tuple[subprocess.Popen, list[str]]:
+    """06 on two ranks with 100,000 profiled steps, started and run until a rank is under way; what it said so far."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith("TORCHELASTIC")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
+         *marking("train_step", DDP_MARK), str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "100000",
+         "--device", "cpu", "--traces-dir", str(traces)],
+        cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    STARTED.append(proc)
+    return proc, wait_for_mark(proc)
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> Stopped:
+    """06 on two ranks, one SIGINT to torchrun once a rank is under way."""
+    traces = tmp_path_factory.mktemp("ddp")
+    proc, before = start_06(traces)
+    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C does: torchrun's ranks run in sessions of their own
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    return Stopped(proc.returncode, out, "".join(before) + err, traces / "06_ddp_training_step")
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_keeps_each_rank_s_trace_whole(ddp):
+    traces = sorted(ddp.folder.glob("*.json"))
+    assert [re.findall(r"_rank(\d)_", t.name) for t in traces] == [["0"], ["1"]], ddp.err[-3000:]
+    assert sorted(Path(name).suffix for name in visible(ddp.folder)) == [".json", ".json", ".txt", ".txt"]
+    assert hidden(ddp.folder) == []
+    for trace in traces:
+        assert trace.with_suffix(".txt").read_text().startswith("stopped by Ctrl-C after ")
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_stops_every_rank_after_the_same_step(ddp):
+    kept = [len(read_trace(t).steps) for t in sorted(ddp.folder.glob("*.json"))]
+    notes = [STOPPED.findall(" ".join(read_trace(t).notes)) for t in sorted(ddp.folder.glob("*.json"))]
+    assert len(kept) == 2 and kept[0] == kept[1] and DDP_MARK - 3 <= kept[0] < 100_000, kept
+    assert notes == [[("Ctrl-C", f"{kept[0]:,}", "100,000")]] * 2, notes
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_ends_the_ranks_before_its_shutdown_kills_them(ddp):
+    # torchrun, signalled, prints no box of the ranks' exit codes: it raises SignalException (exit 1) once they end
+    assert "Unable to shutdown process" not in ddp.err, ddp.err[-3000:]  # no rank waited for torchrun's SIGKILL
+    assert ddp.code == 1 and "SignalException: Process" in ddp.err and "got signal: 2" in ddp.err
+    assert (
+        "interrupted" in ddp.err.splitlines()
+        and "Ctrl-C: stopping every rank after this step or the next (step " in ddp.err
+    )
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_one_rank_stops_both_after_the_same_step_exiting_130(tmp_path):
+    proc, _ = start_06(tmp_path)
+    ranks_of = {}
+    for pid in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        ranks_of[next(v for v in environ if v.startswith(b"RANK="))] = int(pid)
+    os.kill(ranks_of[b"RANK=1"], signal.SIGINT)  # rank 0 gets no signal: only rank 1's request through the store
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    traces = sorted((tmp_path / "06_ddp_training_step").glob("*.json"))
+    kept = [len(read_trace(t).steps) for t in traces]
+    assert len(kept) == 2 and kept[0] == kept[1], err[-3000:]
+    assert "stopped by Ctrl-C after" in out  # rank 0 stopped as if signalled, and said so
+    assert "SIGTERM: stopping" not in err  # torchrun's SIGTERM to rank 0, once rank 1 is gone, finds it stopping
+    assert re.findall(r"^\s+exitcode\s*:\s*(\d+)", err, re.M) == ["130", "130"], err[-3000:]  # torchrun's box
+
+
+def agreeing(steps: list[int]) -> list[ranks.StopTogether]:
+    """A StopTogether per rank over one in-process store, each rank in step `steps[rank]` when asked."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    peers = [ranks.StopTogether(store, store, rank, len(steps)) for rank in range(len(steps))]
+    for peer, step in zip(peers, steps, strict=True):
+        peer.on_request = lambda _signum, step=step: step
+    return peers
+
+
+def test_the_ranks_stop_after_the_largest_step_any_rank_is_in():
+    peers = agreeing([5, 6])  # rank 1 a step ahead: rank 0 must run step 6 too, or rank 1 waits in its all-reduce
+    peers[0].ask(signal.SIGINT)  # only rank 0 got the signal
+    assert [peer.stop_step(step) for peer, step in zip(peers, [5, 6], strict=True)] == [6, 6]
+    assert peers[1].signum == signal.SIGINT  # rank 1 stops as if it had been signalled too
+
+
+def test_a_rank_whose_peers_never_answer_stops_after_its_own_step(monkeypatch):
+    monkeypatch.setattr(ranks, "AGREE_S", 0.0)
+    peers = agreeing([5, 6])
+    peers[1].on_request = lambda _signum: None  # rank 1 is past its loop: it proposes nothing
+    peers[0].ask(signal.SIGTERM)
+    assert peers[0].stop_step(5) == 5
