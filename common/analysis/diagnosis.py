@@ -244,20 +244,20 @@ def _scan(trace: Trace) -> _Scan:
         last_launch.append(last)
         if by_op:
             groups.append(by_op)
-    compiled = (
-        "triton" in families
-        or any(
-            name.startswith(COMPILED_LABELS)
-            for thread in trace.tree.threads.values()
-            for name in set(thread.layer(LABEL).names)
-        )
-        or any(  # AOTAutograd's function around a compiled graph, or the compiled region: compiled on any backend
-            name.startswith(COMPILED_OPS)
-            for thread in trace.tree.threads.values()
-            for name in set(thread.layer(OP).names)
-        )
-    )
+    compiled = "triton" in families or _compile_evidence(trace) is not None
     return _Scan(shares, compiled, pageable, launched, short, last_launch, groups)
+
+
+def _compile_evidence(trace: Trace) -> str | None:
+    """The first name of torch.compile's own code in the trace: a label of it, or AOTAutograd's function around a
+    compiled graph or the compiled region (compiled on any backend); None where it has none. Triton kernels alone
+    are no evidence of it: a library may run them eagerly."""
+    for kind, prefixes in ((LABEL, COMPILED_LABELS), (OP, COMPILED_OPS)):
+        for thread in trace.tree.threads.values():
+            found = next((name for name in set(thread.layer(kind).names) if name.startswith(prefixes)), None)
+            if found is not None:
+                return found
+    return None
 
 
 def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
@@ -634,11 +634,8 @@ def _applied(trace: Trace) -> dict[str, str]:
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
     if graphs:
         found["CUDA graphs"] = f"{num(graphs)} graph launch{'' if graphs == 1 else 'es'} per step"
-    compiled = next((name for name in steps_ops if name.startswith(COMPILED_OPS)), None)
-    compiled = compiled or next(
-        (name for thread in trace.tree.threads.values() for name in set(thread.layer(LABEL).names)
-         if name.startswith(COMPILED_LABELS)), None)  # fmt: skip
-    if compiled:  # torch.compile's own ops or labels (Triton kernels alone may be a library's, run eagerly)
+    compiled = _compile_evidence(trace)
+    if compiled is not None:
         found["torch.compile"] = compiled
     return found
 
