@@ -309,6 +309,11 @@ def take_at_step_end(signum: int | None = None) -> None:
         raise Interrupted(pending)
 
 
+def signals_seen() -> int:
+    """How many SIGINT, SIGTERM or SIGHUP came since install() (0 where the handlers are not installed)."""
+    return _state.seen if _state.installed else 0
+
+
 def signal_waiting() -> int | None:
     """The first signal, if one waits to be taken."""
     return _state.pending if _state.installed and not _state.taken else None

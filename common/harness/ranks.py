@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from common.cli import EXIT_USAGE, SuiteError, on_exit
 from common.files import shown_path
+from common.interrupts import signals_seen
 
 if TYPE_CHECKING:  # the launch is torchrun's, which makes this process speak as its rank
     from common.harness.torchrun import Launch
@@ -39,6 +40,7 @@ HOLD_S = 30.0  # how long another rank, refused like rank 0, waits for torchrun 
 AGREE_S = 5.0  # how long a rank waits at a step's end for the other ranks' proposals before it stops alone
 AGREE_POLL_S = 0.001
 REQUEST = "request"  # the store key a rank sets, to the signal's number, when a signal stops its recorded steps
+SAVED_WAIT_S = 600.0  # how long a rank that has written its stopped trace waits for the others to write theirs
 
 
 def exit_on_signal(code: int) -> None:
@@ -192,6 +194,17 @@ class StopTogether:
                 store.set(f"rank{self.rank}", str(step))
         except Exception:  # noqa: BLE001 (the store is gone, the process ends: nothing to agree on)
             return
+
+    def saved(self, wait_s: float = SAVED_WAIT_S) -> None:
+        """This rank's stopped trace is written: wait for every rank's before exiting. torchrun ends the other ranks
+        (SIGTERM) as soon as one exits, and to a rank still writing that is a second signal, which keeps no trace.
+        The wait ends early where the store is gone or a signal comes while it waits (torchrun ending this rank)."""
+        keys = [f"saved{r}" for r in range(self.world_size)]
+        deadline, seen = time.monotonic() + wait_s, signals_seen()
+        with contextlib.suppress(Exception):  # the store is gone (torchrun ended): nothing to wait for
+            self.store.set(f"saved{self.rank}", "1")
+            while not self.store.check(keys) and time.monotonic() < deadline and signals_seen() == seen:
+                time.sleep(AGREE_POLL_S * 20)
 
     def stop_step(self, proposed: int) -> int:
         """The step every rank stops after: the largest proposal, waited for (AGREE_S at most) the first time; this

@@ -504,6 +504,8 @@ def recording(
             rec.discard()
             raise
         rec.report_stopped()
+        if rec.together is not None:  # under torchrun: exit once every rank's trace is written, not before
+            rec.together.saved()
         raise
     except BaseException:
         rec.discard()

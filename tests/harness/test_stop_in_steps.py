@@ -271,3 +271,23 @@ def test_a_rank_whose_peers_never_answer_stops_after_its_own_step(monkeypatch):
     peers[1].on_request = lambda _signum: None  # rank 1 is past its loop: it proposes nothing
     peers[0].ask(signal.SIGTERM)
     assert peers[0].stop_step(5) == 5
+
+
+def test_a_rank_that_wrote_its_stopped_trace_exits_only_once_every_rank_has():
+    # torchrun SIGTERMs the other ranks once one exits: to a rank still writing, a second signal that keeps nothing
+    import threading
+
+    peers = agreeing([5, 5])
+    first = threading.Thread(target=peers[0].saved)
+    first.start()
+    first.join(0.5)
+    waited = first.is_alive()  # rank 1 is still writing: rank 0 has not exited
+    peers[1].saved()
+    first.join(HANG_GUARD_S)
+    assert waited and not first.is_alive()
+
+
+def test_a_rank_waits_for_the_others_traces_only_so_long():
+    peers = agreeing([5, 5])
+    peers[0].saved(wait_s=0.0)  # rank 1 never writes (it failed): rank 0 exits all the same
+    assert peers[0].store.check(["saved0"]) and not peers[0].store.check(["saved1"])
