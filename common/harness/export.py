@@ -243,7 +243,10 @@ class TraceFiles:
             prof.export_chrome_trace(str(raw))
             if counted is not None:
                 check_whole(raw)
-                averages, steps, self.label = read_stopped(raw, bool(prof.record_steps))
+                try:
+                    averages, steps, self.label = read_stopped(raw, bool(prof.record_steps))
+                except ValueError as exc:  # the reader's one line for a trace it cannot read
+                    raise OSError(errno.EIO, str(exc)) from None
                 self.extra["steps"], on_gpu, note = steps, False, STOPPED_TABLE
                 counted(steps, self.label)
                 self.table = key_averages_table(averages, on_gpu, TABLE_ROWS_PRINTED, TEXT_WIDTH)
