@@ -125,6 +125,7 @@ class Recording:
         self.proposed: int | None = None  # the step this rank proposed to stop after (StopTogether)
         self.stopped_by_peer = False  # the loop stopped on another rank's signal, none of this rank's
         self.recording_since: float | None = None  # time.monotonic() as the first recorded step began
+        self.grace_told = False  # grace_note said its line
 
     @property
     def files(self) -> TraceFiles | None:
@@ -328,6 +329,27 @@ class Recording:
             f"\n  the trace may take about {guess:.0f} s to write, more than the {grace} torchrun waits before it"
             f" kills its ranks\n  (their traces lost); next time: {how}"
         )
+
+    def grace_note(self) -> str | None:
+        """Under torchrun, on rank 0, once: that from here a signal to torchrun may leave more to write than torchrun
+        waits before it kills its ranks (past_grace's guess), with the flag that covers every step the schedule
+        records; None otherwise. The progress thread asks at each of its lines, so it is said before it is too late."""
+        together, since, prof, schedule = self.together, self.recording_since, self.prof, self.schedule
+        if together is None or since is None or prof is None or schedule is None or self.grace_told:
+            return None
+        if self.meta.get("rank", 0) != 0 or not self.holding:
+            return None
+        spent, recorded = time.monotonic() - since, prof.step_num - schedule.wait - schedule.warmup
+        if WRITE_PER_RECORDED_S * spent <= together.grace_s or recorded < 1:
+            return None
+        self.grace_told = True
+        every = WRITE_PER_RECORDED_S * spent / recorded * schedule.active  # the write of all the recorded steps
+        grace = f"{together.grace_s:g} s"
+        keep = f"torchrun --shutdown-timeout {10 * math.ceil(every / 5)} ... (all {schedule.active:,} steps)"
+        if not together.grace_settable:
+            keep = "a signal to one rank, kill -INT <its pid>, which no grace bounds"
+        return (f"note: from here a Ctrl-C to torchrun may lose the traces: writing them may outlast the {grace} it"
+                f" waits\n  before it kills its ranks; to keep them: {keep}")  # fmt: skip
 
     def step_number(self, prof: torch.profiler.profile) -> str:
         """The step in progress, as the acknowledgement says it: `step 3 of 5` in the schedule's recorded steps."""
@@ -536,6 +558,7 @@ def recording(
             progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress,
             checking(rec),
         ):
+            rec.progress.note = rec.grace_note
             yield rec
     except Interrupted:
         rec.progress = None

@@ -5,6 +5,7 @@ acknowledgement's warning where the trace may take longer to write than that gra
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,8 +17,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.harness import recording, torchrun
-from common.harness.loop import read_steps
+from common.harness.loop import Schedule, read_steps
+from common.harness.ticker import progress
 from common.harness.trace_table import read_stopped
+
+HANG_GUARD_S = 600
 
 
 def op(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1) -> dict:
@@ -145,3 +149,42 @@ def test_where_torchrun_s_grace_is_fixed_the_signal_names_a_rank_s_signal():
     said = acknowledged(100 / recording.WRITE_PER_RECORDED_S, 30, settable=False)
     assert "--shutdown-timeout" not in said and "kill -INT <its pid>" in said
     assert all(len(line) <= 120 for line in said.splitlines())
+
+
+def noted(recorded_s: float, recorded: int, settable: bool = True, rank: int = 0) -> SimpleNamespace:
+    together = SimpleNamespace(grace_s=30, grace_settable=settable)
+    prof = SimpleNamespace(step_num=2 + recorded)  # wait=1, warmup=1: then the recorded steps
+    since = time.monotonic() - recorded_s
+    return SimpleNamespace(together=together, recording_since=since, prof=prof, schedule=Schedule(1, 1, 100_000),
+                           grace_told=False, meta={"rank": rank}, holding=True)  # fmt: skip
+
+
+def test_once_a_write_may_outlast_torchrun_s_grace_rank_0_says_so_once_while_it_runs():
+    rec = noted(99.02 / recording.WRITE_PER_RECORDED_S, 1000)  # 99 s to write 1,000 steps: 9,902 s for 100,000
+    said = recording.Recording.grace_note(rec)
+    lines = said.splitlines()
+    assert len(lines) == 2 and all(len(line) <= 120 for line in lines), said
+    assert lines[0].startswith("note: from here a Ctrl-C to torchrun may lose the traces") and "30 s" in lines[0]
+    flag = re.search(r"torchrun --shutdown-timeout (\d+) \.\.\. \(all 100,000 steps\)$", lines[1])
+    assert flag and 19_810 <= int(flag[1]) <= 19_820, said  # twice the guess, in tens of seconds
+    assert recording.Recording.grace_note(rec) is None  # once
+
+
+def test_no_note_while_the_write_fits_torchrun_s_grace_nor_from_another_rank():
+    assert recording.Recording.grace_note(noted(1.0, 1000)) is None
+    assert recording.Recording.grace_note(noted(100 / recording.WRITE_PER_RECORDED_S, 1000, rank=1)) is None
+
+
+def test_the_progress_thread_prints_its_note_under_its_line(capsys):
+    notes = iter(["note: a line more", None])
+    out = ""
+    with progress("profiled steps", after_s=0.0, every_s=0.01) as ticker:
+        ticker.note = lambda: next(notes, None)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while "note: a line more" not in out and time.monotonic() < deadline:  # a guard against a hang, not a timing
+            time.sleep(0.01)
+            out += capsys.readouterr().out
+    out += capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines.count("note: a line more") == 1, out
+    assert lines[lines.index("note: a line more") - 1].startswith("... "), out  # under a progress line
