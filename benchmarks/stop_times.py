@@ -71,6 +71,8 @@ timed(pp._KinetoProfile, "key_averages", "key_averages")
 timed(pp._KinetoProfile, "export_chrome_trace", "export")
 timed(recording, "read_steps", "suite's scan")
 timed(export, "add_metadata", "metadata")
+if hasattr(export, "read_stopped"):
+    timed(export, "read_stopped", "suite's table")
 timed(export, "key_averages_table", "tables")
 timed(recording.Recording, "save", "save in all")
 script, *rest = sys.argv[1:]

@@ -27,12 +27,17 @@ from common.cli import SuiteError
 from common.files import normal_mode
 from common.harness.memory import MemoryWatch
 from common.harness.runtime import Run
+from common.harness.trace_table import read_stopped
 from common.interrupts import atomic, forget, removed_on_hard_exit
 from common.physics import Work
 
 TABLE_ROWS_PRINTED = 15
 MIN_NAME = 20  # the narrowest name column the printed table gets
 STALE_TEMP_S = 300  # a temporary this old belongs to a run that was killed
+STOPPED_TABLE = (  # under a stopped run's first line: its table is the suite's (common.harness.trace_table)
+    "CPU times summed by the suite from the trace's events, as key_averages() sums them (torch's parse of every event\n"
+    "takes longer than torchrun waits for a stopped rank); no GPU time: python -m common.summary reads the kernels\n"
+)
 
 
 def sort_key(on_gpu: bool) -> str:
@@ -148,20 +153,30 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
 
     The profiler does not report a failed write (a full disk leaves a short file), so the trace is
     checked to be one whole JSON object first: an OSError says why it is not."""
-    with trace.open("rb") as src:
-        src.seek(max(trace.stat().st_size - 64, 0))
-        whole = src.read().rstrip().endswith(b"}")
+    check_whole(trace)
     with trace.open("rb") as src, out.open("wb") as dst:
         head = src.read(1)
         while head.isspace():
             head = src.read(1)
-        if head != b"{" or not whole:
-            disk = os.statvfs(trace.parent)
-            full = disk.f_bavail * disk.f_frsize < 1 << 20 or disk.f_favail == 0  # no bytes, or no inodes
-            raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full
-                          else "the profiler wrote an incomplete trace", str(trace))  # fmt: skip
         dst.write(b'{"suite": ' + json.dumps(meta).encode() + b",")
         shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def check_whole(trace: Path) -> None:
+    """Raise an OSError saying why the Chrome trace the profiler wrote is not one whole JSON object (a full disk:
+    the profiler does not report a short write), by its first and last bytes."""
+    with trace.open("rb") as src:
+        src.seek(max(trace.stat().st_size - 64, 0))
+        whole = src.read().rstrip().endswith(b"}")
+        src.seek(0)
+        head = src.read(1)
+        while head.isspace():
+            head = src.read(1)
+    if head != b"{" or not whole:
+        disk = os.statvfs(trace.parent)
+        full = disk.f_bavail * disk.f_frsize < 1 << 20 or disk.f_favail == 0  # no bytes, or no inodes
+        raise OSError(errno.ENOSPC if full else errno.EIO, "No space left on device" if full
+                      else "the profiler wrote an incomplete trace", str(trace))  # fmt: skip
 
 
 class TraceFiles:
@@ -192,13 +207,19 @@ class TraceFiles:
         memory: dict | None,
         snapshot: MemoryWatch | None,
         stopped: Callable[[], str] = str,
+        counted: Callable[[int, str | None], None] | None = None,
     ) -> str:
         """Export the trace (with the run's `suite` metadata), the full table and, given `snapshot`, the
         CUDA memory snapshot, each to a hidden temporary beside its final name, for `commit` to rename.
 
         `stopped()`: what to say of a signal that ended the run ("stopped by Ctrl-C after 2 of 3 profiled steps"),
         '' for none; asked once the profiler's export is done and again at the end, so a signal that came during the
-        write is said in both files (the metadata's `stopped` entry, the table's first line). Returns what was said."""
+        write is said in both files (the metadata's `stopped` entry, the table's first line). Returns what was said.
+
+        Given `counted` (a run stopped by a signal, which torchrun kills 30 s after it), the table, the steps recorded
+        and the label are read from the exported trace (common.harness.trace_table) instead of torch's parse of every
+        event, and `counted(steps, label)` is told them before `stopped()` is asked; the table, CPU times only, says
+        so under its first line."""
         self.memory = memory
         folder = self.run.traces_dir
         try:
@@ -206,10 +227,10 @@ class TraceFiles:
         except OSError as exc:
             raise SuiteError(f"cannot write traces to {folder}: {exc.strerror or exc}") from None
         remove_stale_temporaries(folder)
-        averages = prof.key_averages()
-        self.table = key_averages_table(
-            averages, self.run.on_gpu, TABLE_ROWS_PRINTED, TEXT_WIDTH
-        )  # the .txt keeps full names
+        averages, on_gpu, note = None, self.run.on_gpu, ""
+        if counted is None:
+            averages = prof.key_averages()
+            self.table = key_averages_table(averages, on_gpu, TABLE_ROWS_PRINTED, TEXT_WIDTH)  # the .txt: full names
         temporaries: list[Path] = []
         try:
             with atomic():  # made and remembered together: a hard exit in between would leave one behind
@@ -220,6 +241,15 @@ class TraceFiles:
                 temporaries.append(kineto)
                 removed_on_hard_exit(*temporaries)
             prof.export_chrome_trace(str(raw))
+            if counted is not None:
+                check_whole(raw)
+                try:
+                    averages, steps, self.label = read_stopped(raw, bool(prof.record_steps))
+                except ValueError as exc:  # the reader's one line for a trace it cannot read
+                    raise OSError(errno.EIO, str(exc)) from None
+                self.extra["steps"], on_gpu, note = steps, False, STOPPED_TABLE
+                counted(steps, self.label)
+                self.table = key_averages_table(averages, on_gpu, TABLE_ROWS_PRINTED, TEXT_WIDTH)
             if snapshot is not None:
                 snapshot.dump_snapshot(dump)
             written = [(table, self.txt), *([(dump, self.pickle)] if snapshot is not None else []), (trace, self.json)]
@@ -232,7 +262,8 @@ class TraceFiles:
                 self.extra.update({"stopped": said} if said else {})
                 self.written = self.metadata()
                 add_metadata(raw, trace, self.written)
-                table.write_text((f"{said}\n\n" if said else "") + key_averages_table(averages, self.run.on_gpu) + "\n")
+                head = (f"{said}\n" if said else "") + note
+                table.write_text((f"{head}\n" if head else "") + key_averages_table(averages, on_gpu) + "\n")
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         else:

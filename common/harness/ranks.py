@@ -165,8 +165,18 @@ class StopTogether:
 
     current: StopTogether | None = None
 
-    def __init__(self, store: dist.Store, watch_store: dist.Store, rank: int, world_size: int) -> None:
+    def __init__(
+        self,
+        store: dist.Store,
+        watch_store: dist.Store,
+        rank: int,
+        world_size: int,
+        grace_s: float = 30.0,
+        grace_settable: bool = True,
+    ) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
+        self.grace_s = grace_s  # how long torchrun, signalled, waits for the ranks before it kills them
+        self.grace_settable = grace_settable  # torchrun takes --shutdown-timeout (torch 2.12 on)
         self.on_request: Callable[[int], int | None] | None = None  # (signal) -> the step to propose, or None
         self.signum: int | None = None  # the signal REQUEST carried
         self.agreed: int | None = None

@@ -26,6 +26,7 @@ import ast
 import contextlib
 import functools
 import inspect
+import math
 import signal
 import sys
 import textwrap
@@ -81,6 +82,10 @@ from common.units import human_time
 WARMUP_CALLS = 5  # calls of the step before the profiler starts, with --warmup
 SAY_LEFT_ABOVE_S = 1.0  # a step at least this long: the line acknowledging a Ctrl-C says how long it has left
 RECORDING = (torch.profiler.ProfilerAction.RECORD, torch.profiler.ProfilerAction.RECORD_AND_SAVE)
+# A stopped rank's write (torch's collection, its export, the suite's table: common.harness.trace_table) against the
+# time its recorded steps took: 2.8-3.6 for 300 to 3,000 of 06's tiny CPU steps, two gloo ranks on the 2-core machine
+# (benchmarks/ddp_stop_times.py; docs/files-and-signals.md)
+WRITE_PER_RECORDED_S = 3.5
 MTIME_SLACK_S = 2.0  # a file's mtime runs behind time.time() (the kernel's coarse clock, a file system's 2 s)
 
 
@@ -119,6 +124,8 @@ class Recording:
         self.ended = 0  # steps of the loop ended (step_ends): the number of the step in progress, from 0
         self.proposed: int | None = None  # the step this rank proposed to stop after (StopTogether)
         self.stopped_by_peer = False  # the loop stopped on another rank's signal, none of this rank's
+        self.recording_since: float | None = None  # time.monotonic() as the first recorded step began
+        self.grace_told = False  # grace_note said its line
 
     @property
     def files(self) -> TraceFiles | None:
@@ -214,6 +221,8 @@ class Recording:
         """After torch's start() or step(): a step begins. While it is recorded, a first signal waits for its end."""
         self.prof, self.step_started = prof, time.monotonic()
         self.holding = bool(prof.record_steps) and prof.current_action in RECORDING
+        if self.holding and self.recording_since is None:
+            self.recording_since = self.step_started
         hold_for_step_end(self.holding)
         if not self.holding:
             take_at_step_end()  # nothing recorded is lost by stopping now (or the trace was just written)
@@ -280,7 +289,7 @@ class Recording:
         if self.stop is not None and self.stopped_by_peer:  # stopping already, as another rank asked: nothing to say
             return None
         if self.stop is not None:  # the main thread took it at the step's end before this thread got to say so
-            return f"{who}: stopping after this step ({self.stop_step}){again}"
+            return f"{who}: stopping after this step ({self.stop_step}){again}{self.past_grace()}"
         with self.lock:
             writing, holding = self.writing, self.holding
         if writing:
@@ -297,7 +306,50 @@ class Recording:
                 left = f", {human_time(spent * 1e6)} into it, longer than the {human_time(last * 1e6)} of the last"
         # under torchrun the ranks stop after the same step: this one, or the next where a rank is a step ahead
         after = "every rank after this step or the next" if self.together is not None else "after this step"
-        return f"{who}: stopping {after} ({number}{left}){again}"
+        return f"{who}: stopping {after} ({number}{left}){again}{self.past_grace()}"
+
+    def past_grace(self) -> str:
+        """Under torchrun, where the trace of the steps recorded so far may take longer to write than torchrun waits
+        before it kills its ranks (its grace, 30 s unless raised), two lines more for the acknowledgement: how long,
+        and how to keep such a trace next time. The write's time is guessed from the recording's: torch's collection
+        and the suite's export of a step's events take WRITE_PER_RECORDED_S of each second that recording them took
+        (06's tiny CPU steps; steps of long kernels or long ops take less to write than this guesses)."""
+        together, since = self.together, self.recording_since
+        if together is None or since is None:
+            return ""
+        guess = WRITE_PER_RECORDED_S * (time.monotonic() - since)
+        if guess <= together.grace_s:
+            return ""
+        grace = f"{together.grace_s:g} s"
+        if together.grace_settable:
+            how = f"torchrun --shutdown-timeout {10 * math.ceil(guess / 5)} ..., or stop one rank: kill -INT <its pid>"
+        else:  # torch before 2.12: torchrun's grace is fixed, but a signal to one rank stops every rank untimed
+            how = "send the signal to one rank (kill -INT <its pid>), which no grace bounds"
+        return (
+            f"\n  the trace may take about {guess:.0f} s to write, more than the {grace} torchrun waits before it"
+            f" kills its ranks\n  (their traces lost); next time: {how}"
+        )
+
+    def grace_note(self) -> str | None:
+        """Under torchrun, on rank 0, once: that from here a signal to torchrun may leave more to write than torchrun
+        waits before it kills its ranks (past_grace's guess), with the flag that covers every step the schedule
+        records; None otherwise. The progress thread asks at each of its lines, so it is said before it is too late."""
+        together, since, prof, schedule = self.together, self.recording_since, self.prof, self.schedule
+        if together is None or since is None or prof is None or schedule is None or self.grace_told:
+            return None
+        if self.meta.get("rank", 0) != 0 or not self.holding:
+            return None
+        spent, recorded = time.monotonic() - since, prof.step_num - schedule.wait - schedule.warmup
+        if WRITE_PER_RECORDED_S * spent <= together.grace_s or recorded < 1:
+            return None
+        self.grace_told = True
+        every = WRITE_PER_RECORDED_S * spent / recorded * schedule.active  # the write of all the recorded steps
+        grace = f"{together.grace_s:g} s"
+        keep = f"torchrun --shutdown-timeout {10 * math.ceil(every / 5)} ... (all {schedule.active:,} steps)"
+        if not together.grace_settable:
+            keep = "a signal to one rank, kill -INT <its pid>, which no grace bounds"
+        return (f"note: from here a Ctrl-C to torchrun may lose the traces: writing them may outlast the {grace} it"
+                f" waits\n  before it kills its ranks; to keep them: {keep}")  # fmt: skip
 
     def step_number(self, prof: torch.profiler.profile) -> str:
         """The step in progress, as the acknowledgement says it: `step 3 of 5` in the schedule's recorded steps."""
@@ -342,11 +394,20 @@ class Recording:
                 self.writing = False
 
     def _save(self, prof: torch.profiler.profile) -> None:
-        schedule, (recorded, label) = read_schedule(prof), read_steps(prof)
+        # A run a signal stopped reads its steps, label and table from the trace it exports (TraceFiles.write's
+        # `counted`), not from torch's parse of every event: under torchrun it has 30 s before it is killed
+        quick = self.stop is not None or first_signal() is not None
+        schedule, (recorded, label) = read_schedule(prof), (0, None) if quick else read_steps(prof)
         first = not self.cycles
+        unscheduled = 0 if prof.record_steps else prof.step_num
+
+        def counted(steps: int, found: str | None) -> None:
+            if first:
+                self.recorded = steps
+                self.loop = describe_loop(schedule, read_options(prof), found, steps, unscheduled)
+
         if first:
             self.schedule, self.recorded = schedule, recorded
-            unscheduled = 0 if prof.record_steps else prof.step_num
             self.loop = describe_loop(schedule, read_options(prof), label, recorded, unscheduled)
         part = schedule.tag_part() if schedule else "custom" if prof.record_steps else "noschedule"
         options = options_tag_part(read_options(prof))  # profile_memory=True: `memory`, and so on
@@ -361,7 +422,7 @@ class Recording:
         memory = self.watch.stop(prof.step_num) if first else None
         self.recorded = recorded if first else self.recorded
         said = files.write(prof, memory, self.watch if first and self.run.memory and self.run.on_gpu else None,
-                           self.stopped_line if first else str)  # fmt: skip
+                           self.stopped_line if first else str, counted if quick else None)  # fmt: skip
         self.stopped = said if first else self.stopped
         self.cycles.append(files)
 
@@ -497,6 +558,7 @@ def recording(
             progress(progress_what(said), seconds, progress_after(seconds), started=said.started) as rec.progress,
             checking(rec),
         ):
+            rec.progress.note = rec.grace_note
             yield rec
     except Interrupted:
         rec.progress = None

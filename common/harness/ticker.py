@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from common.cli import fit
 from common.units import human_time
@@ -23,6 +23,7 @@ class Progress:
     ) -> None:
         self.what, self.estimate_s, self.after_s, self.every_s = what, estimate_s, after_s, every_s
         self.started = time.monotonic() if started is None else started  # the run's estimate's time, where it has one
+        self.note: Callable[[], str | None] | None = None  # asked at each line: a line more, said under it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="progress", daemon=True)
 
@@ -48,6 +49,9 @@ class Progress:
             return
         while True:
             print(fit(self.line(), indent="    "), flush=True)
+            more = self.note() if self.note is not None else None
+            if more:
+                print(more, flush=True)
             if self._stop.wait(self.every_s):
                 return
 

@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import NoReturn
 
+import torch
 import torch.distributed as dist
 
 from common.cli import SuiteError
@@ -26,6 +28,8 @@ from common.harness.ranks import StopTogether, speak_as
 TORCHRUN = "uv run torchrun --standalone --nproc-per-node"  # how every command this suite prints starts 06
 
 SAY_WAITING_S = 10.0  # ... and after how long it says so
+GRACE_S = 30  # how long torchrun, signalled, waits for its ranks before it SIGKILLs them, unless told otherwise
+GRACE_FLAG = "--shutdown-timeout"  # torchrun's flag for it (torch 2.12 on), or TORCH_ELASTIC_SHUTDOWN_TIMEOUT
 LAUNCHER_GONE_S = 5.0  # after the launcher dies: how long the first SIGTERM has before a second one ends the rank
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -94,6 +98,34 @@ def torchrun_launch(script: str) -> Launch | None:
     follow_launcher()
     speak_as(launch)
     return launch
+
+
+def grace_settable() -> bool:
+    """Whether this torch's torchrun takes GRACE_FLAG: from torch 2.12 (pytorch/pytorch#172596, merged 2026-03-03;
+    before, its 30 s are fixed). By the version: importing torchrun's launcher to look costs a rank 0.4 s."""
+    return torch.torch_version.TorchVersion(torch.__version__) >= "2.12"
+
+
+def torchrun_grace(parent: int | None = None) -> int:
+    """How long torchrun waits, once signalled, before it SIGKILLs the ranks it passed the signal on to: the
+    GRACE_FLAG on its command line (`parent`: its pid, this rank's parent; read on Linux), else the PET_ or
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT this rank inherited from it, else GRACE_S; GRACE_S where torch has no such flag."""
+    if not grace_settable():
+        return GRACE_S
+    words: list[str] = []
+    with contextlib.suppress(OSError):
+        words = Path(f"/proc/{parent or os.getppid()}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    given = None
+    for at, word in enumerate(words):
+        name, _, value = word.partition("=")
+        if name.replace("_", "-") == GRACE_FLAG:
+            given = value if value else (words[at + 1] if at + 1 < len(words) else None)
+        if at > 1 and word.endswith(".py"):
+            break  # the script: its own flags from here
+    for text in (given, os.environ.get("PET_SHUTDOWN_TIMEOUT"), os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")):
+        with contextlib.suppress(TypeError, ValueError):
+            return int(text)
+    return GRACE_S
 
 
 def exit_rank(main: Callable[[], int]) -> NoReturn:
@@ -189,5 +221,5 @@ def rendezvous(launch: Launch, timeout_s: float) -> Iterator[dist.Store]:
     )
     stop = f"06_ddp/stop/{attempt}/"
     StopTogether.current = StopTogether(dist.PrefixStore(stop, store), dist.PrefixStore(stop, watch), launch.rank,
-                                        launch.world_size)  # fmt: skip
+                                        launch.world_size, torchrun_grace(), grace_settable())  # fmt: skip
     yield dist.PrefixStore(f"06_ddp/pg/{attempt}/", store)

@@ -17,7 +17,7 @@ import pytest
 from helpers import MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
-from common.harness import ranks
+from common.harness import ranks, torchrun
 from common.reader.build import read_trace
 
 SLOW_FIXTURES = {"tiny", "ddp"}
@@ -178,12 +178,15 @@ DDP_MARK = 40  # the signal follows a rank's 40th train_step (wait=1, warmup=1: 
 LAUNCHER = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def start_06(traces: Path) -> tuple[subprocess.Popen, list[str]]:
-    """06 on two ranks with 100,000 profiled steps, started and run until a rank is under way; what it said so far."""
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith("TORCHELASTIC")}
+def start_06(traces: Path, mark: int = DDP_MARK, grace_s: int | None = None) -> tuple[subprocess.Popen, list[str]]:
+    """06 on two ranks with 100,000 profiled steps, started and run until a rank enters its `mark`-th step; what it
+    said so far. `grace_s`: torchrun's shutdown timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT); None: its default, 30 s."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith(("TORCHELASTIC", "PET_"))}
+    env.pop("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", None)
+    env.update({} if grace_s is None else {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(grace_s)})
     proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
-         *marking("train_step", DDP_MARK), str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "100000",
+         *marking("train_step", mark), str(ROOT / "06_ddp_training_step.py"), *TINY_06, "--active", "100000",
          "--device", "cpu", "--traces-dir", str(traces)],
         cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -245,6 +248,49 @@ def test_a_ctrl_c_to_one_rank_stops_both_after_the_same_step_exiting_130(tmp_pat
     assert "stopped by Ctrl-C after" in out  # rank 0 stopped as if signalled, and said so
     assert "SIGTERM: stopping" not in err  # torchrun's SIGTERM to rank 0, once rank 1 is gone, finds it stopping
     assert re.findall(r"^\s+exitcode\s*:\s*(\d+)", err, re.M) == ["130", "130"], err[-3000:]  # torchrun's box
+
+
+# Hundreds of recorded steps: torch's parse of their events (prof.events(), for key_averages) took a stopped rank
+# longer than torchrun waits before it kills the ranks (4 minutes for 1,000 steps); the suite's reading of the
+# exported trace takes seconds (common.harness.trace_table)
+MANY_MARK = 502  # 500 profiled steps
+MANY_GRACE_S = 40
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_to_torchrun_after_500_steps_keeps_both_traces_within_its_grace(tmp_path):
+    if not torchrun.grace_settable():
+        pytest.skip("this torch's torchrun has no --shutdown-timeout (torch 2.12 on)")
+    proc, before = start_06(tmp_path, MANY_MARK, MANY_GRACE_S)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    folder = tmp_path / "06_ddp_training_step"
+    assert "Unable to shutdown process" not in err, err[-3000:]  # torchrun did not have to kill a rank
+    traces = sorted(folder.glob("*.json"))
+    kept = [len(read_trace(t).steps) for t in traces]
+    assert len(kept) == 2 and kept[0] == kept[1] >= MANY_MARK - 3, err[-3000:]
+    assert hidden(folder) == []
+    for trace in traces:  # each .txt: the stop, the table's origin, then torch's table of the rank's CPU ops
+        lines = trace.with_suffix(".txt").read_text().splitlines()
+        assert lines[0] == f"stopped by Ctrl-C after {kept[0]:,} of 100,000 profiled steps"
+        assert lines[1].startswith("CPU times summed by the suite from the trace's events")
+        assert any(line.split()[:1] == ["train_step"] and line.split()[-1] == str(kept[0])
+                   for line in lines), lines[:30]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_whose_write_may_outlast_torchrun_s_grace_says_so_at_once(tmp_path):
+    if not torchrun.grace_settable():
+        pytest.skip("this torch's torchrun has no --shutdown-timeout (torch 2.12 on)")
+    proc, _ = start_06(tmp_path, 302, grace_s=1)  # 300 steps recorded, torchrun's grace 1 s
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    said = [line for line in err.splitlines() if line.startswith("  the trace may take about ")]
+    assert len(said) == 1 and "s to write, more than the 1 s torchrun waits before it kills its ranks" in said[0], err
+    after = err.splitlines()[err.splitlines().index(said[0]) + 1]
+    how = r"  \(their traces lost\); next time: torchrun --shutdown-timeout \d+ \.\.\., or stop one rank: "
+    how += "kill -INT <its pid>"
+    assert re.fullmatch(how, after), after
 
 
 def agreeing(steps: list[int]) -> list[ranks.StopTogether]:
