@@ -232,7 +232,8 @@ class _Collector:
         add_name, add_ts, add_end = self.op_names.append, self.op_ts.append, self.op_end.append
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
-        skipped, last_tid, tid = 0, _NO_THREAD, None
+        add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
+        issue_ops, skipped, last_tid, tid = comms.ISSUE_OPS, 0, _NO_THREAD, None
         op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
@@ -250,12 +251,12 @@ class _Collector:
                         continue
                     cat = old
                 e.cat = cat
-            if e.ph != "X" or e.name is None:
+            if e.ph != "X" or (name := e.name) is None:
                 continue
             if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
                 skipped += 1
                 continue
-            name = names.setdefault(e.name, e.name)
+            name = names.setdefault(name, name)
             if cat == "cpu_op":  # most of a trace: a node of the call tree, in the ops' columns
                 if e.tid != last_tid:  # one object per thread id
                     last_tid = e.tid
@@ -270,7 +271,7 @@ class _Collector:
                     op = self.shaped(name, args, ts, dur, tid)
                     if name in TENSOR_CORE_OPS:
                         self.shaped_calls.append((ts, dur, tid, op))
-                elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
+                elif name in issue_ops:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
                         self.comms.append(issued)
@@ -281,22 +282,22 @@ class _Collector:
                     last_tid = e.tid
                     tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
                 if code == LABEL:
-                    self.annotations.append((name, ts, dur, tid))
+                    add_label((name, ts, dur, tid))
                 elif code >= RUNTIME:  # a runtime or driver call
                     typed = typed_args(e.args, launch_args)
                     corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
                     launches.append(_new_launch((name, ts, dur, corr, tid)))
-                    self.launch_kinds.append(code)
+                    add_kind(code)
                 else:
                     self.python.append((name, ts, dur, tid))
             else:
                 e.name = name
                 typed = typed_args(e.args, gpu_args)
                 if typed is not None:
-                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
+                    add_gpu((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
                 else:
                     args = args_of(e.args)
-                    self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
+                    add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:

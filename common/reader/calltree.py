@@ -339,8 +339,13 @@ class Node:
 
     @property
     def role(self) -> str:
-        """The kind of time it is (common.reader.kinds.ROLES)."""
-        return ROLES[self.layer.roles[self.index]]
+        """The kind of time it is (common.reader.kinds.ROLES): its own, typed once per category and name, not its
+        whole layer's (a trace's steps are each a name of their own)."""
+        layer = self.layer
+        roles = layer._roles
+        if roles is not None:
+            return ROLES[roles[self.index]]
+        return ROLES[_role(layer.kind_of(self.index), layer.names[self.index])]
 
     @property
     def tid(self) -> object:

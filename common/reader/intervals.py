@@ -49,6 +49,8 @@ def union_sorted(
     # a byte per interval after the first: 1 where it opens an interval of the union
     reached = map(operator.add, reach, itertools.repeat(touch))
     later = bytes(map(operator.gt, itertools.islice(starts, 1, None), reached))
+    if 0 not in later:  # none overlaps or touches one before it (one stream's ops, say): each is one of the union
+        return array("d", starts), array("d", reach), array("l", range(len(starts)))
     firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
     lasts = array("d", itertools.compress(reach, itertools.chain(later, (1,))))  # each closes before the next opens
     return array("d", itertools.compress(starts, itertools.chain((1,), later))), lasts, firsts
