@@ -210,7 +210,7 @@ class _Collector:
         self.launch_kinds = bytearray()  # RUNTIME or DRIVER per launch
         self.passed: set[str | None] = set()  # categories neither read nor of a device the reader does not model
         self.unmodelled: Counter = Counter()  # events of a device the reader does not model (MTIA): name -> count
-        self.shaped_spans: dict[object, tuple[float, float, object]] = {}  # External id -> a shaped op's (ts, end, tid)
+        self.shaped_spans: dict[object, tuple] = {}  # External id -> a shaped op's (ts, dur, tid, shapes)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
@@ -268,9 +268,7 @@ class _Collector:
                 add_ts(ts)
                 add_end(ts + dur)
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                    op = self.shaped(name, args, ts, dur, tid)
-                    if name in TENSOR_CORE_OPS:
-                        self.shaped_calls.append((ts, dur, tid, op))
+                    self.shaped(name, args, ts, dur, tid)
                 elif name in issue_ops:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
@@ -302,12 +300,10 @@ class _Collector:
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
-        span for checking the link, and return them. Ops of the same name and arguments share one ShapedOp, decoded
-        once: a loop repeats a few shapes many times."""
+        call (ts, dur, tid, shapes) for checking the link, and return them; a tensor-core op's call is kept in
+        `shaped_calls` too, the same record. Ops of the same name and arguments share one ShapedOp, decoded once: a
+        loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        linked = type(ext) in ID_TYPES  # an External id (_id), tested once
-        if linked:
-            self.shaped_spans[ext] = (ts, ts + dur, tid)
         types, concrete = args.types, args.concrete
         key = (
             name,
@@ -319,7 +315,11 @@ class _Collector:
         if op is None:
             get = self.decoded
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
-        if linked:
+        call = (ts, dur, tid, op)
+        if name in TENSOR_CORE_OPS:
+            self.shaped_calls.append(call)
+        if type(ext) in ID_TYPES:  # an External id (_id)
+            self.shaped_spans[ext] = call
             self.shapes[ext] = op
         return op
 
@@ -494,12 +494,12 @@ class _Collector:
             if launch is None or op.category != "kernel":
                 continue
             linked += 1
-            ts, end, tid = spans[ext]
-            if tid == launch.tid and ts <= launch.ts <= end:
+            ts, dur, tid, _ = spans[ext]
+            if tid == launch.tid and ts <= launch.ts <= ts + dur:
                 continue
             broken += 1
             if not at:
-                at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
+                at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}
             thread = tree.threads.get(launch.tid)
             layer = thread.layer(OP) if thread is not None else None
             i = layer.innermost(launch.ts) if layer is not None else -1

@@ -70,11 +70,12 @@ class WindowParts:
         union, ops, firsts, lo, hi = self._timeline.union, self._timeline.ops, self._timeline.firsts, self._lo, self._hi
         starts, ends = union.starts, union.ends
         idle_from = 0.0 if self._edges else max(starts[self._first], lo) - lo
-        for j in range(self._first, self._last):
-            a = max(starts[j], lo) - lo
+        for j in range(self._first, self._last):  # max and min as comparisons: a builtin call each costs more
+            begin, end = starts[j], ends[j]
+            a = (lo if lo > begin else begin) - lo
             if a > idle_from + SAME_TIME_US:
                 yield idle_from, a, ops[firsts[j]]
-            idle_from = min(ends[j], hi) - lo
+            idle_from = (hi if hi < end else end) - lo
         if self._edges and idle_from < hi - lo:
             yield idle_from, hi - lo, None
 
