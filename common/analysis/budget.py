@@ -7,6 +7,7 @@ launch latency, a longer one a dependency: an event, another stream, a sync).
 from __future__ import annotations
 
 import functools
+import operator
 from typing import NamedTuple
 
 from common.reader.model import GpuOp, Trace, median_index
@@ -33,6 +34,7 @@ class Gap(NamedTuple):
         return self.end - self.start
 
 
+GAP_START, GAP_END = operator.itemgetter(0), operator.itemgetter(1)  # of a Gap
 _new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
 
 
@@ -132,7 +134,7 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
             other += length
             add(_new_gap((start + a, start + b, "other", number, after)))
     out.host_wait, out.kernel_wait, out.other_wait = host, kernel, other
-    out.longest_gap = max((g.end - g.start for g in gaps), default=0.0)
+    out.longest_gap = max(map(operator.sub, map(GAP_END, gaps), map(GAP_START, gaps)), default=0.0)  # in C
     out.parts = parts
     return out
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common.analysis.collectives import arrivals, collective_table
 from common.analysis.diagnosis import diagnose, verdict_lines
 from common.analysis.efficiency import peak_cell
 from common.analysis.figures import Row, metadata_figure, summarize
 from common.analysis.invariants import invariant_notes
-from common.analysis.picture import Picture, picture
 from common.analysis.roofline_table import kernel_roofs, op_roofs, roof_table
 from common.analysis.tables import (
     DASH,
@@ -31,6 +31,9 @@ from common.reader.model import GpuOp, Step, Trace
 from common.reader.naming import cut_name, short_name
 from common.reader.occupancy import SmLimits
 from common.units import human_time
+
+if TYPE_CHECKING:  # drawn only under --html or --annotate: common.analysis.picture is loaded then
+    from common.analysis.picture import Picture
 
 LEFT = {"trace", "on", "family", "kernel"}  # text columns are left-aligned, numbers right-aligned
 
@@ -82,6 +85,8 @@ def digest(trace: Trace, args: argparse.Namespace) -> Digest:
         kernels = table(headers, cells, LEFT, args.markdown) if stats else "no GPU work in the steps"
     shown = args.per_step or len(trace.steps) > 3
     html, annotate = getattr(args, "html", None), getattr(args, "annotate", None)
+    if html or annotate:
+        from common.analysis.picture import picture
     return Digest(
         path=trace.path,
         name=trace.name,

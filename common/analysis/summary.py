@@ -51,12 +51,10 @@ from collections import Counter
 from pathlib import Path
 
 from common import interrupts
-from common.analysis.annotate import write_annotated
 from common.analysis.collectives import COLLECTIVE_LEGEND, SKEW_LEGEND, skew_table, skews, straggler_lines
 from common.analysis.digest import LEFT, Digest, digest
 from common.analysis.figures import CALLS, LAUNCH_COLUMNS, Row, launch_line, with_ratios
 from common.analysis.folders import find_traces, read_all
-from common.analysis.html_report import check_html, write_report
 from common.analysis.names import fitted_names
 from common.analysis.roofline_table import LEGEND as ROOF_LEGEND
 from common.analysis.tables import (
@@ -503,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             check_plot_path(args.plot)
         if args.html:
+            from common.analysis.html_report import check_html  # only for --html: not loaded for a plain summary
+
             check_html()
             check_out_path("--html", args.html, "report.html")
         paths = find_traces(args.paths)
@@ -525,11 +525,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a file that is not a trace
         raise SuiteError(str(exc)) from None
     if args.annotate:  # the traces PATH names (a --baseline file from elsewhere is not one of them)
+        from common.analysis.annotate import write_annotated  # only for --annotate, as html_report for --html
+
         print()
         for trace, out in zip(read, annotated_paths(read, args.annotate), strict=True):
             write_annotated(trace.path, trace.picture, out)
             print(f"annotated: {shown(str(out.resolve()))}")
     if args.html:
+        from common.analysis.html_report import write_report
+
         write_report(traces, runs_of(traces), args.html)
         print(f"\nhtml: {shown(str(args.html.resolve()))}")
     return 0

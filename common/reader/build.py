@@ -155,6 +155,8 @@ KEPT = {*CPU_KINDS, *GPU_WORK}  # the categories the reader uses
 KIND_CODE = {kind: code for code, kind in enumerate(CPU_KINDS)}
 NAME, TS, DUR, TID = (operator.itemgetter(i) for i in range(4))  # of an (name, ts, dur, tid) record
 LAUNCH_TID = operator.itemgetter(4)  # of a Launch
+TS_OF_CALL = operator.itemgetter(0)  # of a shaped call (ts, dur, tid, shapes), or of a GPU op's (ts, correlation, op)
+OP_OF_GPU = operator.itemgetter(2)  # of a GPU op's (ts, correlation, op)
 _NO_THREAD = object()  # before the first event: no thread id is this
 _new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur, correlation, tid)), in C
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
@@ -199,7 +201,7 @@ class _Collector:
         # others as the records the reader keeps of them anyway.
         self.op_names: list[str] = []
         self.op_ts = array("d")  # µs: flat doubles, not a float object each
-        self.op_dur = array("d")
+        self.op_end = array("d")  # its start plus its duration: the ends the call tree keeps, added as read
         self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
@@ -208,7 +210,7 @@ class _Collector:
         self.launch_kinds = bytearray()  # RUNTIME or DRIVER per launch
         self.passed: set[str | None] = set()  # categories neither read nor of a device the reader does not model
         self.unmodelled: Counter = Counter()  # events of a device the reader does not model (MTIA): name -> count
-        self.shaped_spans: dict[object, tuple[float, float, object]] = {}  # External id -> a shaped op's (ts, end, tid)
+        self.shaped_spans: dict[object, tuple] = {}  # External id -> a shaped op's (ts, dur, tid, shapes)
         self.gpu: list[tuple[float, object, GpuOp]] = []  # (ts, correlation, op)
         self.skipped = 0
         self.names: dict[str, str] = {}  # one string object per distinct name
@@ -227,10 +229,11 @@ class _Collector:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
         names, inf, unmodelled, passed = self.names, math.inf, self.unmodelled, self.passed
-        add_name, add_ts, add_dur = self.op_names.append, self.op_ts.append, self.op_dur.append
+        add_name, add_ts, add_end = self.op_names.append, self.op_ts.append, self.op_end.append
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
-        skipped, last_tid, tid = 0, _NO_THREAD, None
+        add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
+        issue_ops, skipped, last_tid, tid = comms.ISSUE_OPS, 0, _NO_THREAD, None
         op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
@@ -248,12 +251,12 @@ class _Collector:
                         continue
                     cat = old
                 e.cat = cat
-            if e.ph != "X" or e.name is None:
+            if e.ph != "X" or (name := e.name) is None:
                 continue
             if not (0 <= ts < inf and 0 <= dur < LONGEST_US):  # NaN (absent, not a number), infinite, negative, absurd
                 skipped += 1
                 continue
-            name = names.setdefault(e.name, e.name)
+            name = names.setdefault(name, name)
             if cat == "cpu_op":  # most of a trace: a node of the call tree, in the ops' columns
                 if e.tid != last_tid:  # one object per thread id
                     last_tid = e.tid
@@ -263,12 +266,10 @@ class _Collector:
                     op_tid = tid
                 add_name(name)
                 add_ts(ts)
-                add_dur(dur)
+                add_end(ts + dur)
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
-                    op = self.shaped(name, args, ts, dur, tid)
-                    if name in TENSOR_CORE_OPS:
-                        self.shaped_calls.append((ts, dur, tid, op))
-                elif name in comms.ISSUE_OPS:  # a collective; its args decoded where they are record_param_comms'
+                    self.shaped(name, args, ts, dur, tid)
+                elif name in issue_ops:  # a collective; its args decoded where they are record_param_comms'
                     args = args_of(e.args) if name == comms.ISSUE_OP else None
                     if (issued := comms.issued(name, ts, dur, tid, args)) is not None:
                         self.comms.append(issued)
@@ -279,31 +280,30 @@ class _Collector:
                     last_tid = e.tid
                     tid = tids.setdefault(last_tid, last_tid) if type(last_tid) in ID_TYPES else None
                 if code == LABEL:
-                    self.annotations.append((name, ts, dur, tid))
+                    add_label((name, ts, dur, tid))
                 elif code >= RUNTIME:  # a runtime or driver call
                     typed = typed_args(e.args, launch_args)
                     corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
                     launches.append(_new_launch((name, ts, dur, corr, tid)))
-                    self.launch_kinds.append(code)
+                    add_kind(code)
                 else:
                     self.python.append((name, ts, dur, tid))
             else:
                 e.name = name
                 typed = typed_args(e.args, gpu_args)
                 if typed is not None:
-                    self.gpu.append((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
+                    add_gpu((ts, typed.correlation, typed_gpu_op(e, typed, dims)))
                 else:
                     args = args_of(e.args)
-                    self.gpu.append((ts, _correlation(args), gpu_op(e, args)))
+                    add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
-        span for checking the link, and return them. Ops of the same name and arguments share one ShapedOp, decoded
-        once: a loop repeats a few shapes many times."""
+        call (ts, dur, tid, shapes) for checking the link, and return them; a tensor-core op's call is kept in
+        `shaped_calls` too, the same record. Ops of the same name and arguments share one ShapedOp, decoded once: a
+        loop repeats a few shapes many times."""
         ext, key_of = args.external, self.raw_key
-        if _id(ext) is not None:
-            self.shaped_spans[ext] = (ts, ts + dur, tid)
         types, concrete = args.types, args.concrete
         key = (
             name,
@@ -315,7 +315,11 @@ class _Collector:
         if op is None:
             get = self.decoded
             op = self.distinct_shapes[key] = ShapedOp(name, get(args.dims), get(args.types), get(args.concrete))
-        if _id(ext) is not None:
+        call = (ts, dur, tid, op)
+        if name in TENSOR_CORE_OPS:
+            self.shaped_calls.append(call)
+        if type(ext) in ID_TYPES:  # an External id (_id)
+            self.shaped_spans[ext] = call
             self.shapes[ext] = op
         return op
 
@@ -333,17 +337,16 @@ class _Collector:
             if len(slices) == 1:  # a thread's ops in one run: the columns as they are
                 (lo, hi), whole = slices[0], slices[0] == (0, len(self.op_names))
                 starts = self.op_ts if whole else self.op_ts[lo:hi]
-                durs = self.op_dur if whole else self.op_dur[lo:hi]
+                ends = self.op_end if whole else self.op_end[lo:hi]
                 names = self.op_names if whole else self.op_names[lo:hi]
             else:
-                starts, durs, names = array("d"), array("d"), []
+                starts, ends, names = array("d"), array("d"), []
                 for lo, hi in slices:
                     starts += self.op_ts[lo:hi]
-                    durs += self.op_dur[lo:hi]
+                    ends += self.op_end[lo:hi]
                     names += self.op_names[lo:hi]
-            ends = array("d", map(operator.add, starts, durs))
             layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
-        self.op_names, self.op_ts, self.op_dur, self.op_tids = [], array("d"), array("d"), []
+        self.op_names, self.op_ts, self.op_end, self.op_tids = [], array("d"), array("d"), []
         is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
         runtime = list(compress(self.launches, is_runtime))
         driver = list(compress(self.launches, map(operator.not_, is_runtime)))
@@ -491,12 +494,12 @@ class _Collector:
             if launch is None or op.category != "kernel":
                 continue
             linked += 1
-            ts, end, tid = spans[ext]
-            if tid == launch.tid and ts <= launch.ts <= end:
+            ts, dur, tid, _ = spans[ext]
+            if tid == launch.tid and ts <= launch.ts <= ts + dur:
                 continue
             broken += 1
             if not at:
-                at = {(tid, ts): ext for ext, (ts, _, tid) in spans.items()}
+                at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}
             thread = tree.threads.get(launch.tid)
             layer = thread.layer(OP) if thread is not None else None
             i = layer.innermost(launch.ts) if layer is not None else -1
@@ -512,8 +515,11 @@ class _Collector:
         """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
         cudaStreamBeginCapture to its cudaStreamEndCapture (nested captures on one thread count as one; one never
         ended lasts to the end). A function (thread, time) -> captured?, or None for a trace without capture."""
+        capture = CAPTURE_BEGIN + CAPTURE_END
+        if not any(name.startswith(capture) for name in set(map(NAME, self.launches))):  # once per distinct name
+            return None
         calls = sorted((ts, name.startswith(CAPTURE_BEGIN), ts + dur, tid) for name, ts, dur, _, tid in self.launches
-                       if name.startswith(CAPTURE_BEGIN + CAPTURE_END))  # fmt: skip
+                       if name.startswith(capture))  # fmt: skip
         if not calls:
             return None
         windows: dict[object, list[list[float]]] = {}
@@ -602,7 +608,7 @@ class _Collector:
                 if phase is not None:
                     launch_phase[corr] = phase
 
-        self.gpu.sort(key=lambda item: item[0])
+        self.gpu.sort(key=TS_OF_CALL)  # by start, in C
         by_time = not any(corr is not None for _, corr, _ in self.gpu)
         if by_time and self.gpu:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
@@ -638,7 +644,7 @@ class _Collector:
                     f"{len(left_out)} GPU ops ({us}) launched {where} ran during them (no synchronize between "
                     "steps?): not counted"
                 )
-        gpu = [op for _, _, op in self.gpu]
+        gpu = list(map(OP_OF_GPU, self.gpu))
         link_notes = self.check_links(tree, gpu)
         notes += link_notes
         devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
@@ -670,9 +676,19 @@ class _Collector:
             skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             tree=tree, gpu=gpu, devices=devices, broken_links=bool(link_notes),
-            shaped_calls=sorted(self.shaped_calls, key=lambda c: (c[0], -c[1])),
-            collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations),
+            shaped_calls=_by_start(self.shaped_calls),
+            collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations)
+            if self.comms else [],  # no pass over the GPU ops for a trace without collectives
         )  # fmt: skip
+
+
+def _by_start(calls: list[tuple[float, float, object, ShapedOp]]) -> list[tuple[float, float, object, ShapedOp]]:
+    """The shaped calls (ts, dur, tid, shapes) in start order, the longer first where two start together: as they
+    are where they come so (checked in C; a trace's ops most often do), else sorted."""
+    starts = list(map(TS_OF_CALL, calls))
+    if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):
+        return calls
+    return sorted(calls, key=lambda c: (c[0], -c[1]))
 
 
 def _by_thread(records: list, tid_of: Callable) -> dict[object, list]:

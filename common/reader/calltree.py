@@ -25,6 +25,7 @@ import operator
 from array import array
 from collections.abc import Iterator, Sequence
 
+from common.reader.intervals import running_max
 from common.reader.kinds import CPU_KINDS, DRIVER, LABEL, OP, PYTHON, ROLES, RUNTIME, role_of
 
 # The layers a kind of time can be found in (common.reader.kinds.role_of): ops are ops, labels and python_function
@@ -73,7 +74,7 @@ class Layer:
     def reach(self) -> array:
         """The running maximum of the nodes' ends, in start order (ascending: for binary search), made in C once."""
         if self._reach is None:
-            self._reach = array("d", itertools.accumulate(self.ends, max))
+            self._reach = running_max(self.ends)
         return self._reach
 
     @classmethod
@@ -88,7 +89,8 @@ class Layer:
             _longer_first(idx, begin, ends)
             return cls(kind, begin, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
         idx = list(range(len(starts)))  # in order, some starting together: the longer first
-        _longer_first(idx, starts, ends)
+        if not _longer_first(idx, starts, ends):  # the longer came first already: the columns as they are
+            return cls(kind, starts, ends, names)
         return cls(kind, starts, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
 
     def __len__(self) -> int:
@@ -176,7 +178,12 @@ class Layer:
         if found is None:
             starts, ends = self.starts, self.ends
             idx, last_end = array("l"), float("-inf")
-            for i in range(len(self)) if mask is None else positions(mask, 1):
+            if mask is None:  # every node: the next top one is the first starting at or after the last one's end
+                i, n, add, find = 0, len(self), idx.append, bisect.bisect_left
+                while i < n:
+                    add(i)
+                    i = find(starts, ends[i], i + 1)
+            for i in positions(mask, 1) if mask is not None else ():
                 if starts[i] >= last_end:
                     idx.append(i)
                     last_end = ends[i]
@@ -224,19 +231,23 @@ def _nest(starts: array, ends: array) -> array:
     return parents
 
 
-def _longer_first(idx: list[int], begin: Sequence[float], ends: Sequence[float]) -> None:
-    """Among the entries of `idx` (sorted by start, `begin`) that start together, put the longer first, in place.
-    Only the runs of equal starts are visited (found in C): they are few."""
+def _longer_first(idx: list[int], begin: Sequence[float], ends: Sequence[float]) -> bool:
+    """Among the entries of `idx` (sorted by start, `begin`) that start together, put the longer first, in place;
+    whether any moved. Only the runs of equal starts are visited (found in C): they are few."""
     same = itertools.compress(itertools.count(1), map(operator.eq, begin, itertools.islice(begin, 1, None)))
     k = end = -1
-    for j in same:  # begin[j] == begin[j - 1]
-        if j != end + 1:  # a new run of equal starts, from j - 1
+    moved = False
+    for j in itertools.chain(same, (-1,)):  # begin[j] == begin[j - 1]; -1: past the last run
+        if j != end + 1:  # a new run of equal starts, from j - 1 (or none left)
             if end > k:
-                idx[k : end + 1] = sorted(idx[k : end + 1], key=ends.__getitem__, reverse=True)
+                run = idx[k : end + 1]
+                longer = sorted(run, key=ends.__getitem__, reverse=True)
+                if longer != run:
+                    idx[k : end + 1] = longer
+                    moved = True
             k = j - 1
         end = j
-    if end > k >= 0:
-        idx[k : end + 1] = sorted(idx[k : end + 1], key=ends.__getitem__, reverse=True)
+    return moved
 
 
 class Thread:
@@ -328,8 +339,13 @@ class Node:
 
     @property
     def role(self) -> str:
-        """The kind of time it is (common.reader.kinds.ROLES)."""
-        return ROLES[self.layer.roles[self.index]]
+        """The kind of time it is (common.reader.kinds.ROLES): its own, typed once per category and name, not its
+        whole layer's (a trace's steps are each a name of their own)."""
+        layer = self.layer
+        roles = layer._roles
+        if roles is not None:
+            return ROLES[roles[self.index]]
+        return ROLES[_role(layer.kind_of(self.index), layer.names[self.index])]
 
     @property
     def tid(self) -> object:
@@ -441,7 +457,7 @@ class CallTree:
             )
             threads = list(self.threads.values())
             picked = [(threads[n], threads[n].layers[kind], i) for _, n, kind, i in nodes]
-            reach = array("d", itertools.accumulate((layer.ends[i] for _, layer, i in picked), max))
+            reach = running_max(array("d", [layer.ends[i] for _, layer, i in picked]))
             found = self._roles[role] = (array("d", (start for start, _, _, _ in nodes)), reach, picked)
         return found
 

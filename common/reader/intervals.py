@@ -26,6 +26,15 @@ def merged(intervals: Iterable[Interval], touch: float = 0.0) -> list[Interval]:
     return list(zip(starts, ends, strict=True))
 
 
+def running_max(ends: array) -> array:
+    """The running maximum of `ends` (the latest end up to each interval; ascending, for binary search), in C: a copy
+    where they never go down (the intervals of one stream, one after another, checked with one comparison each),
+    else accumulated, a `max` call each."""
+    if all(map(operator.le, ends, itertools.islice(ends, 1, None))):
+        return array("d", ends)
+    return array("d", itertools.accumulate(ends, max))
+
+
 def union_sorted(
     starts: array, ends: array, touch: float = 0.0, reach: array | None = None
 ) -> tuple[array, array, array]:
@@ -36,10 +45,12 @@ def union_sorted(
     if not starts:
         return array("d"), array("d"), array("l")
     if reach is None:
-        reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each: ascending
+        reach = running_max(ends)  # the latest end up to each: ascending
     # a byte per interval after the first: 1 where it opens an interval of the union
     reached = map(operator.add, reach, itertools.repeat(touch))
     later = bytes(map(operator.gt, itertools.islice(starts, 1, None), reached))
+    if 0 not in later:  # none overlaps or touches one before it (one stream's ops, say): each is one of the union
+        return array("d", starts), array("d", reach), array("l", range(len(starts)))
     firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
     lasts = array("d", itertools.compress(reach, itertools.chain(later, (1,))))  # each closes before the next opens
     return array("d", itertools.compress(starts, itertools.chain((1,), later))), lasts, firsts

@@ -321,10 +321,13 @@ class Trace:
     def windows(self) -> list[Window]:
         """Each step's window on the GPU timeline; they tile it (common.reader.timeline.windows), the last one not
         past the end of what the trace recorded (its last CPU event or GPU op)."""
+        return windows(self.steps, self._recorded_until)
+
+    def _recorded_until(self) -> float:
+        """The end of what the trace recorded: its last CPU event's end or GPU op's (math.inf where it has none)."""
         ends = [max(layer.ends) for thread in self.tree.threads.values() for layer in thread.layers.values() if layer]
         reach = self.timeline.reach
-        recorded = max([*ends, reach[-1] + self.timeline.origin] if reach else ends, default=math.inf)
-        return windows(self.steps, recorded)
+        return max([*ends, reach[-1] + self.timeline.origin] if reach else ends, default=math.inf)
 
     @property
     def cpu_what(self) -> str:
@@ -406,7 +409,7 @@ def median_index(values: list) -> int:
     """The index of the median of `values` (in step order): of an even count, the later of the two middle ones,
     since a first step more often pays for start-up. One step's own figure: the mean of two described neither
     step (of 2 steps), and gave counts no step had (1.5 kernels)."""
-    ranked = sorted(range(len(values)), key=lambda i: (values[i], i))
+    ranked = sorted(range(len(values)), key=values.__getitem__)  # stable: equal values stay in step order, in C
     middle = ranked[(len(ranked) - 1) // 2 : len(ranked) // 2 + 1]
     return max(middle)
 

@@ -18,10 +18,10 @@ import math
 import operator
 import statistics
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from common.reader.intervals import merged, union_sorted
+from common.reader.intervals import merged, running_max, union_sorted
 from common.reader.naming import kernel_family
 
 GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
@@ -39,6 +39,9 @@ class Window(NamedTuple):
     end: float
     kind: str
     number: int  # the step's number
+
+
+_new_window = functools.partial(tuple.__new__, Window)  # Window((start, end, kind, number)), in C
 
 
 class Union(NamedTuple):
@@ -67,11 +70,12 @@ class WindowParts:
         union, ops, firsts, lo, hi = self._timeline.union, self._timeline.ops, self._timeline.firsts, self._lo, self._hi
         starts, ends = union.starts, union.ends
         idle_from = 0.0 if self._edges else max(starts[self._first], lo) - lo
-        for j in range(self._first, self._last):
-            a = max(starts[j], lo) - lo
+        for j in range(self._first, self._last):  # max and min as comparisons: a builtin call each costs more
+            begin, end = starts[j], ends[j]
+            a = (lo if lo > begin else begin) - lo
             if a > idle_from + SAME_TIME_US:
                 yield idle_from, a, ops[firsts[j]]
-            idle_from = min(ends[j], hi) - lo
+            idle_from = (hi if hi < end else end) - lo
         if self._edges and idle_from < hi - lo:
             yield idle_from, hi - lo, None
 
@@ -114,7 +118,7 @@ class GpuTimeline:
         origin = self.origin = begins[0] if begins else 0.0
         self.starts = starts = array("d", map(operator.sub, begins, itertools.repeat(origin)))  # ascending
         ends = array("d", map(operator.add, starts, map(US, self.ops)))
-        self.reach = array("d", itertools.accumulate(ends, max))  # the latest end up to each op: ascending
+        self.reach = running_max(ends)  # the latest end up to each op: ascending
         begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
         self.union = Union(begins, lasts)
         self._ends = ends
@@ -184,10 +188,11 @@ def _talks(name: str) -> bool:
     return kernel_family(name) == "communication"
 
 
-def windows(steps: list[Step], until: float = math.inf) -> list[Window]:
+def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) -> list[Window]:
     """The steps' windows on the GPU timeline, tiling it: a step's CPU span where its GPU work ran inside it, else
     from its first GPU op to the next step's first (a GPU running behind), the last one the steps' period long. A
-    window never starts before the one before it ends."""
+    window never starts before the one before it ends. `until` (or the function that gives it, called only where the
+    last step's window needs it): the end of what the trace recorded."""
     firsts, lasts = [], []
     for step in steps:
         ops = step.gpu
@@ -212,13 +217,14 @@ def windows(steps: list[Step], until: float = math.inf) -> list[Window]:
             end = step.start_us + step.dur_us
             if k + 1 < len(steps) and behind[k + 1]:
                 end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
-            out.append(Window(begin, max(end, begin), "step", step.number))
+            out.append(_new_window((begin, max(end, begin), "step", step.number)))
             continue
         if k + 1 < len(steps):
             end = max(begins[k + 1], begin)  # type: ignore[type-var]
             periods.append(end - begin)
         else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
             period = statistics.median(periods) if periods else step.dur_us
-            end = begin + max(min(period, until - begin), 0.0)
-        out.append(Window(begin, end, "gpu", step.number))  # type: ignore[arg-type]
+            last = until() if callable(until) else until
+            end = begin + max(min(period, last - begin), 0.0)
+        out.append(_new_window((begin, end, "gpu", step.number)))
     return out
