@@ -8,6 +8,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import IO
 
 _KINDS = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")]  # fmt: skip
@@ -50,6 +51,13 @@ def normal_mode() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def reopen(path: Path, mode: str = "wb") -> IO:
+    """A temporary the suite made (mkstemp) opened again to be written from its start, never created anew: where a
+    second Ctrl-C's hard exit (common.interrupts) removed it while this open was on its way into the kernel, the
+    open fails (FileNotFoundError) instead of leaving a new file behind the exiting process. `mode`: "wb" or "w"."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC), mode)
 
 
 def write_whole(path: Path, data: bytes) -> None:

@@ -24,7 +24,7 @@ from torch.autograd.profiler_util import EventList
 
 from common.analysis.tables import TEXT_WIDTH
 from common.cli import SuiteError
-from common.files import normal_mode
+from common.files import normal_mode, reopen
 from common.harness.memory import MemoryWatch
 from common.harness.runtime import Run
 from common.harness.trace_table import read_stopped
@@ -154,7 +154,7 @@ def add_metadata(trace: Path, out: Path, meta: dict) -> None:
     The profiler does not report a failed write (a full disk leaves a short file), so the trace is
     checked to be one whole JSON object first: an OSError says why it is not."""
     check_whole(trace)
-    with trace.open("rb") as src, out.open("wb") as dst:
+    with trace.open("rb") as src, reopen(out) as dst:
         head = src.read(1)
         while head.isspace():
             head = src.read(1)
@@ -263,7 +263,8 @@ class TraceFiles:
                 self.written = self.metadata()
                 add_metadata(raw, trace, self.written)
                 head = (f"{said}\n" if said else "") + note
-                table.write_text((f"{head}\n" if head else "") + key_averages_table(averages, on_gpu) + "\n")
+                with reopen(table, "w") as out:  # never made anew: a hard exit may have removed it
+                    out.write((f"{head}\n" if head else "") + key_averages_table(averages, on_gpu) + "\n")
         except OSError as exc:
             raise SuiteError(f"cannot write {self.json}: {exc.strerror or exc}") from None
         else:
@@ -320,7 +321,7 @@ class TraceFiles:
             removed_on_hard_exit(new)
         try:
             self.written = self.metadata()
-            with tmp.open("rb") as src, new.open("wb") as dst:
+            with tmp.open("rb") as src, reopen(new) as dst:
                 src.seek(skip)
                 dst.write(b'{"suite": ' + json.dumps(self.written).encode() + b",")
                 shutil.copyfileobj(src, dst, 1 << 20)

@@ -7,11 +7,14 @@ what the suite does with it; tests/harness/test_private_api.py fails, naming the
 from __future__ import annotations
 
 import contextlib
+import pickle
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+from common.files import reopen
 
 # torch.profiler: warnings the suite replaces with its own line (schedule) or knows to be harmless (cycle).
 PROFILER_NO_WARMUP_WARNING = ".*won't be using warmup"  # schedule(warmup=0): the cold-start experiment
@@ -44,8 +47,10 @@ def stop_memory_history() -> None:
 
 
 def dump_memory_snapshot(path: Path) -> None:
-    """Write the recorded allocations as a pickle for https://pytorch.org/memory_viz (`_dump_snapshot`)."""
-    torch.cuda.memory._dump_snapshot(str(path))
+    """Write the recorded allocations as a pickle for https://pytorch.org/memory_viz, as `_dump_snapshot` does, into
+    the temporary `path` made beforehand (reopened, never made anew: common.files.reopen)."""
+    with reopen(path) as out:
+        pickle.dump(torch.cuda.memory._snapshot(), out)
 
 
 @contextlib.contextmanager

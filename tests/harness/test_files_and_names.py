@@ -203,3 +203,23 @@ def test_a_plot_is_written_with_the_mode_a_plain_write_would(tmp_path, capsys, u
     target = tmp_path / "summary.png"
     code, _, _ = command(summary_main, capsys, trace_file(tmp_path), "--plot", target)
     assert code == 0 and stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_temporary_removed_by_a_hard_exit_is_never_made_anew(tmp_path):
+    # the watchdog's unlink can land while the main thread's open is in flight: an O_CREAT open would make it again
+    from common.files import reopen
+
+    gone = tmp_path / ".trace.txt.abc.tmp"
+    with pytest.raises(FileNotFoundError):
+        reopen(gone, "w")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reopened_temporary_is_written_from_its_start(tmp_path):
+    from common.files import reopen
+
+    made = tmp_path / ".trace.json.abc.tmp"
+    made.write_bytes(b"an older, longer content")
+    with reopen(made) as out:
+        out.write(b"new")
+    assert made.read_bytes() == b"new"

@@ -38,7 +38,7 @@ def test_a_schedule_without_warmup_still_warns_in_the_words_the_suite_silences()
 
 
 def test_the_memory_history_calls_exist():
-    for name in ("_record_memory_history", "_dump_snapshot"):
+    for name in ("_record_memory_history", "_snapshot"):
         assert callable(getattr(torch.cuda.memory, name, None)), f"torch.cuda.memory.{name} is gone"
 
 
