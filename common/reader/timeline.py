@@ -27,6 +27,8 @@ from common.reader.naming import kernel_family
 GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
 
 OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
+SPILL_SHARE = 0.1  # ... unless it only spills past the span's end, by less than this share of the span: the
+# step's last kernels finishing after its CPU side did (no synchronize at its end) leave the step its CPU span
 START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
@@ -200,9 +202,10 @@ def windows(steps: list[Step], until: float = math.inf) -> list[Window]:
             firsts.append(min(map(START, ops)) if ops else None)
             lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
     behind = [
-        first is not None and (first < s.start_us - OUTSIDE_SPAN_US or last > s.start_us + s.dur_us + OUTSIDE_SPAN_US)  # type: ignore[operator]
+        first is not None and (first < s.start_us - OUTSIDE_SPAN_US or last > s.start_us + s.dur_us + OUTSIDE_SPAN_US
+                               + SPILL_SHARE * s.dur_us)  # type: ignore[operator]
         for s, first, last in zip(steps, firsts, lasts, strict=True)
-    ]
+    ]  # fmt: skip
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []
