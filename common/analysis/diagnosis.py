@@ -26,7 +26,7 @@ from common.analysis.budget import (
     percent,
     step_budgets,
 )
-from common.analysis.cpu_bound import cpu_kind, cpu_verdict, loader_lever
+from common.analysis.cpu_bound import cpu_kind, cpu_verdict, is_compute, loader_lever
 from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
@@ -44,7 +44,7 @@ from common.reader.kinds import (
     PYTHON,
     RUNTIME,
 )
-from common.reader.model import GpuOp, Launch, Step, Trace
+from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
 from common.units import human_time
 
@@ -304,14 +304,19 @@ def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     n = len(trace.steps)
     median_kernel = statistics.median(op.us for op in short)
     median_launch = statistics.median(op.launch.dur for op in short)
+    graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    fix = ('fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
+           "or a larger batch")  # fmt: skip
+    if graphs:  # graphs are replayed already: the launches left are the ones outside them
+        fix = ("fewer, larger launches: capture what still launches kernel by kernel in the CUDA graph too, "
+               "torch.compile to fuse, or a larger batch")  # fmt: skip
     return Rule(
         "kernels shorter than their launch",
         [
             f"{_counted(len(short), kernels, n, 'kernels')} run for less time than their launch call takes on the CPU "
             f"(median {human_time(median_kernel)} on the GPU against {human_time(median_launch)} to launch)"
         ],
-        'fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
-        "or a larger batch",
+        fix,
     )
 
 
@@ -488,6 +493,24 @@ class GapContext:
         return min((op for op in self.trace.gpu if op.start is not None), key=lambda op: op.start, default=None)
 
     @functools.cached_property
+    def usual_pause(self) -> float | None:
+        """In a trace of one window (no steps, no iterations), the median time between one top-level op and the
+        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses are
+        ONE_TIME_FACTOR times it: a pause that long before nearly all the window's launches (SET_UP_BEFORE) is
+        set-up run once (a model built, data loaded), not the Python of a loop; None otherwise."""
+        if len(self.trace.steps) != 1:
+            return None
+        thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
+        if thread is None or len(thread.layer(OP)) < 3:
+            return None
+        starts, ends, _ = thread.layer(OP).tops()
+        pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+        if not pauses:
+            return None
+        usual = statistics.median(pauses)
+        return usual if sum(1 for p in pauses if _Usual.once(p, usual)) <= ONE_TIME_MOST else None
+
+    @functools.cached_property
     def has_ops(self) -> bool:
         """Whether the trace records the CPU side (an op, a label, a Python frame): a trace of runtime calls alone
         (ProfilerActivity.CPU off) does not say that the time in no recorded op is Python."""
@@ -613,6 +636,13 @@ def gap_causes(
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
     for node in tree.overlapping(gap.start, gap.end, "launch"):  # a launch no op was recorded around
         claim(("launches", ""), node.start, node.end, node.name, node.tid)
+    pause = context.usual_pause  # one window's single long stretch of Python before its work: set-up, once
+    if pause is not None:
+        runs = context.launched
+        for a, b in list(claims.free):
+            later = len(runs) - bisect.bisect_left(runs, b)  # the launches made after it
+            if usual.once(b - a, pause) and later >= SET_UP_BEFORE * len(runs):
+                claim(("one-time", LONG_PAUSE), a, b, LONG_PAUSE)
     if claims.left > 0:
         where = _python_at(tree, claims.free) if context.has_ops else NO_CPU_OPS
         causes["no recorded op", where] += claims.left
@@ -803,6 +833,11 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
     for b in budgets:
         for gap in cold_start(b, context):
             items[COLD_START] += gap.us
+    if len(trace.steps) == len(budgets):
+        for w in trace.windows:
+            comm = slow_collectives(trace, w.start, w.end)
+            if comm is not None and comm.exposed > 0:
+                items[SLOW_COLLECTIVES] += comm.exposed
     for i in range(rest, len(budgets)):
         for gap in budgets[i].gaps:
             if gap.kind != "host" or gap.us <= ONE_TIME_US:
@@ -815,6 +850,9 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
 
 
 COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
+LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
+SET_UP_BEFORE = 0.9  # ... a stretch this share of the window's launches come after: set-up before the work
+SLOW_COLLECTIVES = "a collective waiting for its peers (a late rank, connections set up)"
 
 
 def cold_start(b: Budget, context: GapContext) -> list[Gap]:
@@ -1022,6 +1060,32 @@ def _syncs_per_step(trace: Trace) -> float:
     return trace.per_step(inside) or 0
 
 
+HOST_OP_SHARE = 0.3  # with no GPU events: a CPU op's self time this share of the median step is named, its lever
+HOST_COPY_SHARE = 0.1  # ... and the host-device copy calls, at this share of it
+
+
+def _host_aside(trace: Trace) -> str:
+    """What the host side shows where the GPU's work was not recorded: the CPU op holding HOST_OP_SHARE of the
+    median step's time by itself (aten::normal_: a batch made on the CPU) with its lever, and the time in the
+    host-device copy calls (cudaMemcpyAsync) where they hold HOST_COPY_SHARE of it; '' where neither does."""
+    step = trace.steps[median_index([s.dur_us for s in trace.steps])]
+    start, end = step.start_us, step.start_us + step.dur_us
+    if not step.dur_us > 0:
+        return ""
+    parts = []
+    own = trace.tree.self_us(start, end)
+    top = max(own, key=own.__getitem__, default=None)
+    if top is not None and is_compute(top) and own[top] >= HOST_OP_SHARE * step.dur_us:
+        lever = _host_lever("CPU op", top, trace, None, False)
+        parts.append(f"{top} holds {percent(100 * own[top] / step.dur_us)} of the {human_time(step.dur_us)} "
+                     f"{_unit(trace)} on the CPU by itself → try {lever}")  # fmt: skip
+    copies = sum(min(n.end, end) - max(n.start, start) for role in ("runtime call", "sync")
+                 for n in trace.tree.overlapping(start, end, role) if "Memcpy" in n.name)  # fmt: skip
+    if copies >= HOST_COPY_SHARE * step.dur_us:
+        parts.append(f"{human_time(copies)} ({percent(100 * copies / step.dur_us)}) in host-device copy calls")
+    return f"; on the host, {'; and '.join(parts)}" if parts else ""
+
+
 def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
     """The verdict, the per-step budgets and the rules that fire for `trace`. The cyclic garbage collector is
     paused meanwhile, as while reading: its passes over the trace's millions of objects would cost more than this."""
@@ -1042,21 +1106,68 @@ def bound_of(m: Budget) -> str:
     return "balanced" if m.host_wait >= BALANCED_IDLE * m.span else "GPU"
 
 
-def _steady(m: Budget, once: float, pieces: list[tuple[float, float]] = (), cold: float = 0.0) -> Budget:
-    """The median step's budget less its one-time host wait (`once` µs, the gaps' `pieces` it took) and its cold
-    start (`cold` µs of its GPU's own wait, cold_start): the steady state the bound is decided on (the budget itself
+def _steady(
+    m: Budget,
+    once: float,
+    pieces: list[tuple[float, float]] = (),
+    cold: float = 0.0,
+    comm: SlowCollectives | None = None,
+) -> Budget:
+    """The median step's budget less its one-time host wait (`once` µs, the gaps' `pieces` it took), its cold
+    start (`cold` µs of its GPU's own wait, cold_start) and its one-time collectives' wait for their peers (`comm`,
+    slow_collectives: the part no other GPU work hid): the steady state the bound is decided on (the budget itself
     where they are under ONE_TIME_SHOWN of it). Its gaps are the step's less those pieces, so its longest gap and its
     idle per phase are the steady state's own."""
-    if once + cold < ONE_TIME_SHOWN * m.span or once + cold <= 0:
+    exposed = comm.exposed if comm is not None else 0.0
+    if once + cold + exposed < ONE_TIME_SHOWN * m.span or once + cold + exposed <= 0:
         return m
-    steady = Budget(max(m.span - once - cold, 0.0), parts=m.parts, busy=m.busy, window=m.window)
+    steady = Budget(max(m.span - once - cold - exposed, 0.0), parts=m.parts, busy=m.busy - exposed, window=m.window)
     steady.gaps = _less(m.gaps, sorted(pieces))
     steady.longest_gap = max((g.us for g in steady.gaps), default=0.0)
     steady.host_wait, steady.kernel_wait = max(m.host_wait - once, 0.0), m.kernel_wait
     steady.other_wait = max(m.other_wait - cold, 0.0)
     for name in ("compute", "non_compute", "comm", "comm_exposed"):
         setattr(steady, name, getattr(m, name))
+    if comm is not None:
+        steady.comm, steady.comm_exposed = max(m.comm - comm.us, 0.0), max(m.comm_exposed - exposed, 0.0)
     return steady
+
+
+class SlowCollectives(NamedTuple):
+    """The collectives of a trace that ran ONE_TIME_FACTOR times the usual collective, a few times at most (a
+    rank waiting for a late peer, connections set up): their time in a window and the part no other GPU work hid."""
+
+    us: float
+    exposed: float
+
+
+def slow_collectives(trace: Trace, start: float, end: float) -> SlowCollectives | None:
+    """The one-time collectives' time in [start, end]: of three collective kernels or more, those ONE_TIME_FACTOR
+    times their median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the
+    steady state's); None where none is in the window."""
+    comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
+    if len(comm) < 3:
+        return None
+    usual = statistics.median(op.us for op in comm)
+    slow = [op for op in comm if _Usual.once(op.us, usual)]
+    if not slow or len(slow) > ONE_TIME_MOST:
+        return None
+    us = exposed = 0.0
+    for first in slow:
+        lo, hi = max(first.start, start), min(first.start + first.us, end)
+        if hi <= lo:
+            continue
+        under = sorted((max(op.start, lo), min(op.start + op.us, hi)) for op in trace.gpu
+                       if op.start is not None and op.start < hi and op.start + op.us > lo
+                       and not (op.category == "kernel" and op.family == "communication"))  # fmt: skip
+        hidden, reach = 0.0, lo
+        for a, b in under:  # their union
+            if b > reach:
+                hidden += b - max(a, reach)
+                reach = b
+        us += hi - lo
+        exposed += hi - lo - hidden
+    return SlowCollectives(us, exposed) if us > 0 else None
 
 
 def _less(gaps: list[Gap], pieces: list[tuple[float, float]]) -> list[Gap]:
@@ -1255,6 +1366,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
         line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
+        line += _host_aside(trace) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
     m = median_budget(budgets)
@@ -1286,7 +1398,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     once_found = one_time(trace, budgets, context)
     items = once_found.items
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
-    steady = _steady(m, once, pieces, sum(gap.us for gap in cold))
+    w = trace.windows[budgets.index(m)]
+    steady = _steady(m, once, pieces, sum(gap.us for gap in cold), slow_collectives(trace, w.start, w.end))
     if steady is not m:
         left_out = human_time(m.span - steady.span)
         where = f"the {human_time(steady.span)} steady state of {where} ({left_out} one-time left out)"

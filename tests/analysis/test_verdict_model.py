@@ -212,7 +212,10 @@ def test_runtime_calls_alone_are_one_time_costs_and_never_called_python():
              ev("cuda_runtime", "cudaLaunchKernel", 45_000, 40_000, correlation=9),
              ev("kernel", "first_kernel", 85_010, 5, tid=7, correlation=9)]  # fmt: skip
     calls += [ev("cuda_runtime", "cudaStreamIsCapturing", 200 + 10 * k, 1) for k in range(8)]  # set-up queries
-    line = diagnose(parse({"traceEvents": window([*calls, *launches(86_000, 200, every=60)], us=100_000)})).verdict
+    for k in range(200):  # the forward's launches, no op recorded around them
+        calls += [ev("cuda_runtime", "cudaLaunchKernel", 86_000 + 60 * k, 9, correlation=100 + k),
+                  ev("kernel", "add_kernel", 86_010 + 60 * k, 5, tid=7, correlation=100 + k)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": window(calls, us=100_000)})).verdict
     head = line.split("; the steady state")[0]
     assert "40.0 ms cudaLaunchKernel" in head and "40.0 ms cudaFree" in head, line
     assert "(Python)" not in line and "Python" not in line, line
@@ -304,3 +307,58 @@ def test_the_first_gpu_op_queued_on_a_cold_gpu_is_one_time():
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "one-time" in line and "first op queued" in line, line
     assert not line.startswith("bound by waits"), line
+
+
+def test_one_collective_waiting_for_a_late_peer_is_one_time_not_steady_communication():
+    """tokenomics_4090_seqpar_rank0: 12 collectives of 3 ms and one of 300 ms (its peer late)."""
+    events = []
+    for k in range(13):
+        t = 10_000 * k
+        us = 300_000 if k == 6 else 3_000
+        events += [ev("cpu_op", "c10d::allgather_", t, 20), ev("cuda_runtime", "cudaLaunchKernel", t + 1, 5,
+                                                                correlation=k),
+                   ev("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)", t + 10, us, tid=7, correlation=k),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 30, 5, correlation=100 + k),
+                   ev("kernel", "gemm_kernel", t + 3_020, 500, tid=7, correlation=100 + k)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "a collective waiting for its peers" in line.split("the steady state")[0], line
+
+
+def test_one_long_stretch_of_python_in_a_single_window_is_set_up_not_per_step_python():
+    """partrans_a100_fwd: inputs copied, then 300 ms of Python once, then the forward's ops one after another."""
+    events = [
+        ev("cpu_op", "aten::to", 0, 50),
+        ev("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+        ev("kernel", "copy_kernel", 20, 5, tid=7, correlation=1),
+        *launches(300_000, 400, every=12),
+    ]
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "one long stretch of Python before the work" in line, line
+    assert "CUDA graphs or torch.compile replace it" not in line, line
+
+
+def test_a_trace_without_gpu_events_still_names_the_host_op_that_holds_it():
+    """gpupractice_4060_hostdata: torch.randn on the CPU then .to('cuda'), kernel events not recorded."""
+    events = [ev("cpu_op", "aten::randn", 0, 8_000), ev("cpu_op", "aten::normal_", 10, 7_900),
+              ev("cpu_op", "aten::to", 8_100, 1_800), ev("cpu_op", "aten::copy_", 8_110, 1_780),
+              ev("cuda_runtime", "cudaMemcpyAsync", 8_120, 1_700),
+              ev("cuda_runtime", "cudaLaunchKernel", 9_950, 5, correlation=3)]  # fmt: skip
+    d = diagnose(parse({"traceEvents": events}))
+    assert d.bound == "—" and "aten::normal_ holds 79%" in d.verdict, d.verdict
+    assert "make that tensor on the GPU" in d.verdict, d.verdict
+
+
+def test_a_trace_replaying_cuda_graphs_is_not_told_cuda_graphs_for_its_short_kernels():
+    """cudagraph_5080_manual_capture: a graph replay per step and a few short copies launched around it."""
+    events = []
+    for k in range(3):
+        t = 1_000 * k
+        events += [ev("user_annotation", f"ProfilerStep#{k}", t, 1_000),
+                   ev("cuda_runtime", "cudaGraphLaunch", t + 100, 20, correlation=100 * k),
+                   ev("kernel", "gemm_kernel", t + 130, 600, tid=7, correlation=100 * k)]  # fmt: skip
+        for j in range(1, 5):
+            events += [ev("cuda_runtime", "cudaLaunchKernel", t + 10 * j, 9, correlation=100 * k + j),
+                       ev("kernel", "copy_kernel", t + 10 * j + 9, 2, tid=7, correlation=100 * k + j)]  # fmt: skip
+    rules = {r.name: r.fix for r in diagnose(parse({"traceEvents": events})).rules}
+    assert "kernels shorter than their launch" in rules, rules
+    assert not rules["kernels shorter than their launch"].startswith("fewer, larger launches: CUDA graphs"), rules
