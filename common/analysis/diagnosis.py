@@ -494,11 +494,11 @@ class GapContext:
 
     @functools.cached_property
     def usual_pause(self) -> float | None:
-        """In a trace of one window (no steps, no iterations), the median time between one top-level op and the
+        """In a trace of one window (no ProfilerStep, no iterations), the median time between one top-level op and the
         next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses are
         ONE_TIME_FACTOR times it: a pause that long before nearly all the window's launches (SET_UP_BEFORE) is
         set-up run once (a model built, data loaded), not the Python of a loop; None otherwise."""
-        if len(self.trace.steps) != 1:
+        if len(self.trace.steps) != 1 or not self.trace.whole_trace:  # a profiled step is the loop's, warmed up
             return None
         thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
         if thread is None or len(thread.layer(OP)) < 3:
@@ -1074,6 +1074,9 @@ def _host_aside(trace: Trace) -> str:
         return ""
     parts = []
     own = trace.tree.self_us(start, end)
+    for role in ("launch", "runtime call", "sync"):  # an op that launches or copies: its CPU time is the GPU's work's
+        for node in trace.tree.overlapping(start, end, role):
+            own.pop(_made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)), None)
     top = max(own, key=own.__getitem__, default=None)
     if top is not None and is_compute(top) and own[top] >= HOST_OP_SHARE * step.dur_us:
         lever = _host_lever("CPU op", top, trace, None, False)

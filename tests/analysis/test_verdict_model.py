@@ -362,3 +362,11 @@ def test_a_trace_replaying_cuda_graphs_is_not_told_cuda_graphs_for_its_short_ker
     rules = {r.name: r.fix for r in diagnose(parse({"traceEvents": events})).rules}
     assert "kernels shorter than their launch" in rules, rules
     assert not rules["kernels shorter than their launch"].startswith("fewer, larger launches: CUDA graphs"), rules
+
+
+def test_without_gpu_events_an_op_that_launches_is_not_told_to_move_off_the_cpu():
+    """hta_cupti_profiler: aten::cudnn_convolution's CPU time launches its GPU work; it is no host-made tensor."""
+    events = [ev("cpu_op", "aten::cudnn_convolution", 0, 8_000),
+              ev("cuda_runtime", "cudaLaunchKernel", 7_900, 5, correlation=3)]  # fmt: skip
+    d = diagnose(parse({"traceEvents": events}))
+    assert d.bound == "—" and "on the host" not in d.verdict, d.verdict
