@@ -1261,9 +1261,30 @@ def _says_idle(f: _Facts) -> str:
                 f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
                 f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
+    lever = "remove the syncs and waits inside the step"
+    synced = _synced_in_waits(trace, m)
+    if synced and sum(synced.values()) >= SYNCED_WAITS * (m.kernel_wait + m.other_wait):
+        made, us = synced.most_common(1)[0]  # the host sat in a sync meanwhile: where that sync was made is the lever
+        lever = f"try {_host_lever('a sync', made, trace, None, f.scan.compiled)} ({human_time(us)} in that sync)"
     return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
             f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
-            f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
+            f"other streams){gap} → {lever}")  # fmt: skip
+
+
+SYNCED_WAITS = 0.5  # the host in a sync call this share of the GPU's queued waits: that sync is the waits' lever
+
+
+def _synced_in_waits(trace: Trace, m: Budget) -> Counter:
+    """Where the host sat in a sync call while the GPU waited with work queued (the budget's kernel and other
+    gaps): the op each sync was made in (or the call, where no op was open) -> its µs in those gaps."""
+    synced: Counter = Counter()
+    for gap in m.gaps:
+        if gap.kind == "host":
+            continue
+        for node in trace.tree.overlapping(gap.start, gap.end, "sync"):
+            made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+            synced[made] += min(node.end, gap.end) - max(node.start, gap.start)
+    return synced
 
 
 def _says_copies(f: _Facts) -> str:

@@ -370,3 +370,17 @@ def test_without_gpu_events_an_op_that_launches_is_not_told_to_move_off_the_cpu(
               ev("cuda_runtime", "cudaLaunchKernel", 7_900, 5, correlation=3)]  # fmt: skip
     d = diagnose(parse({"traceEvents": events}))
     assert d.bound == "—" and "on the host" not in d.verdict, d.verdict
+
+
+def test_gpu_waits_while_the_host_sits_in_a_library_op_s_sync_name_that_op():
+    """neuralpde_4090_sparse: each kernel runs 2 ms after its launch, while the host sits in a cudaStreamSynchronize
+    inside aten::_coalesce: the waits' lever is that op, not a generic 'remove the syncs'."""
+    events = []
+    for k in range(8):
+        t = 2_500 * k
+        events += [ev("cpu_op", "aten::_coalesce", t, 2_400),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 10, 3, correlation=k),
+                   ev("kernel", "coalesce_kernel", t + 2_100, 20, tid=7, correlation=k),
+                   ev("cuda_runtime", "cudaStreamSynchronize", t + 20, 2_110)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("bound by waits on the GPU") and "calling aten::_coalesce less often" in line, line
