@@ -73,6 +73,7 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+ONE_TIME_LISTED = 0.01  # a one-time cost under this share of them all is counted, not listed
 ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
 CAPTURE_CALLS = (
     "cudaStreamBeginCapture",
@@ -865,7 +866,8 @@ def cold_start(b: Budget, context: GapContext) -> list[Gap]:
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
     """The one-time costs `items` (one_time) of windows `total` µs long: the three largest with their
     times, and their lever with what it saves."""
-    listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3))
+    least = ONE_TIME_LISTED * sum(items.values())  # a sliver a claim left (0.4 µs of a first op) is not listed
+    listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3) if us >= least)
     saves = f"saves up to {human_time(sum(items.values()))} of the {human_time(total)} profiled"
     return listed, f"warm up before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps ({saves})"
 
