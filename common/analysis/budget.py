@@ -114,7 +114,10 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
     """The budget of a window from what the GPU did in it (common.reader.timeline: busy time and every part of it
     from the one union, built once). Each gap is classed as HTA classes it: the host was late (the op that ended
     it was launched after the gap began, or the window's tail), else a kernel waited (under KERNEL_WAIT_US: launch
-    latency; longer: a dependency)."""
+    latency; longer: a dependency). Where the op's launch call ended KERNEL_WAIT_US or more before the gap did, the
+    gap is split there: the host was late (or still in a slow launch call: a first launch loading its module) up to
+    it, and from it the op was queued on the GPU, a wait of the GPU's own (a cold GPU's first kernel, a dependency),
+    never the host's."""
     out = Budget(end - start)
     if parts is None:
         out.host_wait = max(0.0, end - start) if edges else 0.0
@@ -122,8 +125,21 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
     out.busy, gaps, add = parts.busy, out.gaps, out.gaps.append
     host = kernel = other = 0.0
     for a, b, after in parts.gaps:
-        length = b - a
         launch = after.launch if after is not None else None
+        if launch is not None:  # where its launch call ended: from then on the op was the GPU's to run
+            queued = launch.ts + launch.dur - start
+            late = launch.ts > start + a
+            if (queued - a >= KERNEL_WAIT_US or late) and b - queued >= KERNEL_WAIT_US:
+                split = max(a, queued)  # the host was late (or still in a slow launch call) up to it; then queued
+                if split > a:
+                    host += split - a
+                    add(_new_gap((start + a, start + split, "host", number, after)))
+                other += b - split
+                add(_new_gap((start + split, start + b, "other", number, after)))
+                continue
+            if not late and queued - a >= KERNEL_WAIT_US:  # still in its launch call (a first launch, say)
+                launch = None
+        length = b - a
         if launch is None or launch.ts > start + a:  # launched after the gap began: the host was late
             host += length
             add(_new_gap((start + a, start + b, "host", number, after)))

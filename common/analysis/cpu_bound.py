@@ -8,12 +8,14 @@ from __future__ import annotations
 import statistics
 
 from common.analysis.figures import step_flops
-from common.reader.model import Trace
+from common.reader.kinds import MULTIPROCESSING_LOADER
+from common.reader.model import Step, Trace
 from common.units import human_time
 
 COMPUTE_SHARE = 0.8  # one op's self time at least this share of the step's CPU time: compute-bound in it
 COMPUTE_TOGETHER = 0.6  # the compute ops' self times together this share of the step: compute-bound in them
-KINDS = ("compute-bound", "overhead-bound")  # how a CPU verdict begins: "<kind> on the CPU: ..."
+KINDS = ("compute-bound", "overhead-bound", "data-loading-bound")  # how a CPU verdict begins: "<kind> on the CPU: ..."
+LOADING_SHARE = 0.5  # a DataLoader's __next__ this share of the step's CPU time or more: bound by loading the data
 # Ops whose own time is not arithmetic: views, wrappers that call the op doing the work, allocation, dispatch glue.
 NOT_COMPUTE = frozenset({
     "aten::linear", "aten::matmul", "aten::t", "aten::transpose", "aten::view", "aten::reshape", "aten::_unsafe_view",
@@ -54,6 +56,27 @@ def _lever(ranked: list[tuple[float, str]]) -> str:
             "kernel (SDPA instead of softmax(QKᵀ)V)")  # fmt: skip
 
 
+def loader_lever(name: str, gpu: bool = True) -> str:
+    """The lever for time in a DataLoader's __next__ (its label `name`): workers (pinned batches for a GPU), or
+    where it has them already (its iterator is _MultiProcessingDataLoaderIter) more of them or cheaper items."""
+    if MULTIPROCESSING_LOADER in name:
+        return (f"the DataLoader has workers already ({MULTIPROCESSING_LOADER}): raise num_workers or "
+                "prefetch_factor, or make __getitem__ and collate cheaper")  # fmt: skip
+    if gpu:
+        return "DataLoader workers (num_workers > 0) with pin_memory=True, so the next batch is ready"
+    return "DataLoader workers (num_workers > 0), so the next batch is made while the model runs"
+
+
+def _loading(trace: Trace, step: Step) -> tuple[float, str]:
+    """The time of `step` inside its DataLoader's __next__ labels (their spans, clipped to the step), and the
+    label that holds the most of it ("" where none)."""
+    end = step.start_us + step.dur_us
+    held: dict[str, float] = {}
+    for node in trace.tree.overlapping(step.start_us, end, "DataLoader"):
+        held[node.name] = held.get(node.name, 0.0) + min(node.end, end) - max(node.start, step.start_us)
+    return sum(held.values()), max(held, key=held.__getitem__, default="")
+
+
 def cpu_verdict(trace: Trace) -> str:
     """One line: compute-bound when one op's own time (self time, the median step's) is COMPUTE_SHARE or more of
     the step's CPU time, or the compute ops' together (is_compute: several passes count together) COMPUTE_TOGETHER
@@ -69,6 +92,13 @@ def cpu_verdict(trace: Trace) -> str:
     own = {n: statistics.median(p.get(n, 0.0) for p in per_step) for n in names}
     if not cpu or not own:
         return f"bound by the CPU: no GPU activity in the trace; {spent}"
+    unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
+    loading = [_loading(trace, s) for s in trace.steps]
+    loader_us = statistics.median(us for us, _ in loading)
+    if loader_us >= LOADING_SHARE * cpu:  # the model waits for its batches: what the ops do is not the bound
+        name = max(loading)[1]
+        return (f"{KINDS[2]} on the CPU: {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's "
+                f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}")  # fmt: skip
     ranked = sorted(((us, n) for n, us in own.items() if is_compute(n) and us > 0), reverse=True)
     busiest = max(own.items(), key=lambda kv: kv[1])
     top, top_us = (ranked[0][1], ranked[0][0]) if ranked else busiest

@@ -26,7 +26,7 @@ from common.analysis.budget import (
     percent,
     step_budgets,
 )
-from common.analysis.cpu_bound import cpu_kind, cpu_verdict
+from common.analysis.cpu_bound import cpu_kind, cpu_verdict, is_compute, loader_lever
 from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
@@ -44,7 +44,7 @@ from common.reader.kinds import (
     PYTHON,
     RUNTIME,
 )
-from common.reader.model import GpuOp, Launch, Step, Trace
+from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
 from common.units import human_time
 
@@ -73,6 +73,7 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+ONE_TIME_LISTED = 0.01  # a one-time cost under this share of them all is counted, not listed
 ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
 CAPTURE_CALLS = (
     "cudaStreamBeginCapture",
@@ -83,12 +84,20 @@ CAPTURE_CALLS = (
     "hipGraphInstantiate",
     "cuGraphInstantiate",
 )  # a graph's capture: once
+HIDDEN_ALREADY = 0.8  # communication this share hidden behind compute: overlapping it is applied already
 CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
 HOST_ASIDE = 0.2  # a busy GPU that still waits this share of the step for a host cause with its own lever: named
 BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
+ALL_TO_ALL = ("sendrecv", "all_to_all", "alltoall", "ep::internode", "ep::intranode")  # kernel names (lower case):
+# NCCL's send/recv pairs, all-to-all collectives, DeepEP's expert-parallel dispatch/combine
+LOW_PRECISION = ("fp8", "e4m3", "e5m2", "fp4", "e2m1", "_scaled_mm", "scaled_grouped")  # a GEMM kernel's name (lower)
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"  # SDPA's unfused backend, as the trace names it
 SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")  # a tensor's value read on the CPU: a sync on a GPU
+# The ops a sync is made in where the user's code asked for a value or a copy (.item(), .cpu(), .to(), .tolist(), an
+# `if` on a tensor); a sync inside another ATen op is the op's own (aten::nonzero, a sparse aten::_coalesce)
+USER_READS = frozenset({*SCALAR_READS, "aten::to", "aten::_to_copy", "aten::copy_", "aten::cpu", "aten::tolist",
+                        "aten::is_nonzero", "aten::equal", "aten::allclose", "aten::print"})  # fmt: skip
 
 
 @dataclass
@@ -296,14 +305,19 @@ def _rule_short_kernels(trace: Trace, scan: _Scan) -> Rule | None:
     n = len(trace.steps)
     median_kernel = statistics.median(op.us for op in short)
     median_launch = statistics.median(op.launch.dur for op in short)
+    graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    fix = ('fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
+           "or a larger batch")  # fmt: skip
+    if graphs:  # graphs are replayed already: the launches left are the ones outside them
+        fix = ("fewer, larger launches: capture what still launches kernel by kernel in the CUDA graph too, "
+               "torch.compile to fuse, or a larger batch")  # fmt: skip
     return Rule(
         "kernels shorter than their launch",
         [
             f"{_counted(len(short), kernels, n, 'kernels')} run for less time than their launch call takes on the CPU "
             f"(median {human_time(median_kernel)} on the GPU against {human_time(median_launch)} to launch)"
         ],
-        'fewer, larger launches: CUDA graphs (torch.compile mode="reduce-overhead"), torch.compile to fuse, '
-        "or a larger batch",
+        fix,
     )
 
 
@@ -352,16 +366,18 @@ class _Claims:
 
     def __init__(self, start: float, end: float) -> None:
         self.free = [(start, end)] if end > start else []
+        self.pieces: list[tuple[float, float]] = []  # what the last take took
 
     def take(self, start: float, end: float) -> float:
         """Take [start, end] out of what is left; how long that was (µs)."""
-        taken, left = 0.0, []
+        taken, left, self.pieces = 0.0, [], []
         for a, b in self.free:
             lo, hi = max(a, start), min(b, end)
             if lo >= hi:
                 left.append((a, b))
                 continue
             taken += hi - lo
+            self.pieces.append((lo, hi))
             left += [piece for piece in ((a, lo), (hi, b)) if piece[1] > piece[0]]
         self.free = left
         return taken
@@ -388,13 +404,15 @@ class _Usual:
             for node in self.trace.tree.of_role(role):
                 by_name.setdefault(node.name, []).append(node.us)
             lengths = [us for each in by_name.values() for us in each]
-            self.kinds[role] = statistics.median(lengths) if lengths else 0.0
+            kind = self.kinds[role] = statistics.median(lengths) if lengths else 0.0
+            steps = len(self.trace.steps) > 1
             for name, us in by_name.items():
                 if len(us) >= 3:
                     usual = statistics.median(us)
                     slow = sum(1 for x in us if self.once(x, usual))
-                    # slow often: a recurring cost (an allocator freeing every step), never one-time
-                    self.names[role, name] = math.inf if slow > ONE_TIME_MOST else usual
+                    # slow often: a recurring cost (an allocator freeing every step), never one-time; else in one
+                    # window (no steps to recur in) each slow call of the name is one-time against its kind's usual
+                    self.names[role, name] = math.inf if slow > ONE_TIME_MOST else usual if steps else kind
         return self.kinds[role]
 
     def of_call(self, role: str, name: str) -> float:
@@ -470,6 +488,49 @@ class GapContext:
     def captures(self) -> list[tuple[float, float]]:
         return _captures(self.trace)
 
+    @functools.cached_property
+    def first_gpu(self) -> GpuOp | None:
+        """The trace's first GPU op: a wait of the GPU's own before it, with its work queued, is a cold start."""
+        return min((op for op in self.trace.gpu if op.start is not None), key=lambda op: op.start, default=None)
+
+    @functools.cached_property
+    def usual_pause(self) -> float | None:
+        """In a trace of one window (no ProfilerStep, no iterations), the median time between one top-level op and the
+        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses are
+        ONE_TIME_FACTOR times it: a pause that long before nearly all the window's launches (SET_UP_BEFORE) is
+        set-up run once (a model built, data loaded), not the Python of a loop; None otherwise."""
+        if len(self.trace.steps) != 1 or not self.trace.whole_trace:  # a profiled step is the loop's, warmed up
+            return None
+        thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
+        if thread is None or len(thread.layer(OP)) < 3:
+            return None
+        starts, ends, _ = thread.layer(OP).tops()
+        pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+        if not pauses:
+            return None
+        usual = statistics.median(pauses)
+        return usual if sum(1 for p in pauses if _Usual.once(p, usual)) <= ONE_TIME_MOST else None
+
+    @functools.cached_property
+    def has_ops(self) -> bool:
+        """Whether the trace records the CPU side (an op, a label, a Python frame): a trace of runtime calls alone
+        (ProfilerActivity.CPU off) does not say that the time in no recorded op is Python."""
+        threads = self.trace.tree.threads.values()
+        return any(len(thread.layer(kind)) for thread in threads for kind in (OP, LABEL, PYTHON))
+
+    @functools.cached_property
+    def first_launches(self) -> set[tuple[object, float]]:
+        """(thread, start) of the launch call of each kernel's first launch in the trace: the launch that loads
+        its module (lazy loading), a one-time cost however often the kernels launch later."""
+        first: dict[str, Launch] = {}
+        for op in self.trace.gpu:
+            launch = op.launch
+            if op.category == "kernel" and launch is not None and not launch.name.startswith(GRAPH_LAUNCHES):
+                known = first.get(op.name)
+                if known is None or launch.ts < known.ts:
+                    first[op.name] = launch
+        return {(launch.tid, launch.ts) for launch in first.values()}
+
 
 def gap_context(trace: Trace) -> GapContext:
     return GapContext(trace)
@@ -496,9 +557,12 @@ def host_wait_causes(
     return +causes
 
 
-def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tuple[Counter, HeldBy | None]:
+def gap_causes(
+    trace: Trace, gap: Gap, context: GapContext | None = None, once: list | None = None
+) -> tuple[Counter, HeldBy | None]:
     """Where one host-wait gap's µs went (host_wait_causes' keys and order), and what held it: the node whose cause
-    took the most of the gap (None: no recorded op, or not a host wait)."""
+    took the most of the gap (None: no recorded op, or not a host wait). `once`, where given, gets the (start, end)
+    pieces of the gap its one-time causes took."""
     causes: Counter = Counter()
     if gap.kind != "host" or gap.us <= 0:
         return causes, None
@@ -510,6 +574,8 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
     def claim(key: tuple[str, str], start: float, end: float, name: str, thread: object = None) -> None:
         us = claims.take(start, end)
         causes[key] += us
+        if once is not None and key[0] in ONE_TIME:
+            once.extend(claims.pieces)
         if us > held[1]:
             held[:] = [HeldBy(name, start, end, thread), us]
 
@@ -522,7 +588,11 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
     for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
         for node in tree.overlapping(gap.start, gap.end, role):
             long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
-            if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual.of_call(role, node.name))):
+            # a kernel's first launch loads its module: against its kind's usual length, however many first
+            # launches are slow (a cold start loads many)
+            first = long and role == "launch" and (node.tid, node.start) in context.first_launches
+            usual_us = (usual.of_kind(role) if first else usual.of_call(role, node.name)) if long else 0.0
+            if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual_us)):
                 claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
     waits = tree.overlapping(gap.start, gap.end, "sync")
 
@@ -565,12 +635,23 @@ def gap_causes(trace: Trace, gap: Gap, context: GapContext | None = None) -> tup
         if long and launched(op_start, op_end):
             long = False  # it launched GPU work meanwhile: a wrapper (aten::linear, a compiled region)
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
+    for node in tree.overlapping(gap.start, gap.end, "launch"):  # a launch no op was recorded around
+        claim(("launches", ""), node.start, node.end, node.name, node.tid)
+    pause = context.usual_pause  # one window's single long stretch of Python before its work: set-up, once
+    if pause is not None:
+        runs = context.launched
+        for a, b in list(claims.free):
+            later = len(runs) - bisect.bisect_left(runs, b)  # the launches made after it
+            if usual.once(b - a, pause) and later >= SET_UP_BEFORE * len(runs):
+                claim(("one-time", LONG_PAUSE), a, b, LONG_PAUSE)
     if claims.left > 0:
-        causes["no recorded op", _python_at(tree, claims.free)] += claims.left
+        where = _python_at(tree, claims.free) if context.has_ops else NO_CPU_OPS
+        causes["no recorded op", where] += claims.left
     return causes, held[0]
 
 
 PYTHON_ONLY = frozenset({PYTHON})
+NO_CPU_OPS = "the trace records no CPU op"  # what a gap's unclaimed time is in a trace of runtime calls alone
 LIBRARY_FRAMES = ("torch/", "<built-in", "<frozen", "<string>", "threading.py", "contextlib.py")
 
 
@@ -645,10 +726,7 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
     applied lever is never offered again; the next one is, saying what is on already."""
     applied = _applied(trace)
     if cause == "data loading":
-        if "workers" in applied:
-            return ("the DataLoader has workers already (_MultiProcessingDataLoaderIter): raise num_workers or "
-                    "prefetch_factor, or make __getitem__ and collate cheaper")  # fmt: skip
-        return "DataLoader workers (num_workers > 0) with pin_memory=True, so the next batch is ready"
+        return loader_lever(MULTIPROCESSING_LOADER if "workers" in applied else what)
     if cause == "the optimizer":
         if "fused optimizer" in applied:
             return (f"the optimizer is fused already ({_cut(applied['fused optimizer'])}): capture its step in the "
@@ -656,6 +734,9 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
         if "CUDA graphs" in applied:
             return "capture the optimizer step in the CUDA graph too, or a fused optimizer (AdamW(..., fused=True))"
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
+    if cause == "a sync" and what.startswith("aten::") and what not in USER_READS:
+        return (f"calling {_cut(what)} less often, or once before the loop: the op syncs inside itself (it reads a "
+                "result on the host, such as a size that depends on the data), no .item() of yours")  # fmt: skip
     if cause == "a sync":
         return (f"keep values on the GPU inside the step: the sync in {_cut(what)} (.item(), .cpu(), a tensor from "
                 "host data) waits for the GPU; synchronize once, at the step's end")  # fmt: skip
@@ -668,6 +749,9 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
         return (f"moving {what} off the CPU: make that tensor on the GPU (device='cuda'), or in DataLoader "
                 "workers with pin_memory=True")  # fmt: skip
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    if cause == "no recorded op" and what == NO_CPU_OPS:
+        return ("recording the CPU side (ProfilerActivity.CPU in the profile's activities) to see what the host ran "
+                "then")  # fmt: skip
     if cause == "no recorded op" and not graphs:
         if what:  # with_stack is on: the trace names the frame
             return (f"taking that Python ({_cut(what)} holds the most of it) out of the step: CUDA graphs or "
@@ -706,7 +790,8 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
             cause = "launches"
         label = {"data loading": f"the DataLoader ({what})", "the optimizer": f"the optimizer ({what})",
                  "CPU op": f"{what} on the CPU", "launches": "launching the GPU's work op by op",
-                 "no recorded op": f"in Python, no op recorded ({_cut(what)})" if what
+                 "no recorded op": "in no recorded op (the trace records no CPU op: what the host ran is unknown)"
+                 if what == NO_CPU_OPS else f"in Python, no op recorded ({_cut(what)})" if what
                  else "in no recorded op (Python)",
                  "a sync": f"waiting in a sync in {_cut(what)}",
                  "runtime call": f"in {what} calls"}[cause]  # fmt: skip
@@ -745,11 +830,19 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
             items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += first.span - usual
             per_step[0] = min(first.span - usual, first.host_wait)
             rest = 1
+    context = context or gap_context(trace)
+    for b in budgets:
+        for gap in cold_start(b, context):
+            items[COLD_START] += gap.us
+    if len(trace.steps) == len(budgets):
+        for w in trace.windows:
+            comm = slow_collectives(trace, w.start, w.end)
+            if comm is not None and comm.exposed > 0:
+                items[SLOW_COLLECTIVES] += comm.exposed
     for i in range(rest, len(budgets)):
         for gap in budgets[i].gaps:
             if gap.kind != "host" or gap.us <= ONE_TIME_US:
                 continue
-            context = context or gap_context(trace)
             for (cause, what), us in gap_causes(trace, gap, context)[0].items():
                 if cause in ONE_TIME and us > 0:
                     items[what if cause == "one-time" else f"compiling ({what})"] += us
@@ -757,10 +850,24 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
     return OneTime(items, per_step)
 
 
+COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
+LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
+SET_UP_BEFORE = 0.9  # ... a stretch this share of the window's launches come after: set-up before the work
+SLOW_COLLECTIVES = "a collective waiting for its peers (a late rank, connections set up)"
+
+
+def cold_start(b: Budget, context: GapContext) -> list[Gap]:
+    """The gaps of `b` in which the trace's first GPU op waited on the GPU's side, queued (launched, not run: the
+    context's and the memory's first use, a cold GPU), ONE_TIME_US or longer: a one-time cost, once in a trace."""
+    first = context.first_gpu
+    return [gap for gap in b.gaps if gap.kind != "host" and gap.after is first and gap.us >= ONE_TIME_US]
+
+
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
     """The one-time costs `items` (one_time) of windows `total` µs long: the three largest with their
     times, and their lever with what it saves."""
-    listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3))
+    least = ONE_TIME_LISTED * sum(items.values())  # a sliver a claim left (0.4 µs of a first op) is not listed
+    listed = ", ".join(f"{human_time(us)} {what}" for what, us in items.most_common(3) if us >= least)
     saves = f"saves up to {human_time(sum(items.values()))} of the {human_time(total)} profiled"
     return listed, f"warm up before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps ({saves})"
 
@@ -955,6 +1062,35 @@ def _syncs_per_step(trace: Trace) -> float:
     return trace.per_step(inside) or 0
 
 
+HOST_OP_SHARE = 0.3  # with no GPU events: a CPU op's self time this share of the median step is named, its lever
+HOST_COPY_SHARE = 0.1  # ... and the host-device copy calls, at this share of it
+
+
+def _host_aside(trace: Trace) -> str:
+    """What the host side shows where the GPU's work was not recorded: the CPU op holding HOST_OP_SHARE of the
+    median step's time by itself (aten::normal_: a batch made on the CPU) with its lever, and the time in the
+    host-device copy calls (cudaMemcpyAsync) where they hold HOST_COPY_SHARE of it; '' where neither does."""
+    step = trace.steps[median_index([s.dur_us for s in trace.steps])]
+    start, end = step.start_us, step.start_us + step.dur_us
+    if not step.dur_us > 0:
+        return ""
+    parts = []
+    own = trace.tree.self_us(start, end)
+    for role in ("launch", "runtime call", "sync"):  # an op that launches or copies: its CPU time is the GPU's work's
+        for node in trace.tree.overlapping(start, end, role):
+            own.pop(_made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)), None)
+    top = max(own, key=own.__getitem__, default=None)
+    if top is not None and is_compute(top) and own[top] >= HOST_OP_SHARE * step.dur_us:
+        lever = _host_lever("CPU op", top, trace, None, False)
+        parts.append(f"{top} holds {percent(100 * own[top] / step.dur_us)} of the {human_time(step.dur_us)} "
+                     f"{_unit(trace)} on the CPU by itself → try {lever}")  # fmt: skip
+    copies = sum(min(n.end, end) - max(n.start, start) for role in ("runtime call", "sync")
+                 for n in trace.tree.overlapping(start, end, role) if "Memcpy" in n.name)  # fmt: skip
+    if copies >= HOST_COPY_SHARE * step.dur_us:
+        parts.append(f"{human_time(copies)} ({percent(100 * copies / step.dur_us)}) in host-device copy calls")
+    return f"; on the host, {'; and '.join(parts)}" if parts else ""
+
+
 def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
     """The verdict, the per-step budgets and the rules that fire for `trace`. The cyclic garbage collector is
     paused meanwhile, as while reading: its passes over the trace's millions of objects would cost more than this."""
@@ -975,17 +1111,84 @@ def bound_of(m: Budget) -> str:
     return "balanced" if m.host_wait >= BALANCED_IDLE * m.span else "GPU"
 
 
-def _steady(m: Budget, once: float) -> Budget:
-    """The median step's budget less its one-time host wait (`once` µs): the steady state the bound is decided on
-    (the budget itself where they are under ONE_TIME_SHOWN of it)."""
-    if once < ONE_TIME_SHOWN * m.span or once <= 0:
+def _steady(
+    m: Budget,
+    once: float,
+    pieces: list[tuple[float, float]] = (),
+    cold: float = 0.0,
+    comm: SlowCollectives | None = None,
+) -> Budget:
+    """The median step's budget less its one-time host wait (`once` µs, the gaps' `pieces` it took), its cold
+    start (`cold` µs of its GPU's own wait, cold_start) and its one-time collectives' wait for their peers (`comm`,
+    slow_collectives: the part no other GPU work hid): the steady state the bound is decided on (the budget itself
+    where they are under ONE_TIME_SHOWN of it). Its gaps are the step's less those pieces, so its longest gap and its
+    idle per phase are the steady state's own."""
+    exposed = comm.exposed if comm is not None else 0.0
+    if once + cold + exposed < ONE_TIME_SHOWN * m.span or once + cold + exposed <= 0:
         return m
-    steady = Budget(max(m.span - once, 0.0), parts=m.parts, busy=m.busy, window=m.window)
-    steady.gaps, steady.longest_gap = m.gaps, m.longest_gap
-    steady.host_wait, steady.kernel_wait, steady.other_wait = max(m.host_wait - once, 0.0), m.kernel_wait, m.other_wait
+    steady = Budget(max(m.span - once - cold - exposed, 0.0), parts=m.parts, busy=m.busy - exposed, window=m.window)
+    steady.gaps = _less(m.gaps, sorted(pieces))
+    steady.longest_gap = max((g.us for g in steady.gaps), default=0.0)
+    steady.host_wait, steady.kernel_wait = max(m.host_wait - once, 0.0), m.kernel_wait
+    steady.other_wait = max(m.other_wait - cold, 0.0)
     for name in ("compute", "non_compute", "comm", "comm_exposed"):
         setattr(steady, name, getattr(m, name))
+    if comm is not None:
+        steady.comm, steady.comm_exposed = max(m.comm - comm.us, 0.0), max(m.comm_exposed - exposed, 0.0)
     return steady
+
+
+class SlowCollectives(NamedTuple):
+    """The collectives of a trace that ran ONE_TIME_FACTOR times the usual collective, a few times at most (a
+    rank waiting for a late peer, connections set up): their time in a window and the part no other GPU work hid."""
+
+    us: float
+    exposed: float
+
+
+def slow_collectives(trace: Trace, start: float, end: float) -> SlowCollectives | None:
+    """The one-time collectives' time in [start, end]: of three collective kernels or more, those ONE_TIME_FACTOR
+    times their median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the
+    steady state's); None where none is in the window."""
+    comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
+    if len(comm) < 3:
+        return None
+    usual = statistics.median(op.us for op in comm)
+    slow = [op for op in comm if _Usual.once(op.us, usual)]
+    if not slow or len(slow) > ONE_TIME_MOST:
+        return None
+    us = exposed = 0.0
+    for first in slow:
+        lo, hi = max(first.start, start), min(first.start + first.us, end)
+        if hi <= lo:
+            continue
+        under = sorted((max(op.start, lo), min(op.start + op.us, hi)) for op in trace.gpu
+                       if op.start is not None and op.start < hi and op.start + op.us > lo
+                       and not (op.category == "kernel" and op.family == "communication"))  # fmt: skip
+        hidden, reach = 0.0, lo
+        for a, b in under:  # their union
+            if b > reach:
+                hidden += b - max(a, reach)
+                reach = b
+        us += hi - lo
+        exposed += hi - lo - hidden
+    return SlowCollectives(us, exposed) if us > 0 else None
+
+
+def _less(gaps: list[Gap], pieces: list[tuple[float, float]]) -> list[Gap]:
+    """`gaps` less the disjoint, sorted (start, end) `pieces`: each gap's parts outside them, as gaps of its kind."""
+    out = []
+    for gap in gaps:
+        start = gap.start
+        for a, b in pieces:
+            if b <= start or a >= gap.end:
+                continue
+            if a > start:
+                out.append(gap._replace(start=start, end=a))
+            start = max(start, b)
+        if gap.end > start:
+            out.append(gap._replace(start=start))
+    return out
 
 
 class _Facts(NamedTuple):
@@ -1007,22 +1210,27 @@ def _says_communication(f: _Facts) -> str:
             f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}")  # fmt: skip
 
 
-def _comm_lever(trace: Trace) -> str:
-    """The communication lever for what the collectives belong to: all-to-all (expert or embedding parallel),
-    the DDP reducer or FSDP in a backward, else collectives in a forward (tensor parallel)."""
+def _all_to_all(trace: Trace) -> bool:
+    """Whether half the steps' communication kernel time or more is all-to-all (ALL_TO_ALL: expert or embedding
+    parallel)."""
     kernels = Counter()
     for step in trace.steps:
         for op in step.gpu:
             if op.category == "kernel" and op.family == "communication":
                 kernels[op.name.lower()] += op.us
     total = sum(kernels.values()) or 1.0
-    to_all = sum(us for name, us in kernels.items() if "sendrecv" in name or "all_to_all" in name or "alltoall" in name)
+    return sum(us for name, us in kernels.items() if any(word in name for word in ALL_TO_ALL)) >= 0.5 * total
+
+
+def _comm_lever(trace: Trace) -> str:
+    """The communication lever for what the collectives belong to: all-to-all (expert or embedding parallel),
+    the DDP reducer or FSDP in a backward, else collectives in a forward (tensor parallel)."""
     ops = Counter()
     for step in trace.steps:
         ops.update(step.cpu_ops)
     backward = any(name.startswith("autograd::") or "Backward" in name for name in ops)
     labels = {node.name for node in trace.tree.of_kind(LABEL)}
-    if to_all >= 0.5 * total:
+    if _all_to_all(trace):
         return ("overlap the all-to-all with compute (its own stream, the next micro-batch), or send less (fewer "
                 "tokens or rows per exchange)")  # fmt: skip
     if any("FullyShardedDataParallel" in name or name.startswith("FSDP") for name in labels):
@@ -1040,7 +1248,7 @@ def _says_idle(f: _Facts) -> str:
     trace, m = f.trace, f.m
     host = m.host_wait >= m.kernel_wait + m.other_wait
     launches = f.step.launches + f.step.graph_launches
-    by_phase = idle_by_phase(trace, [m])
+    by_phase = idle_by_phase(trace, [m])  # the steady state's gaps, where one-time costs are left out
     phase = max((p for p in by_phase if p is not None), key=by_phase.__getitem__, default=None)
     gap = f"; longest gap {human_time(m.longest_gap)}" if m.gaps else ""
     ranked = [(p, us) for p, us in by_phase.most_common() if p is not None][:3]
@@ -1055,9 +1263,30 @@ def _says_idle(f: _Facts) -> str:
                 f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
                 f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
+    lever = "remove the syncs and waits inside the step"
+    synced = _synced_in_waits(trace, m)
+    if synced and sum(synced.values()) >= SYNCED_WAITS * (m.kernel_wait + m.other_wait):
+        made, us = synced.most_common(1)[0]  # the host sat in a sync meanwhile: where that sync was made is the lever
+        lever = f"try {_host_lever('a sync', made, trace, None, f.scan.compiled)} ({human_time(us)} in that sync)"
     return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
             f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
-            f"other streams){gap} → remove the syncs and waits inside the step")  # fmt: skip
+            f"other streams){gap} → {lever}")  # fmt: skip
+
+
+SYNCED_WAITS = 0.5  # the host in a sync call this share of the GPU's queued waits: that sync is the waits' lever
+
+
+def _synced_in_waits(trace: Trace, m: Budget) -> Counter:
+    """Where the host sat in a sync call while the GPU waited with work queued (the budget's kernel and other
+    gaps): the op each sync was made in (or the call, where no op was open) -> its µs in those gaps."""
+    synced: Counter = Counter()
+    for gap in m.gaps:
+        if gap.kind == "host":
+            continue
+        for node in trace.tree.overlapping(gap.start, gap.end, "sync"):
+            made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+            synced[made] += min(node.end, gap.end) - max(node.start, gap.start)
+    return synced
 
 
 def _says_copies(f: _Facts) -> str:
@@ -1088,10 +1317,26 @@ def _says_gpu(f: _Facts) -> str:
             line += f"; {', '.join(kinds[:-1])}{' and ' if len(kinds) > 1 else ''}{kinds[-1]} kernels at "
             line += f"{num(100 * share, 2)}% of peak"  # 0.019%, not "0%", for a GEMM far below its peak
     fusable = sum(shares[fam] for fam in ("pointwise", "reduce", "softmax")) / total
+    if family == "communication":  # the GPU's busiest work is its collectives: their lever, by what they belong to
+        hidden = m.comm_hidden / m.comm if m.comm else 0.0
+        line += f" ({percent(100 * hidden)} of the communication hidden behind compute)"
+        if hidden >= HIDDEN_ALREADY:  # overlapped already: what is left is to communicate less
+            if _all_to_all(trace):
+                return line + (" → send less in the all-to-all (fewer tokens or rows per exchange): its dispatch and "
+                               "combine overlap with compute already")  # fmt: skip
+            return line + " → fewer or smaller collectives (communicate less often): they overlap with compute already"
+        return line + f" → {_comm_lever(trace)}"
     if trace.steps and any(s.cpu_ops.get(MATH_ATTENTION) for s in trace.steps):
         return line + " → a fused attention backend (SDPA flash/efficient/cudnn)"
     if fusable >= FUSABLE_SHARE:
         return line + f" → torch.compile to fuse the pointwise/reduce kernels ({percent(100 * fusable)} of GPU busy)"
+    gemm_us = Counter()
+    for step in trace.steps:
+        for op in step.gpu:
+            if op.category == "kernel" and op.family == "gemm":
+                gemm_us[any(word in op.name.lower() for word in LOW_PRECISION)] += op.us
+    if gemm_us[True] and gemm_us[True] >= gemm_us[False]:  # most GEMM time in FP8/FP4 already: precision is applied
+        return line + " → less work per step (fewer FLOPs: the GEMMs run in FP8/FP4 already); launches no longer matter"
     return line + " → less work per step (lower precision, fewer FLOPs); launches no longer matter"
 
 
@@ -1147,6 +1392,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
         line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
+        line += _host_aside(trace) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
     m = median_budget(budgets)
@@ -1166,14 +1412,23 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
     context = gap_context(trace)
-    causes = host_wait_causes(trace, [m], context=context)  # the median step's, found once
+    causes: Counter = Counter()  # the median step's host_wait_causes, found once
+    pieces: list[tuple[float, float]] = []  # ... and the pieces of its gaps its one-time causes took
+    for gap in m.gaps:
+        if gap.kind == "host" and gap.us > 0:
+            causes.update(gap_causes(trace, gap, context, pieces)[0])
+    causes = +causes
     once = sum(us for (cause, _), us in causes.items() if cause in ONE_TIME)
+    cold = cold_start(m, context)
+    pieces += [(gap.start, gap.end) for gap in cold]
     once_found = one_time(trace, budgets, context)
     items = once_found.items
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
-    steady = _steady(m, once)
+    w = trace.windows[budgets.index(m)]
+    steady = _steady(m, once, pieces, sum(gap.us for gap in cold), slow_collectives(trace, w.start, w.end))
     if steady is not m:
-        where = f"the {human_time(steady.span)} steady state of {where} ({human_time(once)} one-time left out)"
+        left_out = human_time(m.span - steady.span)
+        where = f"the {human_time(steady.span)} steady state of {where} ({left_out} one-time left out)"
     step = trace.steps[next(i for i, b in enumerate(budgets) if b is m)]  # the budgets are the steps', in order
     facts = _Facts(trace, step, steady, where, scan, eff, causes)
     bound = bound_of(steady)

@@ -42,6 +42,7 @@ from common.reader.kinds import (
     CPU_KINDS,
     DRIVER,
     GPU_WORK,
+    GPU_WORK_CALLS,
     GRAPH_LAUNCHES,
     KERNEL_LAUNCHES,
     LABEL,
@@ -655,7 +656,7 @@ class _Collector:
         props = header.get("deviceProperties") or header.get("computeProperties") or []  # the latter: 2021's name
         first = props[0] if isinstance(props, list) and props and isinstance(props[0], dict) else {}
         device = first.get("name") if isinstance(first.get("name"), str) else meta.get("device")
-        has_gpu = bool(self.gpu or self.launches)
+        has_gpu = bool(self.gpu) or any(launch.name.startswith(GPU_WORK_CALLS) for launch in self.launches)
         if has_gpu and not self.gpu:
             notes.append(
                 "the trace holds no GPU activity (runtime calls but no kernel, memcpy or memset events: was "

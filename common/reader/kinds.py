@@ -16,6 +16,10 @@ KERNEL_LAUNCHES = (
     "hipHccModuleLaunchKernel", "hipLaunchCooperativeKernel", "hipExtLaunchMultiKernelMultiDevice",
 )  # fmt: skip
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")  # one launch, many kernels
+# Calls that put work on the GPU (a kernel, a graph, a copy, a set): a trace holding none of them and no GPU event is a
+# CPU run, whatever set-up calls (cudaGetDeviceProperties, the profiler's own cudaDeviceSynchronize) it records.
+GPU_WORK_CALLS = (*KERNEL_LAUNCHES, *GRAPH_LAUNCHES, "cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy",
+                  "hipMemset")  # fmt: skip
 # The launch APIs told apart (Step.launch_apis): a call counts under the longest of these its name starts with, so
 # cudaLaunchKernelExC is a cudaLaunchKernel and cuLaunchKernelEx is not a cuLaunchKernel.
 LAUNCH_APIS = tuple(sorted({*KERNEL_LAUNCHES, "cuLaunchKernelEx"}, key=len, reverse=True))

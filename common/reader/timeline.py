@@ -27,6 +27,9 @@ from common.reader.naming import kernel_family
 GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
 
 OUTSIDE_SPAN_US = 1.0  # GPU work of a step this far outside its CPU span: the step is measured on the GPU's window
+SPILL_SHARE = 0.1  # ... where most steps' work runs past their span's end by this share of it or more (the GPU
+# lags the CPU); where most end within it, a step's last kernels finishing after its CPU side (no synchronize at its
+# end) leave every step its CPU span, and what spills counts in the next step's window
 START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
@@ -190,7 +193,8 @@ def _talks(name: str) -> bool:
 
 def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) -> list[Window]:
     """The steps' windows on the GPU timeline, tiling it: a step's CPU span where its GPU work ran inside it, else
-    from its first GPU op to the next step's first (a GPU running behind), the last one the steps' period long. A
+    from its first GPU op to the next step's first (a GPU running behind: most steps' work runs SPILL_SHARE of their
+    span past it, or a step's starts before it or runs mostly after it), the last one the steps' period long. A
     window never starts before the one before it ends. `until` (or the function that gives it, called only where the
     last step's window needs it): the end of what the trace recorded."""
     firsts, lasts = [], []
@@ -204,10 +208,15 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
             del firsts[len(lasts) :]
             firsts.append(min(map(START, ops)) if ops else None)
             lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
-    behind = [
-        first is not None and (first < s.start_us - OUTSIDE_SPAN_US or last > s.start_us + s.dur_us + OUTSIDE_SPAN_US)  # type: ignore[operator]
-        for s, first, last in zip(steps, firsts, lasts, strict=True)
-    ]
+    ends = [s.start_us + s.dur_us for s in steps]
+    spills = [last > end + OUTSIDE_SPAN_US + SPILL_SHARE * s.dur_us  # type: ignore[operator]
+              for s, end, last in zip(steps, ends, lasts, strict=True) if last is not None]  # fmt: skip
+    lags = 2 * sum(spills) > len(spills)  # most steps' GPU work runs well past their span: the GPU lags the CPU
+    behind = [  # ... or this step's work started before its span, or ran mostly after it
+        first is not None and (first < s.start_us - OUTSIDE_SPAN_US or (last > end + OUTSIDE_SPAN_US and (
+            lags or last - end > (last - first) / 2)))  # type: ignore[operator]
+        for s, end, first, last in zip(steps, ends, firsts, lasts, strict=True)
+    ]  # fmt: skip
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []

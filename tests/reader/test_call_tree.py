@@ -108,3 +108,15 @@ def test_the_last_window_stops_where_the_recording_stops():
     trace = parse(behind_trace(4.0, recorded_until=400.0))
     last = step_budgets(trace)[-1]
     assert last.span == 400.0 - 320.0 and last.busy == 4.0
+
+
+def test_one_step_spilling_past_its_span_leaves_every_step_its_cpu_span():
+    """cudagraph_5080_graphed_callables_train: most steps' GPU work ends within their span; one spills 20% of it
+    (less than half its own GPU work): the GPU does not lag, so every step keeps its CPU span."""
+    events = []
+    for k, spill in enumerate((5.0, 200.0, 5.0)):
+        t = 1_000 * k
+        events += [ev("user_annotation", f"ProfilerStep#{k}", t, 1_000),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 10, 5, correlation=k),
+                   ev("kernel", "k", t + 20, 980 + spill - 20, correlation=k, tid=7)]  # fmt: skip
+    assert [w.kind for w in parse({"traceEvents": events}).windows] == ["step", "step", "step"]
