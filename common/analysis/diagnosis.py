@@ -835,8 +835,9 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
         for gap in cold_start(b, context):
             items[COLD_START] += gap.us
     if len(trace.steps) == len(budgets):
-        for w in trace.windows:
-            comm = slow_collectives(trace, w.start, w.end)
+        slow = slow_collective_ops(trace)  # once: each window only asks where they lie
+        for w in trace.windows if slow else ():
+            comm = slow_collectives(trace, w.start, w.end, slow)
             if comm is not None and comm.exposed > 0:
                 items[SLOW_COLLECTIVES] += comm.exposed
     for i in range(rest, len(budgets)):
@@ -1146,16 +1147,23 @@ class SlowCollectives(NamedTuple):
     exposed: float
 
 
-def slow_collectives(trace: Trace, start: float, end: float) -> SlowCollectives | None:
-    """The one-time collectives' time in [start, end]: of three collective kernels or more, those ONE_TIME_FACTOR
-    times their median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the
-    steady state's); None where none is in the window."""
+def slow_collective_ops(trace: Trace) -> list[GpuOp]:
+    """The one-time collectives of a trace: of three collective kernels or more, those ONE_TIME_FACTOR times their
+    median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the steady
+    state's). One pass over the GPU ops: found once, then asked of each window (slow_collectives)."""
     comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
     if len(comm) < 3:
-        return None
+        return []
     usual = statistics.median(op.us for op in comm)
     slow = [op for op in comm if _Usual.once(op.us, usual)]
-    if not slow or len(slow) > ONE_TIME_MOST:
+    return slow if len(slow) <= ONE_TIME_MOST else []
+
+
+def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:
+    """The one-time collectives' time in [start, end] (slow_collective_ops, or `slow` found already) and the part
+    no other GPU work hid; None where none is in the window."""
+    slow = slow_collective_ops(trace) if slow is None else slow
+    if not slow:
         return None
     us = exposed = 0.0
     for first in slow:

@@ -391,3 +391,25 @@ def test_a_sliver_of_a_one_time_cost_is_not_listed_beside_the_real_ones():
     """wings_4090d_compiled_train listed '0.387 µs first …AccumulateGrad' beside 8.71 ms and 4.25 ms costs."""
     listed, _ = _one_time_parts(Counter({"first a": 8_710.0, "cudaLaunchKernel": 4_250.0, "first b": 0.387}), 53_700.0)
     assert listed == "8.71 ms first a, 4.25 ms cudaLaunchKernel", listed
+
+
+def test_the_one_time_collectives_are_found_once_not_once_a_window(monkeypatch):
+    """A 100 MB trace of 4,241 steps took 23 s, not 1 s: each window re-read every GPU op to find the slow
+    collectives. The ops' families are now read a bounded number of times each, however many steps there are."""
+    from common.reader.model import GpuOp
+
+    per_step = [[ev("cuda_runtime", "cudaLaunchKernel", 100, 5, correlation=1),
+                 ev("kernel", "ncclDevKernel_AllReduce_RING_LL(ncclDevComm*)", 200, 300 if k != 3 else 5_000,
+                    tid=7, correlation=1),
+                 ev("cuda_runtime", "cudaLaunchKernel", 120, 5, correlation=2),
+                 ev("kernel", "gemm_kernel", 600, 500, tid=7, correlation=2)] for k in range(300)]  # fmt: skip
+    trace = parse(steps(per_step))
+    family, reads = GpuOp.family, Counter()
+
+    def counted(op: GpuOp) -> str:
+        reads["family"] += 1
+        return family.fget(op)
+
+    monkeypatch.setattr(GpuOp, "family", property(counted))
+    diagnose(trace)
+    assert reads["family"] <= 20 * len(trace.gpu), (reads["family"], len(trace.gpu))
