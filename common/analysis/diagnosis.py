@@ -1300,8 +1300,24 @@ def _synced_in_waits(trace: Trace, m: Budget) -> Counter:
 def _says_copies(f: _Facts) -> str:
     m = f.m
     return (f"bound by copies: memcpy/memset {percent(100 * m.non_compute / m.busy)} of GPU busy "
-            f"({human_time(m.non_compute)} of {human_time(m.busy)}) → pinned memory, fewer host-device copies, "
-            "in-place ops instead of copies")  # fmt: skip
+            f"({human_time(m.non_compute)} of {human_time(m.busy)}) → {_copies_lever(f.trace, f.scan)}")  # fmt: skip
+
+
+def _copies_lever(trace: Trace, scan: _Scan) -> str:
+    """The lever for a GPU busy in copies, by what its copies show applied already: host copies all from pinned
+    memory (no Pageable memcpy) need no "pinned memory"; on several streams they overlap already; what is left is
+    moving less data."""
+    host = [name for category, name in trace.kernel_uses() if category == "gpu_memcpy" and ("HtoD" in name or
+            "DtoH" in name)]  # fmt: skip
+    if not host or scan.pageable:
+        return "pinned memory, fewer host-device copies, in-place ops instead of copies"
+    streams = {op.stream for op in trace.gpu if op.category == "gpu_memcpy" and ("HtoD" in op.name or
+               "DtoH" in op.name)}  # fmt: skip
+    if len(streams) > 1:
+        return (f"the copies are pinned and on {len(streams)} streams already: move less data between host and "
+                "device (keep it on the GPU, send it in a lower precision)")  # fmt: skip
+    return ("the copies are pinned already: overlap them with compute (non_blocking=True, a stream of their own), "
+            "or move less data between host and device")  # fmt: skip
 
 
 def _says_gpu(f: _Facts) -> str:

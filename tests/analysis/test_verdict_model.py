@@ -413,3 +413,28 @@ def test_the_one_time_collectives_are_found_once_not_once_a_window(monkeypatch):
     monkeypatch.setattr(GpuOp, "family", property(counted))
     diagnose(trace)
     assert reads["family"] <= 20 * len(trace.gpu), (reads["family"], len(trace.gpu))
+
+
+def _copy_steps(name: str, streams: tuple[int, ...]) -> dict:
+    """Steps that only copy: per step one 9 ms copy named `name` on each of `streams`."""
+    per_step = []
+    for _ in range(3):
+        events = []
+        for j, stream in enumerate(streams):
+            corr = 10 * j + 1
+            events += [ev("cuda_runtime", "cudaMemcpyAsync", 100 + j, 5, correlation=corr),
+                       ev("gpu_memcpy", name, 200 + j, 9_000, tid=stream, correlation=corr)]  # fmt: skip
+        per_step.append(events)
+    return steps(per_step)
+
+
+def test_pinned_copies_on_two_streams_are_not_told_pinned_memory():
+    """torchbench_a100_pinned_overlap: pinned HtoD and DtoH at once on two streams: the lever is moving less."""
+    line = diagnose(parse(_copy_steps("Memcpy HtoD (Pinned -> Device)", (7, 8)))).verdict
+    assert line.startswith("bound by copies") and "pinned memory" not in line, line
+    assert "pinned and on 2 streams already" in line, line
+
+
+def test_pageable_copies_are_still_told_pinned_memory():
+    line = diagnose(parse(_copy_steps("Memcpy HtoD (Pageable -> Device)", (7,)))).verdict
+    assert line.startswith("bound by copies") and "→ pinned memory" in line, line
