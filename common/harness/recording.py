@@ -239,8 +239,8 @@ class Recording:
             self.stop, self.stop_step = signum, self.step_number(prof)
         if self.holding and (last or signum is not None):
             self.writing = True  # torch.profiler collects the steps' events (seconds for thousands), then rec.save
-        if self.together is None or signum is not None:  # a rank's signal waits for the step the ranks agreed on
-            take_at_step_end(signum)
+        if signum is not None:  # the signal looked at above, and only it: one that lands after the look (the handler
+            take_at_step_end(signum)  # holds it) is taken at the next step's end, with its stop noted, not here unnoted
 
     def stop_together(self, signum: int | None) -> int | None:
         """At a step's end under torchrun: the signal to stop on now, at the step every rank agreed on

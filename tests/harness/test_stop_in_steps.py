@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
@@ -337,3 +338,26 @@ def test_a_rank_waits_for_the_others_traces_only_so_long():
     peers = agreeing([5, 5])
     peers[0].saved(wait_s=0.0)  # rank 1 never writes (it failed): rank 0 exits all the same
     assert peers[0].store.check(["saved0"]) and not peers[0].store.check(["saved1"])
+
+
+def test_a_signal_landing_after_the_step_end_s_look_waits_for_the_next_step_end(monkeypatch):
+    # CI once kept no trace: the signal came between step_ends' look (none waiting) and its take, which then raised
+    # it with no stop noted, so rec.save wrote nothing. Now only the signal looked at is taken.
+    from types import SimpleNamespace
+
+    from common import interrupts
+    from common.harness import recording
+
+    monkeypatch.setattr(interrupts._state, "installed", True)
+    monkeypatch.setattr(interrupts._state, "taken", False)
+    monkeypatch.setattr(interrupts._state, "pending", None)
+    monkeypatch.setattr(interrupts._state, "first", None)
+    rec = SimpleNamespace(step_started=None, together=None, holding=True, stop=None, writing=False)
+
+    def look() -> None:  # the look finds none; the signal lands right after it
+        interrupts._state.pending = signal.SIGINT
+
+    monkeypatch.setattr(recording, "signal_waiting", lambda: look())
+    prof = SimpleNamespace(current_action=torch.profiler.ProfilerAction.RECORD)
+    recording.Recording.step_ends(rec, prof)  # raised Interrupted here before, with rec.stop still None
+    assert rec.stop is None and interrupts._state.pending == signal.SIGINT  # taken, noted, at the next step's end
