@@ -1307,12 +1307,10 @@ def _copies_lever(trace: Trace, scan: _Scan) -> str:
     """The lever for a GPU busy in copies, by what its copies show applied already: host copies all from pinned
     memory (no Pageable memcpy) need no "pinned memory"; on several streams they overlap already; what is left is
     moving less data."""
-    host = [name for category, name in trace.kernel_uses() if category == "gpu_memcpy" and ("HtoD" in name or
-            "DtoH" in name)]  # fmt: skip
-    if not host or scan.pageable:
+    host = ("HtoD", "DtoH")  # the host copies' streams: empty where there is none
+    streams = {op.stream for op in trace.gpu if op.category == "gpu_memcpy" and any(h in op.name for h in host)}
+    if not streams or scan.pageable:
         return "pinned memory, fewer host-device copies, in-place ops instead of copies"
-    streams = {op.stream for op in trace.gpu if op.category == "gpu_memcpy" and ("HtoD" in op.name or
-               "DtoH" in op.name)}  # fmt: skip
     if len(streams) > 1:
         return (f"the copies are pinned and on {len(streams)} streams already: move less data between host and "
                 "device (keep it on the GPU, send it in a lower precision)")  # fmt: skip
