@@ -9,6 +9,7 @@ as benchmarks/stop_times.py times them), from the signal to the rank's exit, and
 Usage:
     python benchmarks/ddp_stop_times.py 300 1000 3000              # the grace raised to 900 s: the whole way out
     python benchmarks/ddp_stop_times.py 1000 --grace 30            # torchrun's default: are the traces kept?
+    python3 benchmarks/ddp_stop_times.py 300 1000 --device cuda --nproc 1   # one GPU rank (NCCL)
 """
 
 from __future__ import annotations
@@ -54,13 +55,13 @@ MARKED = (
 )
 
 
-def trial(steps: int, grace: int) -> str:
+def trial(steps: int, grace: int, device: str = "cpu", nproc: int = 2) -> str:
     with tempfile.TemporaryDirectory() as traces:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER and not k.startswith("TORCHELASTIC")}
         env.update(PYTHONUNBUFFERED="1", TORCH_ELASTIC_SHUTDOWN_TIMEOUT=str(grace))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python",
-               sys.executable, "-c", MARKED, str(steps + 2), str(ROOT / "06_ddp_training_step.py"), *TINY_06,
-               "--active", "100000", "--device", "cpu", "--traces-dir", traces]  # fmt: skip
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+               "--no-python", sys.executable, "-c", MARKED, str(steps + 2), str(ROOT / "06_ddp_training_step.py"),
+               *TINY_06, "--active", "100000", "--device", device, "--traces-dir", traces]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         err: list[tuple[float, str]] = []
         marked = threading.Event()
@@ -94,8 +95,8 @@ def trial(steps: int, grace: int) -> str:
         stopped = sorted({m for _, line in err for m in re.findall(r"stopped by \S+ after [\d,]+", line)})
         stopped += sorted({m for line in out for m in re.findall(r"stopped by \S+ after [\d,]+", line)})
         lines = [
-            f"{steps} steps (recorded in {sent - recording[0]:.1f} s), grace {grace} s: torchrun ended"
-            f" {ended - sent:.1f} s after the signal"
+            f"{steps} steps on {nproc} {device} rank(s) (recorded in {sent - recording[0]:.1f} s), grace {grace} s:"
+            f" torchrun ended {ended - sent:.1f} s after the signal"
             f"{', SIGKILLed its ranks' if killed else ''}; {stopped[:1]}; kept: {', '.join(kept) or 'nothing'}"
         ]
         lines += [f"  said: {line.rstrip()}" for _, line in err if line.startswith("  the trace may take")]
@@ -110,9 +111,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("steps", type=int, nargs="+", help="recorded steps before the signal")
     parser.add_argument("--grace", type=int, default=900, help="torchrun's shutdown timeout, seconds")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="06's --device (cuda: NCCL)")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks (one a GPU on cuda)")
     args = parser.parse_args()
     for steps in args.steps:
-        print(trial(steps, args.grace), flush=True)
+        print(trial(steps, args.grace, args.device, args.nproc), flush=True)
 
 
 if __name__ == "__main__":

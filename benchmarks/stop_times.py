@@ -24,6 +24,7 @@ Usage:
     python benchmarks/stop_times.py slow --trials 2 [--signal TERM]
     python benchmarks/stop_times.py tiny --trials 1 --phases
     python benchmarks/stop_times.py tiny --trials 1 --phases --finished --active 10000
+    python3 benchmarks/stop_times.py tiny --trials 3 --device cuda      # the same on a GPU
 """
 
 from __future__ import annotations
@@ -81,14 +82,14 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def trial(kind: str, signum: int | None, delay_s: float, phases: bool, active: str | None) -> str:
+def trial(kind: str, signum: int | None, delay_s: float, phases: bool, active: str | None, device: str = "cpu") -> str:
     script, flags = KINDS[kind]
     if active is not None:
         flags = [*flags[: flags.index("--active")], *flags[flags.index("--active") + 2 :], "--active", active]
     with tempfile.TemporaryDirectory() as traces:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         prefix = [sys.executable, "-c", PHASES] if phases else [sys.executable]
-        cmd = [*prefix, str(ROOT / f"{script}.py"), *flags, "--device", "cpu", "--traces-dir", traces]
+        cmd = [*prefix, str(ROOT / f"{script}.py"), *flags, "--device", device, "--traces-dir", traces]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         err: list[tuple[float, str]] = []
         reader = threading.Thread(target=lambda: err.extend((time.monotonic(), line) for line in proc.stderr))
@@ -112,7 +113,8 @@ def trial(kind: str, signum: int | None, delay_s: float, phases: bool, active: s
         steps = f"{count:,} steps kept" if kept else "no trace kept"
         stopped = next((line.strip() for line in out.splitlines() if line.startswith("stopped by")), "")
         ack_s = f"{ack - sent:.2f} s" if ack is not None else "none"
-        line = f"{kind}: ack {ack_s}, exit {ended - sent:.1f} s (rc {proc.returncode}), {steps}; {stopped[:60]}"
+        line = f"{kind} ({device}): ack {ack_s}, exit {ended - sent:.1f} s (rc {proc.returncode}), {steps};"
+        line += f" {stopped[:60]}"
         if signum is None:
             line = f"{kind} finished: exit {ended - sent:.1f} s after the steps began (rc {proc.returncode}), {steps}"
         if phases:
@@ -135,10 +137,11 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true", help="time each phase of the way out")
     parser.add_argument("--finished", action="store_true", help="no signal: the run ends on its own")
     parser.add_argument("--active", help="the profiled steps, in place of the kind's")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="the script's --device")
     args = parser.parse_args()
     signum = None if args.finished else getattr(signal, f"SIG{args.signal}")
     for _ in range(args.trials):
-        print(trial(args.kind, signum, args.delay, args.phases, args.active), flush=True)
+        print(trial(args.kind, signum, args.delay, args.phases, args.active, args.device), flush=True)
 
 
 if __name__ == "__main__":
