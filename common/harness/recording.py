@@ -67,6 +67,7 @@ from common.harness.ranks import StopTogether
 from common.harness.report import exit_code, print_files, print_report, print_unprofiled
 from common.harness.runtime import REPO_ROOT, Run
 from common.interrupts import (
+    acknowledge_now,
     acknowledge_with,
     atomic,
     first_signal,
@@ -239,6 +240,8 @@ class Recording:
             self.stop, self.stop_step = signum, self.step_number(prof)
         if self.holding and (last or signum is not None):
             self.writing = True  # torch.profiler collects the steps' events (seconds for thousands), then rec.save
+        if signum is not None and self.holding:
+            acknowledge_now()  # said before torch's collection of the events, whether the watchdog got to it or not
         if signum is not None:  # the signal looked at above, and only it: one that lands after the look (the handler
             take_at_step_end(signum)  # holds it) is taken at the next step's end, with its stop noted, not here unnoted
 
