@@ -58,3 +58,11 @@ def test_neither_side_dominating_is_balanced_with_both_levers():
     m = d.median
     assert 50 <= m.pct(m.busy) <= 70 and m.pct(m.host_wait) >= 30
     assert "balanced between the GPU and the host" in d.verdict and d.verdict.count("→") == 2
+
+
+def test_a_cold_first_step_is_one_time_and_the_warm_steps_bound_by_the_gpu():
+    # a fresh process profiled from its first step (H100): module loads, cuBLAS's set-up, the allocator's growth
+    d = verdict("cold_steps")
+    assert d.bound == "GPU" and d.verdict.startswith("one-time costs hold 96% of the profiled steps: 295 ms step #0")
+    assert "warm up before profiling" in d.verdict and "the steady state: bound by the GPU" in d.verdict
+    assert "launching the GPU's work" not in d.verdict  # the first step's slow launches are not launch overhead
