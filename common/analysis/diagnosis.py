@@ -26,7 +26,15 @@ from common.analysis.budget import (
     percent,
     step_budgets,
 )
-from common.analysis.cpu_bound import cpu_kind, cpu_verdict, is_compute, loader_lever
+from common.analysis.cpu_bound import (
+    cpu_kind,
+    cpu_verdict,
+    gpu_evidence,
+    host_side,
+    is_compute,
+    loader_lever,
+    unrecorded_gpu,
+)
 from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
@@ -1399,6 +1407,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             line = (f"no bound: the trace also holds work of {', '.join(trace.devices)}, which the reader does not "
                     "model, so nothing says whether it or the GPU bounds the steps")  # fmt: skip
         return Diagnosis("—", line, [], [], None, {})
+    if not trace.has_gpu and (evidence := gpu_evidence(trace)) is not None:  # a GPU ran, its events not recorded
+        return Diagnosis("—", unrecorded_gpu(trace, evidence), [], [r for r in (_rule_first_step(trace),) if r], None)
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
@@ -1414,7 +1424,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
         line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
-        line += _host_aside(trace) if launches else ""
+        line += (_host_aside(trace) + host_side(trace)) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
     m = median_budget(budgets)
