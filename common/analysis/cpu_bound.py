@@ -172,45 +172,51 @@ def _comm_lever(trace: Trace) -> str:
     return "fewer or smaller collectives (communicate less often), or fewer ranks per process group"
 
 
-def host_one_time(trace: Trace, start: float, end: float) -> Counter:
-    """The one-time costs on the host in [start, end], from the call tree alone (a trace whose GPU work was not
-    recorded, or a CPU run): an op whose own time (less the ops it called), or a runtime call whose time, is
-    ONCE_FACTOR times its name's usual length (the median over the trace, of a name called three times or more)
-    and ONCE_US or more, where no more than ONCE_MOST calls of the name are that slow (a first cuDNN convolution
-    that initialises the library, an allocation that grew the caching allocator, a cudaFree), or whose longest call
-    is ONCE_FACTOR times every other of its name; a runtime call
-    named fewer than three times, against every runtime call's usual length. A sync is a wait, never one. Keys:
-    "first <op>" or the call's name -> µs in the window (an op's own time). A copy, a scalar read or a collective
-    (WAITING_OPS) may wait for the GPU or a peer: never one-time here."""
-    calls: dict[tuple[int, str], list[tuple[float, float]]] = {}  # (kind, name) -> (start, own µs)
+def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tuple[int, str, float, float, float]]:
+    """The calls of a trace that ran once, from the call tree alone: an op whose own time (less the ops it called),
+    or a runtime call whose time, is ONCE_FACTOR times its name's usual length (the median over the trace, of a
+    name called three times or more) and ONCE_US or more, where no more than ONCE_MOST calls of the name are that
+    slow (a first cuDNN convolution or cuBLAS call that initialises the library, an allocation that grew the
+    caching allocator, a cudaFree), or whose longest call is ONCE_FACTOR times every other of its name; a runtime
+    call named fewer than three times, against every runtime call's usual length. A sync is a wait, never one; so
+    may a copy, a scalar read or a collective be (WAITING_OPS). (kind, name, start, end, own µs) each, in no order."""
+    calls: dict[tuple[int, str], list[tuple[float, float, float]]] = {}  # (kind, name) -> (start, end, own µs)
     for thread in trace.tree.threads.values():
-        for kind in (OP, RUNTIME):
+        for kind in kinds:
             layer = thread.layer(kind)
             if not len(layer):
                 continue
             own = layer.self_times() if kind == OP else [b - a for a, b in zip(layer.starts, layer.ends, strict=True)]
-            for name, ts, us in zip(layer.names, layer.starts, own, strict=True):
-                calls.setdefault((kind, name), []).append((ts, us))
+            for name, ts, te, us in zip(layer.names, layer.starts, layer.ends, own, strict=True):
+                calls.setdefault((kind, name), []).append((ts, te, us))
     runtime = [us for (kind, name), each in calls.items() if kind == RUNTIME and name not in SYNC_CALLS
-               for _, us in each]  # fmt: skip
+               for _, _, us in each]  # fmt: skip
     kind_usual = statistics.median(runtime) if runtime else None
-    found: Counter = Counter()
+    found = []
     for (kind, name), each in calls.items():
         if (kind == RUNTIME and name in SYNC_CALLS) or name.startswith(WAITING_OPS):
             continue
         if len(each) >= 3:
-            usual = statistics.median(us for _, us in each)
+            usual = statistics.median(us for _, _, us in each)
         elif kind == RUNTIME and kind_usual is not None:
             usual = kind_usual
         else:
             continue
-        slow = [(ts, us) for ts, us in each if us >= ONCE_US and us >= ONCE_FACTOR * usual]
+        slow = [call for call in each if call[2] >= ONCE_US and call[2] >= ONCE_FACTOR * usual]
         if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
-            slow.sort(key=lambda call: -call[1])
-            slow = slow[:1] if slow[0][1] >= ONCE_FACTOR * slow[1][1] else []
-        for ts, us in slow:
-            if start <= ts < end:
-                found[f"first {name}" if kind == OP else name] += us
+            slow.sort(key=lambda call: -call[2])
+            slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
+        found += [(kind, name, ts, te, us) for ts, te, us in slow]
+    return found
+
+
+def host_one_time(trace: Trace, start: float, end: float) -> Counter:
+    """The one-time costs on the host in [start, end] (slow_calls, of those starting in it): "first <op>" or the
+    call's name -> µs (an op's own time)."""
+    found: Counter = Counter()
+    for kind, name, ts, _, us in slow_calls(trace):
+        if start <= ts < end:
+            found[f"first {name}" if kind == OP else name] += us
     return found
 
 

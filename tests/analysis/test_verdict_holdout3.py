@@ -69,3 +69,79 @@ def test_random_data_made_on_the_cpu_is_told_to_be_made_where_it_is_used():
     events = [ev("cpu_op", "aten::normal_", 100 * i, 90) for i in range(5)]
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "making the random data where it is used (aten::normal_" in line, line
+
+
+def _window(inside: list[dict], us: float = 100_000.0) -> list[dict]:
+    """One kernel at each end of a window of `us` µs (the time between is a host-wait gap), and `inside`."""
+    return [
+        ev("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+        ev("kernel", "k_first", 6, 10, tid=7, correlation=1),
+        ev("cuda_runtime", "cudaLaunchKernel", us - 30, 5, correlation=2),
+        ev("kernel", "k_last", us - 20, 10, tid=7, correlation=2),
+        *inside,
+    ]
+
+
+def _busy(start: float, count: int, us: float = 95.0, first_corr: int = 100) -> list[dict]:
+    """`count` ops each launching a kernel of `us` µs back to back from `start`: a GPU kept busy."""
+    out = []
+    for k in range(count):
+        t, corr = start + k * (us + 1), first_corr + k
+        out += [ev("cpu_op", "aten::mm", t, 8), ev("cuda_runtime", "cudaLaunchKernel", t + 1, 5, correlation=corr),
+                ev("kernel", "sgemm_kernel", t + 7, us, tid=7, correlation=corr)]  # fmt: skip
+    return out
+
+
+def test_torchscripts_first_call_is_compiling_not_launch_overhead():
+    scripted = [ev("cpu_op", "delta_r2", 100, 80_000), ev("cpu_op", "fallback_function", 40_000, 100),
+                ev("cpu_op", "fused__autocast_to__1", 40_010, 80),
+                ev("cuda_driver", "cuLaunchKernel", 40_020, 30, correlation=50),
+                ev("kernel", "fused_kernel", 40_060, 10, tid=7, correlation=50)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": _window([*scripted, *_busy(80_200, 200)])})).verdict
+    assert "compiling (TorchScript's first call of delta_r2)" in line, line
+    assert "the steady state: bound by the GPU" in line and "launching the GPU's work" not in line, line
+
+
+def test_a_long_sync_with_the_gpu_idle_is_start_up_not_a_wait():
+    sync = ev("cuda_runtime", "cudaDeviceSynchronize", 100, 90_000)
+    line = diagnose(parse({"traceEvents": _window([sync, *_busy(90_200, 20)])})).verdict
+    assert "cudaDeviceSynchronize with the GPU mostly idle (start-up)" in line, line
+    assert "waiting in a sync" not in line, line
+
+
+def test_a_dataloaders_only_next_with_workers_is_its_start_up():
+    name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    line = diagnose(parse({"traceEvents": _window([ev("user_annotation", name, 100, 80_000)])})).verdict
+    assert "80.0 ms the DataLoader's first batch (its workers started)" in line, line
+    assert "raise num_workers" not in line, line
+
+
+def test_first_launches_are_one_time_where_no_launch_repeats():
+    first = [ev("cuda_runtime", "cudaLaunchKernel", 1000 + 20_000 * k, us, correlation=60 + k)
+             for k, us in enumerate((9000, 6000, 5000))]  # fmt: skip
+    kernels = [ev("kernel", f"k{k}", 1000 + 20_000 * k + 9100, 5, tid=7, correlation=60 + k) for k in range(3)]
+    line = diagnose(parse({"traceEvents": _window([*first, *kernels])})).verdict
+    assert "20.0 ms cudaLaunchKernel" in line, line  # all three, not those ten times the first launches' median
+
+
+def test_an_ops_own_time_ten_times_its_usual_is_library_set_up():
+    def linear(t: float, addmm_us: float, corr: int) -> list[dict]:  # aten::linear > aten::addmm > a launch
+        return [ev("cpu_op", "aten::linear", t, addmm_us + 20), ev("cpu_op", "aten::addmm", t + 5, addmm_us + 10),
+                ev("cuda_runtime", "cudaLaunchKernel", t + addmm_us, 5, correlation=corr),
+                ev("kernel", "sgemm", t + addmm_us + 10, 5, tid=7, correlation=corr)]  # fmt: skip
+
+    ops = [*linear(1000, 30_000, 80), *linear(40_000, 20_000, 81)]  # both long: their median is no usual length
+    ops += [e for k in range(4) for e in linear(70_000 + 200 * k, 50, 82 + k)[1:]]  # four more addmm, no linear
+    line = diagnose(parse({"traceEvents": _window(ops)})).verdict
+    assert "50.0 ms first aten::addmm" in line, line  # cuBLAS initialising inside the first calls
+
+
+def test_two_slow_all_to_alls_are_the_steady_state_not_a_late_peer():
+    comm = []
+    for k in range(12):
+        t, us = 1000 + 5000 * k, (4000 if k in (5, 11) else 20)
+        comm += [ev("cpu_op", "c10d::alltoall_base_", t, 30), ev("cuda_runtime", "cudaLaunchKernel", t + 2, 5,
+                 correlation=70 + k), ev("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", t + 10, us, tid=7,
+                 correlation=70 + k)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": _window(comm, us=61_000)})).verdict
+    assert "waiting for its peers" not in line, line
