@@ -6,9 +6,11 @@ torch here (the reader's analysis wing)."""
 from __future__ import annotations
 
 import bisect
+import operator
 import statistics
 from array import array
 from collections import Counter
+from itertools import compress
 
 from common.analysis.figures import step_flops
 from common.reader.intervals import running_max
@@ -180,18 +182,25 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
     caching allocator, a cudaFree), or whose longest call is ONCE_FACTOR times every other of its name; a runtime
     call named fewer than three times, against every runtime call's usual length. A sync is a wait, never one; so
     may a copy, a scalar read or a collective be (WAITING_OPS). (kind, name, start, end, own µs) each, in no order."""
+    layers = [(kind, layer) for thread in trace.tree.threads.values() for kind in kinds
+              if len(layer := thread.layer(kind))]  # fmt: skip
+    owns = [layer.self_times() if kind == OP else array("d", map(operator.sub, layer.ends, layer.starts))
+            for kind, layer in layers]  # fmt: skip
+    # only names with a call of ONCE_US or more can have a slow one: the others' lengths are not gathered
+    wanted = {(kind, layer.names[i]) for (kind, layer), own in zip(layers, owns, strict=True)
+              for i in compress(range(len(own)), map(ONCE_US.__le__, own))}  # fmt: skip
     calls: dict[tuple[int, str], list[tuple[float, float, float]]] = {}  # (kind, name) -> (start, end, own µs)
-    for thread in trace.tree.threads.values():
-        for kind in kinds:
-            layer = thread.layer(kind)
-            if not len(layer):
-                continue
-            own = layer.self_times() if kind == OP else [b - a for a, b in zip(layer.starts, layer.ends, strict=True)]
-            for name, ts, te, us in zip(layer.names, layer.starts, layer.ends, own, strict=True):
-                calls.setdefault((kind, name), []).append((ts, te, us))
-    runtime = [us for (kind, name), each in calls.items() if kind == RUNTIME and name not in SYNC_CALLS
-               for _, _, us in each]  # fmt: skip
-    kind_usual = statistics.median(runtime) if runtime else None
+    for (kind, layer), own in zip(layers, owns, strict=True):
+        names = layer.names
+        for i in (i for i, name in enumerate(names) if (kind, name) in wanted):
+            calls.setdefault((kind, names[i]), []).append((layer.starts[i], layer.ends[i], own[i]))
+    kind_usual = None
+    if any(kind == RUNTIME and len(each) < 3 for (kind, _), each in calls.items()):  # against every runtime call
+        runtime = array("d")
+        for (kind, layer), own in zip(layers, owns, strict=True):
+            if kind == RUNTIME:
+                runtime += array("d", compress(own, (name not in SYNC_CALLS for name in layer.names)))
+        kind_usual = statistics.median(runtime) if runtime else None
     found = []
     for (kind, name), each in calls.items():
         if (kind == RUNTIME and name in SYNC_CALLS) or name.startswith(WAITING_OPS):
