@@ -221,11 +221,16 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
 
 def host_one_time(trace: Trace, start: float, end: float) -> Counter:
     """The one-time costs on the host in [start, end] (slow_calls, of those starting in it): "first <op>" or the
-    call's name -> µs (an op's own time)."""
+    call's name -> µs (an op's own time, less the slow runtime calls inside it, which are said by their name)."""
     found: Counter = Counter()
-    for kind, name, ts, _, us in slow_calls(trace):
+    slow = slow_calls(trace)
+    calls = sorted((ts, te) for kind, _, ts, te, _ in slow if kind == RUNTIME)
+    for kind, name, ts, te, us in slow:
         if start <= ts < end:
-            found[f"first {name}" if kind == OP else name] += us
+            if kind == OP:  # a slow runtime call inside it (a cudaFree) is said as itself, not twice
+                us = max(0.0, us - sum(min(b, te) - max(a, ts) for a, b in calls if a < te and b > ts))
+            if us >= ONCE_US:  # what is left of an op is a one-time cost only where it still is one
+                found[f"first {name}" if kind == OP else name] += us
     return found
 
 

@@ -145,3 +145,13 @@ def test_two_slow_all_to_alls_are_the_steady_state_not_a_late_peer():
                  correlation=70 + k)]  # fmt: skip
     line = diagnose(parse({"traceEvents": _window(comm, us=61_000)})).verdict
     assert "waiting for its peers" not in line, line
+
+
+def test_host_one_time_costs_are_said_once_where_a_call_sits_in_an_op():
+    events = [ev("cpu_op", "aten::bmm", 100 * k, 50) for k in range(4)]
+    events += [ev("cpu_op", "aten::bmm", 1000, 40_000), ev("cuda_runtime", "cudaFree", 2000, 35_000),
+               ev("cuda_runtime", "cudaLaunchKernel", 41_000, 5), ev("cuda_runtime", "cudaLaunchKernel", 41_100, 5),
+               ev("cuda_runtime", "cudaLaunchKernel", 50_000, 5)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("no bound:"), line
+    assert "one-time, not counted in the bound: 35.0 ms cudaFree, 5.00 ms first aten::bmm (80% of the" in line, line
