@@ -83,6 +83,7 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+RECURS = 3  # ... or where no kernel of the trace is launched this many times: one cold pass, no steady state
 ONE_TIME_LISTED = 0.01  # a one-time cost under this share of them all is counted, not listed
 ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
 CAPTURE_CALLS = (
@@ -1604,8 +1605,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         listed, lever = _one_time_parts(items, total)
         share = percent(100 * once_all / total)
         head = f"one-time costs hold {share} of the profiled {_unit(trace)}s: {listed} → {lever}"
+        kernels = Counter(op.name for op in trace.gpu if op.category == "kernel")  # over the trace: steps recur
         if steady.span < (1 - ONE_TIME_LEFT) * m.span or steady.span <= 0:
             line = f"{head}; too little is left of them to bound a steady state"
+        elif max(kernels.values(), default=0) < RECURS:  # one pass over cold code: nothing in it is steady
+            line = (f"{head}; nothing else recurs (no kernel launched {RECURS} times), so no steady state is left to "
+                    "bound")  # fmt: skip
         else:
             line = f"{head}; the steady state: {line}"
     else:

@@ -155,3 +155,11 @@ def test_host_one_time_costs_are_said_once_where_a_call_sits_in_an_op():
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("no bound:"), line
     assert "one-time, not counted in the bound: 35.0 ms cudaFree, 5.00 ms first aten::bmm (80% of the" in line, line
+
+
+def test_a_cold_pass_with_no_kernel_repeated_has_no_steady_state():
+    cold = [ev("cuda_runtime", "cudaLaunchKernel", 1000, 60_000, correlation=90),
+            ev("kernel", "k_mid", 61_100, 5, tid=7, correlation=90)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": _window(cold)})).verdict
+    assert line.startswith("one-time costs hold 60% of the profiled windows: 60.0 ms cudaLaunchKernel"), line
+    assert line.endswith("nothing else recurs (no kernel launched 3 times), so no steady state is left to bound"), line
