@@ -509,20 +509,23 @@ class GapContext:
     @functools.cached_property
     def usual_pause(self) -> float | None:
         """In a trace of one window (no ProfilerStep, no iterations), the median time between one top-level op and the
-        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses are
-        ONE_TIME_FACTOR times it: a pause that long before nearly all the window's launches (SET_UP_BEFORE) is
-        set-up run once (a model built, data loaded), not the Python of a loop; None otherwise."""
+        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses that end after
+        the window's first launch are ONE_TIME_FACTOR times it (before it, every pause is set-up's): a pause that long
+        before nearly all the window's launches (SET_UP_BEFORE) is set-up run once (a model built, data loaded), not
+        the Python of a loop; None otherwise."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace:  # a profiled step is the loop's, warmed up
             return None
         thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
         if thread is None or len(thread.layer(OP)) < 3:
             return None
         starts, ends, _ = thread.layer(OP).tops()
-        pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+        pauses = [(a, b) for a, b in zip(ends, starts[1:], strict=False) if b > a]
         if not pauses:
             return None
-        usual = statistics.median(pauses)
-        return usual if sum(1 for p in pauses if _Usual.once(p, usual)) <= ONE_TIME_MOST else None
+        usual = statistics.median(b - a for a, b in pauses)
+        first = self.launched[0] if self.launched else math.inf  # before any launch, every pause is set-up's
+        slow = sum(1 for a, b in pauses if b > first and _Usual.once(b - a, usual))
+        return usual if slow <= ONE_TIME_MOST else None
 
     @functools.cached_property
     def has_ops(self) -> bool:

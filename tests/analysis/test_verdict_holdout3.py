@@ -163,3 +163,17 @@ def test_a_cold_pass_with_no_kernel_repeated_has_no_steady_state():
     line = diagnose(parse({"traceEvents": _window(cold)})).verdict
     assert line.startswith("one-time costs hold 60% of the profiled windows: 60.0 ms cudaLaunchKernel"), line
     assert line.endswith("nothing else recurs (no kernel launched 3 times), so no steady state is left to bound"), line
+
+
+def test_python_after_a_first_batch_and_before_every_launch_is_set_up():
+    name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    events = [ev("user_annotation", name, 0, 100_000)]  # workers starting: ops with long pauses between them
+    events += [ev("cpu_op", "aten::randperm", 20_000 * k, 100) for k in range(5)]
+    events += [ev("cpu_op", "aten::to", 100_000, 10)]  # then 50 ms of Python before the model runs
+    for k in range(60):
+        t, corr = 150_000 + 20 * k, 200 + k
+        events += [ev("cpu_op", "aten::add", t, 18), ev("cuda_runtime", "cudaLaunchKernel", t + 1, 5, correlation=corr),
+                   ev("kernel", "add_kernel", t + 7, 15, tid=7, correlation=corr)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "one long stretch of Python before the work (set-up" in line, line
+    assert "in no recorded op (Python)" not in line, line
