@@ -252,7 +252,7 @@ def gpu_evidence(trace: Trace) -> str | None:
     if str(trace.distributed.get("backend", "")).lower() == "nccl":
         return "its process group runs on nccl"
     for thread in trace.tree.threads.values():
-        found = next((name for name in set(thread.layer(OP).names) if name.startswith(GPU_ONLY_OPS)), None)
+        found = min((name for name in set(thread.layer(OP).names) if name.startswith(GPU_ONLY_OPS)), default=None)
         if found is not None:
             return f"it ran {found}"
     return None
