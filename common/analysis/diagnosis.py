@@ -711,7 +711,8 @@ def gap_causes(
     claims = _Claims(gap.start, gap.end)
     for node in tree.overlapping(gap.start, gap.end, "compiling"):
         claim(("compiling", _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
-    for start, end, name, tid in context.scripted_first:
+    long_gap = gap.us >= ONE_TIME_US  # what runs once takes a millisecond or more: a shorter gap asks nothing of it
+    for start, end, name, tid in context.scripted_first if long_gap else ():
         if start < gap.end and end > gap.start:
             claim(("compiling", f"TorchScript's first call of {_cut(name)}"), start, end, name, tid)
     for start, end in context.captures:
@@ -749,7 +750,7 @@ def gap_causes(
             claim(("one-time", f"allocator growth ({node.name})"), node.start, node.end, node.name, node.tid)
         elif usual.once(node.us, usual.of_op(node.name)):
             claim(("one-time", f"first {node.name}"), node.start, node.end, node.name, node.tid)
-    for start, end, name, tid in context.slow_ops:  # an op's own time ten times its usual: library set-up, once
+    for start, end, name, tid in context.slow_ops if long_gap else ():  # own time ten times its usual: set-up
         if start < gap.end and end > gap.start:
             node = tree.innermost(tid, start + (end - start) / 2, MADE_IN)
             if node is None or waited(node) < (end - start) / 2:
@@ -764,7 +765,7 @@ def gap_causes(
                 cause = "data loading" if node.name.startswith(DATALOADER) else "the optimizer"
                 claim((cause, _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
     for node in tree.overlapping(gap.start, gap.end, "sync"):
-        if (node.tid, node.start) in context.idle_syncs:  # no recorded GPU work to wait for: start-up, once
+        if node.us >= ONE_TIME_US and (node.tid, node.start) in context.idle_syncs:  # start-up, no GPU work
             what = f"{node.name} with the GPU mostly idle (start-up)"
             claim(("one-time", what), node.start, node.end, node.name, node.tid)
             continue
