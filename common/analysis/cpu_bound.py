@@ -5,16 +5,23 @@ torch here (the reader's analysis wing)."""
 
 from __future__ import annotations
 
+import bisect
+import operator
 import statistics
+from array import array
+from collections import Counter
+from itertools import compress
 
 from common.analysis.figures import step_flops
-from common.reader.kinds import MULTIPROCESSING_LOADER
-from common.reader.model import Step, Trace
+from common.reader.intervals import running_max
+from common.reader.kinds import DATALOADER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
+from common.reader.model import Step, Trace, median_index
 from common.units import human_time
 
 COMPUTE_SHARE = 0.8  # one op's self time at least this share of the step's CPU time: compute-bound in it
 COMPUTE_TOGETHER = 0.6  # the compute ops' self times together this share of the step: compute-bound in them
-KINDS = ("compute-bound", "overhead-bound", "data-loading-bound")  # how a CPU verdict begins: "<kind> on the CPU: ..."
+# how a CPU verdict begins: "<kind> on the CPU: ..."
+KINDS = ("compute-bound", "overhead-bound", "data-loading-bound", "communication-bound")
 LOADING_SHARE = 0.5  # a DataLoader's __next__ this share of the step's CPU time or more: bound by loading the data
 # Ops whose own time is not arithmetic: views, wrappers that call the op doing the work, allocation, dispatch glue.
 NOT_COMPUTE = frozenset({
@@ -32,6 +39,22 @@ GEMM_LIKE = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::add
              "aten::mkldnn_convolution", "aten::_mkldnn_", "aten::mkldnn_", "aten::convolution_", "aten::_conv",
              "aten::slow_conv", "aten::thnn_conv", "aten::_scaled_mm", "aten::dot", "aten::mv")  # fmt: skip
 COMPILED = "Torch-Compiled Region"  # torch.compile's wrapper: its own time is its fused kernels and their Python
+# Ops that make random data: a step holding them makes its batch on the host (torch.randn on the CPU)
+RANDOM_OPS = ("aten::normal_", "aten::uniform_", "aten::random_", "aten::bernoulli_", "aten::randn", "aten::rand",
+              "aten::randint", "aten::randperm", "aten::exponential_", "aten::multinomial")  # fmt: skip
+# One-time costs on the host (host_one_time): a call this many times its name's usual length, and this long
+ONCE_FACTOR = 10.0
+ONCE_US = 1000.0
+ONCE_MOST = 3  # ... where no more than this many calls of the name are that slow (more: a recurring cost)
+ONCE_SHOWN = 0.02  # one-time costs this share of the window or more: said apart, and left out of the bound
+# Ops and a backend that run only on a GPU: a trace holding them without GPU events ran a GPU it did not record
+# Ops that wait for the GPU or a peer on a GPU run (a copy to the host, .item(), a collective): a wait, never one-time
+WAITING_OPS = ("aten::copy_", "aten::_local_scalar_dense", "aten::item", "aten::to", "aten::_to_copy", "aten::cpu",
+               "c10d::", "record_param_comms", "nccl:", "gloo:")  # fmt: skip
+GPU_ONLY_OPS = ("aten::cudnn", "aten::_cudnn", "aten::miopen", "aten::_miopen", "nccl:")
+UNCOVERED_SHARE = 0.3  # a label with no op under it this share of the step: its work ran where the trace is silent
+COLLECTIVE_LABELS = ("gloo:",)  # a process group's worker thread's label around a collective (gloo:all_reduce)
+COMM_COVER = 0.5  # collectives on other threads over this share of such a label's silent time: it waits for them
 
 
 def cpu_kind(verdict: str) -> str | None:
@@ -49,6 +72,9 @@ def _lever(ranked: list[tuple[float, str]]) -> str:
     """What to try where the compute ops `ranked` ((self µs, name), the busiest first) hold the step: for GEMMs and
     convolutions (half of the compute or more), the cores and the precision; else fewer passes over memory."""
     gemm = sum(us for us, name in ranked if name.startswith(GEMM_LIKE))
+    if ranked and ranked[0][1] in RANDOM_OPS:
+        return (f"→ try making the random data where it is used ({ranked[0][1]}: torch.randn/rand on the CPU; "
+                "device='cuda' where it goes to a GPU), once before the loop, or fewer values")  # fmt: skip
     if gemm >= 0.5 * sum(us for us, _ in ranked):
         return ("→ try every physical core (torch.set_num_threads), channels_last for convolutions, bf16 only where "
                 "the CPU has it natively (avx512_bf16, AMX), or less work per step")  # fmt: skip
@@ -78,10 +104,14 @@ def _loading(trace: Trace, step: Step) -> tuple[float, str]:
 
 
 def cpu_verdict(trace: Trace) -> str:
-    """One line: compute-bound when one op's own time (self time, the median step's) is COMPUTE_SHARE or more of
-    the step's CPU time, or the compute ops' together (is_compute: several passes count together) COMPUTE_TOGETHER
-    or more, else overhead-bound; it names the ops that hold the time, their shares, a lever, and, where the suite
-    wrote the step's FLOPs, the busiest op's GFLOP/s (a 64 matmul's aten::mm runs at a tenth of a 1024 one's)."""
+    """One line: communication-bound where the step's thread waits in a label with no op under it while a process
+    group's threads run its collectives (waits_for_collectives); data-loading-bound where a DataLoader's __next__
+    holds LOADING_SHARE of it; compute-bound when one op's own time (self time, the median step's) is COMPUTE_SHARE
+    or more of the step's CPU time, or the compute ops' together (is_compute: several passes count together)
+    COMPUTE_TOGETHER or more, else overhead-bound; it names the ops that hold the time, their shares, a lever, and,
+    where the suite wrote the step's FLOPs, the busiest op's GFLOP/s (a 64 matmul's aten::mm runs at a tenth of a
+    1024 one's). One-time costs (host_one_time: a first cuDNN convolution, allocator growth) are said apart and
+    left out of the bound."""
     cpu = trace.per_step(lambda s: s.region_us)
     per = ("in the one recording (no ProfilerStep#N)" if trace.whole_trace
            else "per iteration" if trace.cpu_source == "iteration" else "per step")  # fmt: skip
@@ -93,12 +123,24 @@ def cpu_verdict(trace: Trace) -> str:
     if not cpu or not own:
         return f"bound by the CPU: no GPU activity in the trace; {spent}"
     unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
+    step = trace.steps[median_index([s.dur_us for s in trace.steps])]
+    found = host_one_time(trace, step.start_us, step.start_us + step.dur_us)
+    once = once_clause(found, cpu, unit)
+    if once:  # the bound is the steady state's: the one-time costs' own time left out
+        for what, us in found.items():
+            name = what.removeprefix("first ")
+            if name in own:
+                own[name] = max(0.0, own[name] - us)
+        cpu = max(cpu - sum(found.values()), 1e-9)
+    comm = waits_for_collectives(trace, step)
+    if comm is not None:
+        return (f"{KINDS[3]} on the CPU: {comm}; {spent} → try {_comm_lever(trace)}{once}")  # fmt: skip
     loading = [_loading(trace, s) for s in trace.steps]
     loader_us = statistics.median(us for us, _ in loading)
     if loader_us >= LOADING_SHARE * cpu:  # the model waits for its batches: what the ops do is not the bound
         name = max(loading)[1]
         return (f"{KINDS[2]} on the CPU: {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's "
-                f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}")  # fmt: skip
+                f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}{once}")  # fmt: skip
     ranked = sorted(((us, n) for n, us in own.items() if is_compute(n) and us > 0), reverse=True)
     busiest = max(own.items(), key=lambda kv: kv[1])
     top, top_us = (ranked[0][1], ranked[0][0]) if ranked else busiest
@@ -107,14 +149,209 @@ def cpu_verdict(trace: Trace) -> str:
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     lever = _lever(ranked)
+    steady = " of the steady state" if once else ""
     if share >= COMPUTE_SHARE:
-        return f"{KINDS[0]} on the CPU: {share:.0%} of the step inside {top}{rate}; {spent} {lever}"
+        return f"{KINDS[0]} on the CPU: {share:.0%}{steady or ' of the step'} inside {top}{rate}; {spent} {lever}{once}"
     if together >= COMPUTE_TOGETHER:
         listed = ", ".join(f"{n} {us / cpu:.0%}" for us, n in ranked[:4])
-        return f"{KINDS[0]} on the CPU: {together:.0%} of the step in its ops' own work ({listed}); {spent} {lever}"
+        return (f"{KINDS[0]} on the CPU: {together:.0%}{steady or ' of the step'} in its ops' own work ({listed}); "
+                f"{spent} {lever}{once}")  # fmt: skip
     top, top_us = busiest
     share = min(1.0, max(0.0, top_us) / cpu)
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
-    return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%} of the step{rate}, the rest "
-            f"dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
-            "fewer ops)")  # fmt: skip
+    return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
+            f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
+            f"fewer ops){once}")  # fmt: skip
+
+
+def _comm_lever(trace: Trace) -> str:
+    """The lever of a CPU rank waiting for its collectives: DDP's buckets where DDP runs, else fewer or smaller."""
+    ddp = any(name.startswith("DistributedDataParallel") for thread in trace.tree.threads.values()
+              for name in set(thread.layer(LABEL).names))  # fmt: skip
+    if ddp:
+        return ("overlapping DDP's all-reduce with the backward (bucket_cap_mb), fewer ranks per process group, or "
+                "compressed gradients (a DDP comm hook such as fp16_compress_hook)")  # fmt: skip
+    return "fewer or smaller collectives (communicate less often), or fewer ranks per process group"
+
+
+def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tuple[int, str, float, float, float]]:
+    """The calls of a trace that ran once, from the call tree alone: an op whose own time (less the ops it called),
+    or a runtime call whose time, is ONCE_FACTOR times its name's usual length (the median over the trace, of a
+    name called three times or more) and ONCE_US or more, where no more than ONCE_MOST calls of the name are that
+    slow (a first cuDNN convolution or cuBLAS call that initialises the library, an allocation that grew the
+    caching allocator, a cudaFree), or whose longest call is ONCE_FACTOR times every other of its name; a runtime
+    call named fewer than three times, against every runtime call's usual length. A sync is a wait, never one; so
+    may a copy, a scalar read or a collective be (WAITING_OPS). (kind, name, start, end, own µs) each, in no order."""
+    layers = [(kind, layer) for thread in trace.tree.threads.values() for kind in kinds
+              if len(layer := thread.layer(kind))]  # fmt: skip
+    owns = [layer.self_times() if kind == OP else array("d", map(operator.sub, layer.ends, layer.starts))
+            for kind, layer in layers]  # fmt: skip
+    # only names with a call of ONCE_US or more can have a slow one: the others' lengths are not gathered
+    wanted = {(kind, layer.names[i]) for (kind, layer), own in zip(layers, owns, strict=True)
+              for i in compress(range(len(own)), map(ONCE_US.__le__, own))}  # fmt: skip
+    calls: dict[tuple[int, str], list[tuple[float, float, float]]] = {}  # (kind, name) -> (start, end, own µs)
+    for (kind, layer), own in zip(layers, owns, strict=True):
+        names = layer.names
+        for i in (i for i, name in enumerate(names) if (kind, name) in wanted):
+            calls.setdefault((kind, names[i]), []).append((layer.starts[i], layer.ends[i], own[i]))
+    kind_usual = None
+    if any(kind == RUNTIME and len(each) < 3 for (kind, _), each in calls.items()):  # against every runtime call
+        runtime = array("d")
+        for (kind, layer), own in zip(layers, owns, strict=True):
+            if kind == RUNTIME:
+                runtime += array("d", compress(own, (name not in SYNC_CALLS for name in layer.names)))
+        kind_usual = statistics.median(runtime) if runtime else None
+    found = []
+    for (kind, name), each in calls.items():
+        if (kind == RUNTIME and name in SYNC_CALLS) or name.startswith(WAITING_OPS):
+            continue
+        if len(each) >= 3:
+            usual = statistics.median(us for _, _, us in each)
+        elif kind == RUNTIME and kind_usual is not None:
+            usual = kind_usual
+        else:
+            continue
+        slow = [call for call in each if call[2] >= ONCE_US and call[2] >= ONCE_FACTOR * usual]
+        if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
+            slow.sort(key=lambda call: -call[2])
+            slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
+        found += [(kind, name, ts, te, us) for ts, te, us in slow]
+    return found
+
+
+def host_one_time(trace: Trace, start: float, end: float) -> Counter:
+    """The one-time costs on the host in [start, end] (slow_calls, of those starting in it): "first <op>" or the
+    call's name -> µs (an op's own time, less the slow runtime calls inside it, which are said by their name)."""
+    found: Counter = Counter()
+    slow = slow_calls(trace)
+    calls = sorted((ts, te) for kind, _, ts, te, _ in slow if kind == RUNTIME)
+    for kind, name, ts, te, us in slow:
+        if start <= ts < end:
+            if kind == OP:  # a slow runtime call inside it (a cudaFree) is said as itself, not twice
+                us = max(0.0, us - sum(min(b, te) - max(a, ts) for a, b in calls if a < te and b > ts))
+            if us >= ONCE_US:  # what is left of an op is a one-time cost only where it still is one
+                found[f"first {name}" if kind == OP else name] += us
+    return found
+
+
+def once_clause(found: Counter, span: float, unit: str) -> str:
+    """'; one-time, not counted in the bound: 2.31 s first aten::cudnn_convolution (71% of the window) → warm up …'
+    for host_one_time's costs `found` in a window of `span` µs, where they hold ONCE_SHOWN of it; else ''."""
+    once = sum(found.values())
+    if span <= 0 or once < ONCE_SHOWN * span:
+        return ""
+    listed = ", ".join(f"{human_time(us)} {what}" for what, us in found.most_common(3))
+    return (f"; one-time, not counted in the bound: {listed} ({min(1.0, once / span):.0%} of the {unit}) → warm up "
+            f"before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps (saves up to "
+            f"{human_time(once)} of the {human_time(span)} {unit})")  # fmt: skip
+
+
+def gpu_evidence(trace: Trace) -> str | None:
+    """What shows that a trace without GPU events ran a GPU anyway: a process group on nccl, or an op that runs
+    only on a GPU (a cuDNN convolution); None where nothing does (a CPU run, whatever devices its machine lists)."""
+    if str(trace.distributed.get("backend", "")).lower() == "nccl":
+        return "its process group runs on nccl"
+    for thread in trace.tree.threads.values():
+        found = min((name for name in set(thread.layer(OP).names) if name.startswith(GPU_ONLY_OPS)), default=None)
+        if found is not None:
+            return f"it ran {found}"
+    return None
+
+
+def silent_labels(trace: Trace, step: Step) -> list[tuple[float, str, object, list[tuple[float, float]]]]:
+    """The labels of `step` (not steps) with no op under them for a while, on their thread: (µs with no op under it,
+    name, thread, those pieces), longest first. An autograd engine's thread the trace does not hold (its
+    '## backward ##' runs with nothing under it), or a wait for another thread."""
+    start, end = step.start_us, step.start_us + step.dur_us
+    found = []
+    for tid, thread in trace.tree.threads.items():
+        labels, ops = thread.layer(LABEL), thread.layer(OP)
+        if not len(labels) or not len(ops):  # a process group's worker thread runs labels alone: not the step's
+            continue
+        op_starts, op_ends, _ = ops.tops()
+        calls = thread.layer(RUNTIME)
+        if len(calls):  # a runtime call (cudaFree) is the thread's work too
+            spans = sorted([*zip(op_starts, op_ends, strict=True), *zip(calls.starts, calls.ends, strict=True)])
+            op_starts, op_ends = [a for a, _ in spans], list(running_max(array("d", (b for _, b in spans))))
+        for i, name in enumerate(labels.names):
+            a, b = max(labels.starts[i], start), min(labels.ends[i], end)
+            if b - a < UNCOVERED_SHARE * step.dur_us or STEP.match(name) or name.startswith(COLLECTIVE_LABELS):
+                continue
+            pieces, at = [], a
+            for j in range(bisect.bisect_right(op_ends, a), len(op_starts)):  # the ends ascend (a running maximum)
+                if op_starts[j] >= b:
+                    break
+                if op_starts[j] > at:
+                    pieces.append((at, op_starts[j]))
+                at = max(at, op_ends[j])
+            if b > at:
+                pieces.append((at, b))
+            silent = sum(y - x for x, y in pieces)
+            if silent >= UNCOVERED_SHARE * step.dur_us:
+                found.append((silent, name, tid, pieces))
+    found.sort(key=lambda item: -item[0])
+    return found
+
+
+def waits_for_collectives(trace: Trace, step: Step) -> str | None:
+    """Where the step's thread sits in a label with no op under it while a process group's worker threads run
+    collectives (gloo:all_reduce) over COMM_COVER of that time: '<label> waits N ms … for K gloo:all_reduce …';
+    None otherwise."""
+    silent = silent_labels(trace, step)
+    if not silent:
+        return None
+    us, name, tid, pieces = silent[0]
+    layers = [thread.layer(LABEL) for t, thread in trace.tree.threads.items() if t != tid]
+    spans = sorted((layer.starts[i], layer.ends[i], n) for layer in layers for i, n in enumerate(layer.names)
+                   if n.startswith(COLLECTIVE_LABELS))  # fmt: skip
+    covered = 0.0
+    for x, y in pieces:
+        reach = x
+        for a, b, _ in spans:
+            lo, hi = max(a, reach), min(b, y)
+            if hi > lo:
+                covered += hi - lo
+                reach = hi
+    if covered < COMM_COVER * us:
+        return None
+    start, end = step.start_us, step.start_us + step.dur_us
+    inside = [(b - a, n) for a, b, n in spans if a < end and b > start]
+    kinds = Counter(n for _, n in inside)
+    listed = ", ".join(f"{n} ×{k}" for n, k in kinds.most_common(2))
+    longest = ", ".join(human_time(d) for d, _ in sorted(inside, reverse=True)[:2])
+    return (
+        f"{human_time(us)} of the step in {name!r} with no op under it, while {listed} ran on the process "
+        f"group's threads ({longest})"
+    )
+
+
+def host_side(trace: Trace) -> str:
+    """What the host side of the median step shows where its GPU's work was not recorded: a DataLoader's __next__
+    holding LOADING_SHARE of the step (with its lever), else a label with no op under it for UNCOVERED_SHARE of the
+    step (its ops on a thread the trace does not hold, or a wait); and the one-time costs apart (host_one_time);
+    '' where none is there."""
+    step = trace.steps[median_index([s.dur_us for s in trace.steps])]
+    if not step.dur_us > 0:
+        return ""
+    unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
+    parts = []
+    loading, name = _loading(trace, step)
+    silent = [item for item in silent_labels(trace, step) if not item[1].startswith(DATALOADER)]
+    if loading >= LOADING_SHARE * step.dur_us:  # the batches are made on the host, in the step
+        parts.append(f"{min(1.0, loading / step.dur_us):.0%} of the {unit} inside the DataLoader's __next__ ({name}) "
+                     f"→ try {loader_lever(name)}")  # fmt: skip
+    elif silent:
+        us, name, _, _ = silent[0]
+        parts.append(f"{human_time(us)} of the {human_time(step.dur_us)} {unit} in {name!r} with no op under it on "
+                     "its thread (its ops ran on a thread the trace does not hold, such as the autograd engine's, or "
+                     "it waited)")  # fmt: skip
+    once = once_clause(host_one_time(trace, step.start_us, step.start_us + step.dur_us), step.dur_us, unit)
+    return ("; on the host, " + "; ".join(parts) if parts else "") + once
+
+
+def unrecorded_gpu(trace: Trace, evidence: str) -> str:
+    """The verdict of a trace with no GPU event whose run used a GPU anyway (gpu_evidence): no bound, and what its
+    host side shows (host_side)."""
+    return (f"no bound: the trace holds no GPU event, yet {evidence}: the GPU's activity was not recorded "
+            "(ProfilerActivity.CUDA not in the profile's activities, or CUPTI off), so nothing says how busy the GPU "
+            f"was{host_side(trace)}")  # fmt: skip

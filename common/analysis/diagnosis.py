@@ -26,12 +26,22 @@ from common.analysis.budget import (
     percent,
     step_budgets,
 )
-from common.analysis.cpu_bound import cpu_kind, cpu_verdict, is_compute, loader_lever
+from common.analysis.cpu_bound import (
+    cpu_kind,
+    cpu_verdict,
+    gpu_evidence,
+    host_side,
+    is_compute,
+    loader_lever,
+    slow_calls,
+    unrecorded_gpu,
+)
 from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
 from common.reader.calltree import CallTree, Node, Thread
+from common.reader.intervals import merged
 from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
@@ -73,6 +83,7 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+RECURS = 3  # ... or where no kernel of the trace is launched this many times: one cold pass, no steady state
 ONE_TIME_LISTED = 0.01  # a one-time cost under this share of them all is counted, not listed
 ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
 CAPTURE_CALLS = (
@@ -88,6 +99,8 @@ HIDDEN_ALREADY = 0.8  # communication this share hidden behind compute: overlapp
 CLOSE_SHARE = 0.8  # a second cause of the host wait at this share of the first is named beside it
 HOST_ASIDE = 0.2  # a busy GPU that still waits this share of the step for a host cause with its own lever: named
 BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
+IDLE_SYNC = 0.5  # a sync with the GPU busy less than this share of it waits for no recorded work: start-up if rare
+SCRIPTED = ("fallback_function", "fused__", "prim::TensorExprGroup", "prim::FusionGroup")  # TorchScript's fusion ops
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
 ALL_TO_ALL = ("sendrecv", "all_to_all", "alltoall", "ep::internode", "ep::intranode")  # kernel names (lower case):
 # NCCL's send/recv pairs, all-to-all collectives, DeepEP's expert-parallel dispatch/combine
@@ -496,20 +509,23 @@ class GapContext:
     @functools.cached_property
     def usual_pause(self) -> float | None:
         """In a trace of one window (no ProfilerStep, no iterations), the median time between one top-level op and the
-        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses are
-        ONE_TIME_FACTOR times it: a pause that long before nearly all the window's launches (SET_UP_BEFORE) is
-        set-up run once (a model built, data loaded), not the Python of a loop; None otherwise."""
+        next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses that end after
+        the window's first launch are ONE_TIME_FACTOR times it (before it, every pause is set-up's): a pause that long
+        before nearly all the window's launches (SET_UP_BEFORE) is set-up run once (a model built, data loaded), not
+        the Python of a loop; None otherwise."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace:  # a profiled step is the loop's, warmed up
             return None
         thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
         if thread is None or len(thread.layer(OP)) < 3:
             return None
         starts, ends, _ = thread.layer(OP).tops()
-        pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+        pauses = [(a, b) for a, b in zip(ends, starts[1:], strict=False) if b > a]
         if not pauses:
             return None
-        usual = statistics.median(pauses)
-        return usual if sum(1 for p in pauses if _Usual.once(p, usual)) <= ONE_TIME_MOST else None
+        usual = statistics.median(b - a for a, b in pauses)
+        first = self.launched[0] if self.launched else math.inf  # before any launch, every pause is set-up's
+        slow = sum(1 for a, b in pauses if b > first and _Usual.once(b - a, usual))
+        return usual if slow <= ONE_TIME_MOST else None
 
     @functools.cached_property
     def has_ops(self) -> bool:
@@ -517,6 +533,119 @@ class GapContext:
         (ProfilerActivity.CPU off) does not say that the time in no recorded op is Python."""
         threads = self.trace.tree.threads.values()
         return any(len(thread.layer(kind)) for thread in threads for kind in (OP, LABEL, PYTHON))
+
+    @functools.cached_property
+    def busy(self) -> tuple[list[float], list[float]]:
+        """The GPU's busy time as the disjoint (starts, ends) of the union of its ops, in time order."""
+        spans = merged((op.start, op.start + op.us) for op in self.trace.gpu if op.start is not None)
+        return [a for a, _ in spans], [b for _, b in spans]
+
+    def busy_in(self, start: float, end: float) -> float:
+        """How long the GPU was busy (any op) in [start, end]."""
+        starts, ends = self.busy
+        us = 0.0
+        for i in range(bisect.bisect_right(ends, start), len(starts)):
+            if starts[i] >= end:
+                break
+            us += min(ends[i], end) - max(starts[i], start)
+        return us
+
+    @functools.cached_property
+    def slow_ops(self) -> list[tuple[float, float, str, object]]:
+        """The pieces of the ops whose own time ran once (cpu_bound.slow_calls: a first cuBLAS call initialising the
+        library, ten times its name's usual own time): each such op's span less the ops it called, as (start, end,
+        name, thread), in start order."""
+        spans = {(start, name) for _, name, start, _, _ in slow_calls(self.trace, (OP,))}
+        found = []
+        for thread in self.trace.tree.threads.values():
+            layer = thread.layer(OP)
+            starts, ends, names, parents = layer.starts, layer.ends, layer.names, layer.parents
+            for a, name in spans:
+                i = bisect.bisect_left(starts, a)
+                while i < len(layer) and starts[i] == a and names[i] != name:
+                    i += 1
+                if i >= len(layer) or starts[i] != a:
+                    continue
+                at, j = a, i + 1
+                while j < len(layer) and starts[j] < ends[i]:
+                    if parents[j] == i:  # a child: its time is its own
+                        if starts[j] > at:
+                            found.append((at, starts[j], name, thread.tid))
+                        at = max(at, ends[j])
+                    j += 1
+                if ends[i] > at:
+                    found.append((at, ends[i], name, thread.tid))
+        return sorted(found, key=lambda item: item[:2])
+
+    @functools.cached_property
+    def repeat_launch(self) -> float:
+        """The usual length of a launch call that is not a kernel's first (first_launches: those load a module):
+        what a first launch is measured against; 0 where every launch is a first one (each that takes ONE_TIME_US
+        or more then loads its module)."""
+        first = self.first_launches
+        lengths = [node.us for node in self.trace.tree.of_role("launch") if (node.tid, node.start) not in first]
+        return statistics.median(lengths) if lengths else 0.0
+
+    @functools.cached_property
+    def first_loads(self) -> set[tuple[object, float]]:
+        """(thread, start) of each DataLoader iterator's first __next__ where it is one-time: ONE_TIME_US or more and
+        ONE_TIME_FACTOR times the median of its later calls, or, with workers (_MultiProcessingDataLoaderIter), its
+        only call (the workers' start-up and the first batch)."""
+        calls: dict[str, list[Node]] = {}
+        for node in self.trace.tree.of_role("DataLoader"):
+            calls.setdefault(node.name, []).append(node)
+        found = set()
+        for name, nodes in calls.items():
+            first, rest = nodes[0], nodes[1:]
+            if first.us < ONE_TIME_US:
+                continue
+            if (rest and first.us >= ONE_TIME_FACTOR * statistics.median(n.us for n in rest)) or (
+                not rest and MULTIPROCESSING_LOADER in name
+            ):
+                found.add((first.tid, first.start))
+        return found
+
+    @functools.cached_property
+    def idle_syncs(self) -> set[tuple[object, float]]:
+        """(thread, start) of the syncs of ONE_TIME_US or more, made in no op (a bare torch.cuda.synchronize(), not
+        an .item() or a library op's), during which the GPU was busy less than IDLE_SYNC of the time: they wait for
+        no recorded GPU work (the context's or a library's start-up), one-time where the trace holds ONE_TIME_MOST
+        of them or fewer (more: the steady state's, a wait on work the trace misses)."""
+        found = {(node.tid, node.start) for node in self.trace.tree.of_role("sync")
+                 if node.us >= ONE_TIME_US and self.busy_in(node.start, node.end) < IDLE_SYNC * node.us
+                 and self.trace.tree.innermost(node.tid, node.start, MADE_IN) is None}  # fmt: skip
+        return found if len(found) <= ONE_TIME_MOST else set()
+
+    @functools.cached_property
+    def scripted_first(self) -> list[tuple[float, float, str, object]]:
+        """TorchScript's first calls: a scripted function (the op around TorchScript's fallback_function or a
+        fusion group, fused__…) whose own time is ONE_TIME_US or more on a call where the profiling executor
+        profiles and fuses its graph (its name called twice or less, or ONE_TIME_FACTOR times its usual own time):
+        compiling, once. (start, end, name, thread) each."""
+        found = []
+        for thread in self.trace.tree.threads.values():
+            layer = thread.layer(OP)
+            names = layer.names
+            if not any(name.startswith(SCRIPTED) for name in set(names)):
+                continue
+            parents, own = layer.parents, layer.self_times()
+            scripted = set()
+            for i, name in enumerate(names):
+                if name.startswith(SCRIPTED):
+                    p = parents[i]
+                    while p >= 0 and names[p].startswith(SCRIPTED):
+                        p = parents[p]
+                    if p >= 0:
+                        scripted.add(p)
+            calls: dict[str, list[float]] = {}
+            for i, name in enumerate(names):
+                if name in {names[p] for p in scripted}:
+                    calls.setdefault(name, []).append(own[i])
+            for p in sorted(scripted):
+                each = calls[names[p]]
+                if own[p] >= ONE_TIME_US and (len(each) <= 2 or own[p] >= ONE_TIME_FACTOR * statistics.median(each)):
+                    found.append((layer.starts[p], layer.ends[p], names[p], thread.tid))
+        return found
 
     @functools.cached_property
     def first_launches(self) -> set[tuple[object, float]]:
@@ -582,6 +711,10 @@ def gap_causes(
     claims = _Claims(gap.start, gap.end)
     for node in tree.overlapping(gap.start, gap.end, "compiling"):
         claim(("compiling", _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
+    long_gap = gap.us >= ONE_TIME_US  # what runs once takes a millisecond or more: a shorter gap asks nothing of it
+    for start, end, name, tid in context.scripted_first if long_gap else ():
+        if start < gap.end and end > gap.start:
+            claim(("compiling", f"TorchScript's first call of {_cut(name)}"), start, end, name, tid)
     for start, end in context.captures:
         if start < gap.end and end > gap.start:
             claim(("one-time", "CUDA graph capture"), start, end, "CUDA graph capture")
@@ -591,7 +724,7 @@ def gap_causes(
             # a kernel's first launch loads its module: against its kind's usual length, however many first
             # launches are slow (a cold start loads many)
             first = long and role == "launch" and (node.tid, node.start) in context.first_launches
-            usual_us = (usual.of_kind(role) if first else usual.of_call(role, node.name)) if long else 0.0
+            usual_us = (context.repeat_launch if first else usual.of_call(role, node.name)) if long else 0.0
             if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual_us)):
                 claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
     waits = tree.overlapping(gap.start, gap.end, "sync")
@@ -617,12 +750,25 @@ def gap_causes(
             claim(("one-time", f"allocator growth ({node.name})"), node.start, node.end, node.name, node.tid)
         elif usual.once(node.us, usual.of_op(node.name)):
             claim(("one-time", f"first {node.name}"), node.start, node.end, node.name, node.tid)
+    for start, end, name, tid in context.slow_ops if long_gap else ():  # own time ten times its usual: set-up
+        if start < gap.end and end > gap.start:
+            node = tree.innermost(tid, start + (end - start) / 2, MADE_IN)
+            if node is None or waited(node) < (end - start) / 2:
+                claim(("one-time", f"first {name}"), start, end, name, tid)
     for role in ("DataLoader", "optimizer", "label"):
         for node in tree.overlapping(gap.start, gap.end, role):
+            if role == "DataLoader" and (node.tid, node.start) in context.first_loads:
+                what = "the DataLoader's first batch" + (" (its workers started)" if MULTIPROCESSING_LOADER in node.name
+                                                         else "")  # fmt: skip
+                claim(("one-time", what), node.start, node.end, node.name, node.tid)
             if role != "label" or node.name in optimizer_phases:
                 cause = "data loading" if node.name.startswith(DATALOADER) else "the optimizer"
                 claim((cause, _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
     for node in tree.overlapping(gap.start, gap.end, "sync"):
+        if node.us >= ONE_TIME_US and (node.tid, node.start) in context.idle_syncs:  # start-up, no GPU work
+            what = f"{node.name} with the GPU mostly idle (start-up)"
+            claim(("one-time", what), node.start, node.end, node.name, node.tid)
+            continue
         made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
         claim(("a sync", made), node.start, node.end, node.name, node.tid)
     for node in tree.overlapping(gap.start, gap.end, "runtime call"):
@@ -854,6 +1000,7 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
 COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
 LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
 SET_UP_BEFORE = 0.9  # ... a stretch this share of the window's launches come after: set-up before the work
+SLOW_COLLECTIVES_MOST = 1  # one collective that slow is a late peer or a set-up; two or more recur (uneven all-to-all)
 SLOW_COLLECTIVES = "a collective waiting for its peers (a late rank, connections set up)"
 
 
@@ -1148,15 +1295,16 @@ class SlowCollectives(NamedTuple):
 
 
 def slow_collective_ops(trace: Trace) -> list[GpuOp]:
-    """The one-time collectives of a trace: of three collective kernels or more, those ONE_TIME_FACTOR times their
-    median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the steady
-    state's). One pass over the GPU ops: found once, then asked of each window (slow_collectives)."""
+    """The one-time collectives of a trace: of three collective kernels or more, the one ONE_TIME_FACTOR times their
+    median and ONE_TIME_US or more, where it is the only one (SLOW_COLLECTIVES_MOST; more: a recurring wait, the
+    steady state's, such as an all-to-all whose peer is slower every half-step). One pass over the GPU ops: found
+    once, then asked of each window (slow_collectives)."""
     comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
     if len(comm) < 3:
         return []
     usual = statistics.median(op.us for op in comm)
     slow = [op for op in comm if _Usual.once(op.us, usual)]
-    return slow if len(slow) <= ONE_TIME_MOST else []
+    return slow if len(slow) <= SLOW_COLLECTIVES_MOST else []
 
 
 def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:
@@ -1399,6 +1547,8 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             line = (f"no bound: the trace also holds work of {', '.join(trace.devices)}, which the reader does not "
                     "model, so nothing says whether it or the GPU bounds the steps")  # fmt: skip
         return Diagnosis("—", line, [], [], None, {})
+    if not trace.has_gpu and (evidence := gpu_evidence(trace)) is not None:  # a GPU ran, its events not recorded
+        return Diagnosis("—", unrecorded_gpu(trace, evidence), [], [r for r in (_rule_first_step(trace),) if r], None)
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
@@ -1414,7 +1564,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
                 else "its steps launch nothing and hold no GPU work (kernels, memcpy, memset)")  # fmt: skip
         line = (f"no bound: {made}, so nothing says how busy the GPU was; likely {why}, "
                 "or the schedule's cycle ended before the export")  # fmt: skip
-        line += _host_aside(trace) if launches else ""
+        line += (_host_aside(trace) + host_side(trace)) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
     m = median_budget(budgets)
@@ -1459,8 +1609,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         listed, lever = _one_time_parts(items, total)
         share = percent(100 * once_all / total)
         head = f"one-time costs hold {share} of the profiled {_unit(trace)}s: {listed} → {lever}"
+        kernels = Counter(op.name for op in trace.gpu if op.category == "kernel")  # over the trace: steps recur
         if steady.span < (1 - ONE_TIME_LEFT) * m.span or steady.span <= 0:
             line = f"{head}; too little is left of them to bound a steady state"
+        elif max(kernels.values(), default=0) < RECURS:  # one pass over cold code: nothing in it is steady
+            line = (f"{head}; nothing else recurs (no kernel launched {RECURS} times), so no steady state is left to "
+                    "bound")  # fmt: skip
         else:
             line = f"{head}; the steady state: {line}"
     else:

@@ -163,7 +163,9 @@ _new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur,
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
-# record_function label, what today's traces call user_annotation.
+# record_function label, what today's traces call user_annotation. The legacy autograd profiler's export
+# (torch.autograd.profiler's export_chrome_trace before Kineto: pid "CPU functions", no "cat", read as "") is read the
+# same way; a "cat" that is not a string (None) is no category.
 EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
@@ -239,7 +241,7 @@ class _Collector:
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
-                if cat == "Operator" and e.name is not None:
+                if (cat == "Operator" or cat == "") and e.name is not None:
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]

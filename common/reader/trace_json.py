@@ -108,7 +108,7 @@ RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete
 # negative) finds them; a `tid` that is not a number, text, bool or null is None (an array is not built).
 EVENT_FIELDS = [
     ("ph", str | None, None),
-    ("cat", str | None, None),
+    ("cat", str | None, ""),  # "" where absent (the legacy autograd export), None where not a string
     ("name", str | None, None),
     ("ts", float, math.nan),
     ("dur", float, math.nan),
@@ -293,7 +293,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
     return [
         Event(
             _text(item.get("ph")),
-            _text(item.get("cat")),
+            _text(item.get("cat", "")),
             _text(item.get("name")),
             _time(item.get("ts")),
             _time(item.get("dur")),
@@ -435,7 +435,8 @@ def _loose_event(item: msgspec.Raw) -> Event:
     it, none built whole: a value of another type is None (NaN for a time), a number out of msgspec's range read
     as json reads it."""
     raw = _LOOSE_EVENT.decode(item)
-    return Event(*(_text(_loose(field, _TEXT)) for field in (raw.ph, raw.cat, raw.name)),
+    return Event(_text(_loose(raw.ph, _TEXT)), "" if raw.cat is None else _text(_loose(raw.cat, _TEXT)),
+                 _text(_loose(raw.name, _TEXT)),
                  _time(_loose(raw.ts, _TIME)), _time(_loose(raw.dur, _TIME)), _loose(raw.tid, _SCALAR),
                  raw.args)  # fmt: skip
 
