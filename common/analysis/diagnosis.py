@@ -958,24 +958,28 @@ class OneTime(NamedTuple):
 
 
 def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = None) -> OneTime:
-    """What ran once in `budgets`: a first step FIRST_STEP_SLOWER times the others' median or more counts its excess
-    over them (what it pays for start-up: compiling, autotuning, first launches), and as its window's share as much
-    of it as its host wait holds (the rest of the excess is GPU work, shown as such); in the other windows, the
-    one-time causes of their host-wait gaps of ONE_TIME_US or more (gap_causes), each its window's."""
+    """What ran once in `budgets`: a first step FIRST_STEP_SLOWER times the others' median or more (and each step
+    right after it that is too, up to half the steps) counts its excess over them (what it pays for start-up:
+    compiling, autotuning, first launches), and as its window's share as much of it as its host wait holds (the rest
+    of the excess is GPU work, shown as such); in the other windows, the one-time causes of their host-wait gaps of
+    ONE_TIME_US or more (gap_causes), each its window's."""
     items: Counter = Counter()
     per_step = [0.0] * len(budgets)
     rest = 0
     if len(budgets) >= 2 and len(trace.steps) == len(budgets):
         usual = statistics.median(b.span for b in budgets[1:])
-        first = budgets[0]
-        if usual > 0 and first.span >= FIRST_STEP_SLOWER * usual:
-            step = trace.steps[0]
+        # the first steps that each take FIRST_STEP_SLOWER times the others' median: a start-up can take more than
+        # one step (TorchScript's profiling executor records one call, then fuses and compiles at the next), never
+        # more than half of them
+        while (rest < max(1, len(budgets) // 2) and usual > 0
+               and budgets[rest].span >= FIRST_STEP_SLOWER * usual):  # fmt: skip
+            step, slow = trace.steps[rest], budgets[rest]
             compiled = any(
                 True for _ in trace.tree.overlapping(step.start_us, step.start_us + step.dur_us, "compiling")
             )
-            items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += first.span - usual
-            per_step[0] = min(first.span - usual, first.host_wait)
-            rest = 1
+            items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += slow.span - usual
+            per_step[rest] = min(slow.span - usual, slow.host_wait)
+            rest += 1
     context = context or gap_context(trace)
     for b in budgets:
         for gap in cold_start(b, context):
