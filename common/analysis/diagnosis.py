@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import statistics
 from collections import Counter
@@ -46,6 +47,7 @@ from common.reader.kinds import (
 )
 from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
+from common.reader.timeline import CATEGORY, NAME
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -490,8 +492,11 @@ class GapContext:
 
     @functools.cached_property
     def first_gpu(self) -> GpuOp | None:
-        """The trace's first GPU op: a wait of the GPU's own before it, with its work queued, is a cold start."""
-        return min((op for op in self.trace.gpu if op.start is not None), key=lambda op: op.start, default=None)
+        """The trace's first GPU op: a wait of the GPU's own before it, with its work queued, is a cold start. The
+        first of its timeline, which holds the trace's timed GPU ops in start order (the first given of those that
+        start together)."""
+        ops = self.trace.timeline.ops if self.trace.gpu else []
+        return ops[0] if ops else None
 
     @functools.cached_property
     def usual_pause(self) -> float | None:
@@ -1150,13 +1155,24 @@ class SlowCollectives(NamedTuple):
 def slow_collective_ops(trace: Trace) -> list[GpuOp]:
     """The one-time collectives of a trace: of three collective kernels or more, those ONE_TIME_FACTOR times their
     median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the steady
-    state's). One pass over the GPU ops: found once, then asked of each window (slow_collectives)."""
-    comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
-    if len(comm) < 3:
-        return []
-    usual = statistics.median(op.us for op in comm)
-    slow = [op for op in comm if _Usual.once(op.us, usual)]
-    return slow if len(slow) <= ONE_TIME_MOST else []
+    state's). Found once per trace and kept (while its `gpu` is the same list of the same length), then asked of each
+    window (slow_collectives); one pass over the GPU ops, where a kernel's name (each distinct one looked at once)
+    is communication's."""
+    gpu = trace.gpu
+    kept = trace.__dict__.get("_slow_collectives")
+    if kept is not None and kept[0] is gpu and kept[1] == len(gpu):
+        return kept[2]
+    slow: list[GpuOp] = []
+    kernels = set(itertools.compress(map(NAME, gpu), map("kernel".__eq__, map(CATEGORY, gpu))))  # in C
+    if any(kernel_family(name) == "communication" for name in kernels):
+        comm = [op for op in trace.gpu
+                if op.start is not None and op.category == "kernel" and op.family == "communication"]  # fmt: skip
+        if len(comm) >= 3:
+            usual = statistics.median(op.us for op in comm)
+            slow = [op for op in comm if _Usual.once(op.us, usual)]
+            slow = slow if len(slow) <= ONE_TIME_MOST else []
+    trace._slow_collectives = (gpu, len(gpu), slow)
+    return slow
 
 
 def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:

@@ -164,7 +164,6 @@ _new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur,
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
 # record_function label, what today's traces call user_annotation.
-EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
@@ -480,37 +479,25 @@ class _Collector:
                 spans.append((ts, ts - neg_dur, phase))
         return spans
 
-    def check_links(self, tree: CallTree, ops: list[GpuOp]) -> list[str]:
-        """Check the External id link of each kernel of `ops` to a shaped op (Trace.shapes: what its FLOPs are read
-        from) against the time nesting: the op it names must enclose the kernel's launch call on its thread. Where it
-        does not, the op is taken from the nesting (the innermost enclosing shaped op, else none) and the note says
-        how many disagreed, once."""
-        shaped, spans = self.shapes, self.shaped_spans
-        if not shaped:
+    def relink(self, tree: CallTree, broken: list[GpuOp], linked: int) -> list[str]:
+        """Where the External id of a kernel (of `linked` kernels linked to a shaped op, Trace.shapes: what its FLOPs
+        are read from) names an op that does not enclose its launch call on its thread (`broken`, found as the GPU
+        ops were placed: trace), take the op from the time nesting (the innermost enclosing shaped op, else none);
+        the note says how many disagreed, once."""
+        if not broken:
             return []
-        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id, made where a link is broken
-        linked = broken = 0
-        for op in compress(ops, map(shaped.__contains__, map(EXTERNAL, ops))):  # the linked ones, picked in C
-            launch, ext = op.launch, op.external
-            if launch is None or op.category != "kernel":
-                continue
-            linked += 1
-            ts, dur, tid, _ = spans[ext]
-            if tid == launch.tid and ts <= launch.ts <= ts + dur:
-                continue
-            broken += 1
-            if not at:
-                at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}
+        spans = self.shaped_spans
+        at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}  # (thread, start) -> External id
+        for op in broken:
+            launch = op.launch
             thread = tree.threads.get(launch.tid)
             layer = thread.layer(OP) if thread is not None else None
             i = layer.innermost(launch.ts) if layer is not None else -1
             while i >= 0 and (launch.tid, layer.starts[i]) not in at:  # type: ignore[union-attr]
                 i = layer.ancestor(i)  # type: ignore[union-attr]
             op.external = at[launch.tid, layer.starts[i]] if i >= 0 else None  # type: ignore[union-attr]
-        if not broken:
-            return []
-        return [f"{broken} of {linked} External ids name an op that does not enclose the launch: the op is taken from "
-                "the time nesting"]  # fmt: skip
+        return [f"{len(broken)} of {linked} External ids name an op that does not enclose the launch: the op is taken "
+                "from the time nesting"]  # fmt: skip
 
     def capture_windows(self) -> Callable[[object, float], bool] | None:
         """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
@@ -614,8 +601,13 @@ class _Collector:
         if by_time and self.gpu:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
         left_out: list[tuple[object, GpuOp]] = []
+        calls, linked, broken = self.shaped_spans, 0, []  # a kernel's link to its shaped op, checked on the way
         for ts, corr, op in self.gpu:
-            op.launch = launch_of.get(corr)
+            op.launch = launch = launch_of.get(corr)
+            if launch is not None and (call := calls.get(op.external)) is not None and op.category == "kernel":
+                linked += 1  # the op the External id names must enclose the launch call, on its thread
+                if not (call[2] == launch[4] and call[0] <= launch[1] <= call[0] + call[1]):
+                    broken.append(op)
             step = step_at(ts) if by_time else launch_step.get(corr)
             if step is None:
                 if step_at(ts) is not None:  # ran inside a step, launched outside every step
@@ -646,7 +638,7 @@ class _Collector:
                     "steps?): not counted"
                 )
         gpu = list(map(OP_OF_GPU, self.gpu))
-        link_notes = self.check_links(tree, gpu)
+        link_notes = self.relink(tree, broken, linked)
         notes += link_notes
         devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
         if devices:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from helpers import ev
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +12,9 @@ from common.analysis.budget import step_budgets
 from common.analysis.diagnosis import _made_in, diagnose
 from common.analysis.efficiency import Efficiency, peak_cell
 from common.reader.build import parse
+from common.reader.calltree import Layer
 from common.reader.intervals import merged, union_us
+from common.reader.kinds import OP
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=30))
@@ -20,6 +24,24 @@ def test_the_union_covers_each_moment_once(pairs):
     assert all(b[0] > a[1] for a, b in zip(union, union[1:], strict=False))
     covered = {t for a, b in spans for t in range(int(a), int(b))}
     assert union_us(spans) == len(covered)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=25),
+    st.lists(st.tuples(st.integers(-5, 70), st.integers(0, 20)), max_size=6),
+)
+def test_top_nodes_found_as_far_as_asked_are_those_of_the_whole_chain(pairs, windows):
+    pairs.sort(key=lambda p: (p[0], -p[1]))  # start order, the longer first: a layer's own order
+    starts, ends = [float(a) for a, _ in pairs], [float(a + d) for a, d in pairs]
+    chain, i = [], 0
+    while i < len(starts):  # the top nodes: each the first to start at or after the last one's end
+        chain.append(i)
+        i = next((j for j in range(i + 1, len(starts)) if starts[j] >= ends[i]), len(starts))
+    layer = Layer.of(OP, array("d", starts), array("d", ends), ["op"] * len(starts))
+    for a, d in windows:  # asked in any order, each as far as its window's end
+        found = [i for i in chain if ends[i] > a and starts[i] < a + d]
+        assert list(layer.tops_in(float(a), float(a + d))[2]) == found
+    assert list(layer.tops()[2]) == chain
 
 
 def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():
