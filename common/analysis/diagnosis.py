@@ -866,7 +866,9 @@ def cold_start(b: Budget, context: GapContext) -> list[Gap]:
     """The gaps of `b` in which the trace's first GPU op waited on the GPU's side, queued (launched, not run: the
     context's and the memory's first use, a cold GPU), ONE_TIME_US or longer: a one-time cost, once in a trace."""
     first = context.first_gpu
-    return [gap for gap in b.gaps if gap.kind != "host" and gap.after is first and gap.us >= ONE_TIME_US]
+    if first is None:
+        return []
+    return [gap for gap in b.gaps if gap.after is first and gap.kind != "host" and gap.us >= ONE_TIME_US]
 
 
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:

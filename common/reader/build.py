@@ -25,6 +25,7 @@ import gc
 import itertools
 import math
 import operator
+import struct
 import sys
 from array import array
 from collections import Counter
@@ -228,8 +229,19 @@ class _Collector:
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
+        starts: list[float] = []  # the run's ops' starts and ends, packed into their columns once the run is read
+        ends: list[float] = []
+        try:
+            self._add(events, starts.append, ends.append)
+        finally:  # a float list's append is cheaper than an array's, which parses its argument as a C double
+            if starts:
+                self.op_ts.frombytes(struct.pack(f"{len(starts)}d", *starts))
+                self.op_end.frombytes(struct.pack(f"{len(ends)}d", *ends))
+
+    def _add(self, events: list[Event], add_ts: Callable[[float], None], add_end: Callable[[float], None]) -> None:
+        """add's loop, the ops' starts and ends given to `add_ts` and `add_end`."""
         names, inf, unmodelled, passed = self.names, math.inf, self.unmodelled, self.passed
-        add_name, add_ts, add_end = self.op_names.append, self.op_ts.append, self.op_end.append
+        add_name = self.op_names.append
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
