@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import math
 import statistics
 from collections import Counter
@@ -47,7 +46,6 @@ from common.reader.kinds import (
 )
 from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
-from common.reader.timeline import CATEGORY, NAME
 from common.units import human_time
 
 # Every threshold of the diagnosis, in one place.
@@ -1158,15 +1156,14 @@ def slow_collective_ops(trace: Trace) -> list[GpuOp]:
     """The one-time collectives of a trace: of three collective kernels or more, those ONE_TIME_FACTOR times their
     median and ONE_TIME_US or more, where no more than ONE_TIME_MOST are (more: a recurring wait, the steady
     state's). Found once per trace and kept (while its `gpu` is the same list of the same length), then asked of each
-    window (slow_collectives); one pass over the GPU ops, where a kernel's name (each distinct one looked at once)
-    is communication's."""
+    window (slow_collectives); one pass over the GPU ops, where the trace's timeline, made of them, holds a
+    communication kernel (GpuTimeline.has_comm, once per distinct name, which the budgets ask too)."""
     gpu = trace.gpu
     kept = trace.__dict__.get("_slow_collectives")
     if kept is not None and kept[0] is gpu and kept[1] == len(gpu):
         return kept[2]
     slow: list[GpuOp] = []
-    kernels = set(itertools.compress(map(NAME, gpu), map("kernel".__eq__, map(CATEGORY, gpu))))  # in C
-    if any(kernel_family(name) == "communication" for name in kernels):
+    if gpu and trace.timeline.has_comm:
         comm = [op for op in trace.gpu
                 if op.start is not None and op.category == "kernel" and op.family == "communication"]  # fmt: skip
         if len(comm) >= 3:

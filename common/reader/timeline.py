@@ -110,10 +110,13 @@ class GpuTimeline:
     __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "__dict__")
 
     def __init__(self, ops: list[GpuOp]) -> None:
+        try:  # with no look for an op with no start time: its None fails the first comparison or subtraction
+            self._build(ops)
+        except TypeError:  # an op with no start time (not the reader's): left out
+            self._build([op for op in ops if op.start is not None])
+
+    def _build(self, ops: list[GpuOp]) -> None:
         begins = list(map(START, ops))
-        if None in begins:  # an op with no start time (not the reader's): left out
-            ops = [op for op in ops if op.start is not None]
-            begins = list(map(START, ops))
         in_order = not any(map(operator.gt, begins, itertools.islice(begins, 1, None)))  # a trace's most often are
         self.ops = list(ops) if in_order else sorted(ops, key=START)
         if not in_order:

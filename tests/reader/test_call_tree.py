@@ -15,6 +15,8 @@ from common.reader.build import parse
 from common.reader.calltree import Layer
 from common.reader.intervals import merged, union_us
 from common.reader.kinds import OP
+from common.reader.model import GpuOp
+from common.reader.timeline import GpuTimeline
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=30))
@@ -42,6 +44,19 @@ def test_top_nodes_found_as_far_as_asked_are_those_of_the_whole_chain(pairs, win
         found = [i for i in chain if ends[i] > a and starts[i] < a + d]
         assert list(layer.tops_in(float(a), float(a + d))[2]) == found
     assert list(layer.tops()[2]) == chain
+
+
+@given(st.lists(st.tuples(st.none() | st.integers(0, 50), st.integers(0, 9)), max_size=12))
+def test_a_gpu_op_without_a_start_is_left_out_of_the_timeline_wherever_it_is(pairs):
+    ops = [GpuOp("kernel", f"k{i}", float(d), start=None if a is None else float(a)) for i, (a, d) in enumerate(pairs)]
+    timed = GpuTimeline([op for op in ops if op.start is not None])
+    timeline = GpuTimeline(ops)
+    assert [op.name for op in timeline.ops] == [op.name for op in timed.ops]
+    assert (timeline.starts, timeline.union.starts, timeline.union.ends) == (
+        timed.starts,
+        timed.union.starts,
+        timed.union.ends,
+    )
 
 
 def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():
