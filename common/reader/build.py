@@ -204,6 +204,7 @@ class _Collector:
         self.op_ts = array("d")  # µs: flat doubles, not a float object each
         self.op_end = array("d")  # its start plus its duration: the ends the call tree keeps, added as read
         self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
+        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked run by run
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
@@ -235,6 +236,11 @@ class _Collector:
             self._add(events, starts.append, ends.append)
         finally:  # a float list's append is cheaper than an array's, which parses its argument as a C double
             if starts:
+                if self.ops_rising:  # on the floats of the list, not the array's (no float object made per op)
+                    before = self.op_ts[-1] if self.op_ts else -math.inf
+                    self.ops_rising = before < starts[0] and all(
+                        map(operator.lt, starts, itertools.islice(starts, 1, None))
+                    )
                 self.op_ts.frombytes(struct.pack(f"{len(starts)}d", *starts))
                 self.op_end.frombytes(struct.pack(f"{len(ends)}d", *ends))
 
@@ -357,7 +363,10 @@ class _Collector:
                     starts += self.op_ts[lo:hi]
                     ends += self.op_end[lo:hi]
                     names += self.op_names[lo:hi]
-            layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
+            if whole and self.ops_rising:  # in start order, none starting together: the columns as they are
+                layers.setdefault(tid, {})[OP] = Layer(OP, starts, ends, names)
+            else:
+                layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
         self.op_names, self.op_ts, self.op_end, self.op_tids = [], array("d"), array("d"), []
         is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
         runtime = list(compress(self.launches, is_runtime))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 
+import pytest
 from helpers import ev
 from hypothesis import given
 from hypothesis import strategies as st
@@ -57,6 +58,17 @@ def test_a_gpu_op_without_a_start_is_left_out_of_the_timeline_wherever_it_is(pai
         timed.union.starts,
         timed.union.ends,
     )
+
+
+@pytest.mark.parametrize(
+    "order", [(0, 1, 2), (1, 0, 2), (2, 0, 1), (0, 2, 1)], ids=["in order", "inner first", "last first", "swapped"]
+)
+def test_ops_written_in_any_order_nest_by_their_times(order):
+    ops = [ev("cpu_op", "aten::outer", 0, 30), ev("cpu_op", "aten::inner", 0, 10), ev("cpu_op", "aten::next", 40, 5)]
+    trace = parse({"traceEvents": [ops[i] for i in order]})
+    layer = trace.tree.threads[1].layer(OP)
+    assert list(layer.names) == ["aten::outer", "aten::inner", "aten::next"]
+    assert trace.tree.innermost(1, 5).name == "aten::inner" and trace.tree.innermost(1, 20).name == "aten::outer"
 
 
 def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():
