@@ -223,20 +223,23 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []
-    for k, step in enumerate(steps):
-        begin = begins[k] if not out else max(begins[k], out[-1].end)  # type: ignore[type-var]
-        if not behind[k]:
-            end = step.start_us + step.dur_us
-            if k + 1 < len(steps) and behind[k + 1]:
+    add, n, before = out.append, len(steps), None  # before: the last window's end
+    for k, (step, begin, late, end) in enumerate(zip(steps, begins, behind, ends, strict=True)):
+        if before is not None:
+            begin = max(begin, before)  # type: ignore[type-var]
+        if not late:
+            if k + 1 < n and behind[k + 1]:
                 end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
-            out.append(_new_window((begin, max(end, begin), "step", step.number)))
+            before = max(end, begin)
+            add(_new_window((begin, before, "step", step.number)))
             continue
-        if k + 1 < len(steps):
+        if k + 1 < n:
             end = max(begins[k + 1], begin)  # type: ignore[type-var]
             periods.append(end - begin)
         else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
             period = statistics.median(periods) if periods else step.dur_us
             last = until() if callable(until) else until
             end = begin + max(min(period, last - begin), 0.0)
-        out.append(_new_window((begin, end, "gpu", step.number)))
+        before = end
+        add(_new_window((begin, end, "gpu", step.number)))
     return out
