@@ -256,16 +256,19 @@ class _Collector:
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
-                if cat == "Operator" and e.name is not None:
+                if cat in passed:  # ac2g flows, gpu_user_annotation: looked at once per category, then passed by
+                    continue
+                if cat == "Operator":
+                    if e.name is None:
+                        continue
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
                     if old is None:
-                        if cat not in passed:  # ac2g flows, gpu_user_annotation: looked at once per category
-                            if cat is not None and cat.startswith(UNMODELLED):
-                                unmodelled[cat] += 1
-                            else:
-                                passed.add(cat)
+                        if cat is not None and cat.startswith(UNMODELLED):
+                            unmodelled[cat] += 1
+                        else:
+                            passed.add(cat)
                         continue
                     cat = old
                 e.cat = cat
