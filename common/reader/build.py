@@ -361,7 +361,7 @@ class _Collector:
                 ends = self.op_end if whole else self.op_end[lo:hi]
                 names = self.op_names if whole else self.op_names[lo:hi]
             else:
-                starts, ends, names = array("d"), array("d"), []
+                starts, ends, names, whole = array("d"), array("d"), [], False
                 for lo, hi in slices:
                     starts += self.op_ts[lo:hi]
                     ends += self.op_end[lo:hi]

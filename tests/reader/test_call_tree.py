@@ -71,6 +71,13 @@ def test_ops_written_in_any_order_nest_by_their_times(order):
     assert trace.tree.innermost(1, 5).name == "aten::inner" and trace.tree.innermost(1, 20).name == "aten::outer"
 
 
+def test_a_threads_ops_written_in_several_runs_nest_as_one_thread():
+    ops = [ev("cpu_op", "aten::outer", 0, 30), ev("cpu_op", "aten::other", 1, 2, tid=2), ev("cpu_op", "aten::in", 5, 9)]
+    trace = parse({"traceEvents": ops})
+    assert list(trace.tree.threads[1].layer(OP).names) == ["aten::outer", "aten::in"]
+    assert trace.tree.innermost(1, 6).name == "aten::in" and trace.tree.innermost(2, 2).name == "aten::other"
+
+
 def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():
     events = [ev("user_annotation", "ProfilerStep#1", 0, 100_000), ev("cpu_op", "aten::outer", 1, 99_000)]
     events += [ev("cpu_op", "aten::add", 2 + 10 * i, 5) for i in range(5000)]
