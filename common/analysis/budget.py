@@ -124,12 +124,15 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
         return out
     out.busy, gaps, add = parts.busy, out.gaps, out.gaps.append
     host = kernel = other = 0.0
+    wait = KERNEL_WAIT_US
     for a, b, after in parts.gaps:
         launch = after.launch if after is not None else None
+        late = True  # no launch call known: the host was late
         if launch is not None:  # where its launch call ended: from then on the op was the GPU's to run
-            queued = launch.ts + launch.dur - start
-            late = launch.ts > start + a
-            if (queued - a >= KERNEL_WAIT_US or late) and b - queued >= KERNEL_WAIT_US:
+            called = launch[1]  # its ts (a Launch is a tuple: read by index, not by name, a gap per op or so)
+            queued = called + launch[2] - start
+            late = called > start + a
+            if (queued - a >= wait or late) and b - queued >= wait:
                 split = max(a, queued)  # the host was late (or still in a slow launch call) up to it; then queued
                 if split > a:
                     host += split - a
@@ -137,13 +140,13 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
                 other += b - split
                 add(_new_gap((start + split, start + b, "other", number, after)))
                 continue
-            if not late and queued - a >= KERNEL_WAIT_US:  # still in its launch call (a first launch, say)
-                launch = None
+            if not late and queued - a >= wait:  # still in its launch call (a first launch, say)
+                late = True
         length = b - a
-        if launch is None or launch.ts > start + a:  # launched after the gap began: the host was late
+        if late:  # launched after the gap began (or still in its call, or unknown): the host was late
             host += length
             add(_new_gap((start + a, start + b, "host", number, after)))
-        elif length < KERNEL_WAIT_US:
+        elif length < wait:
             kernel += length
             add(_new_gap((start + a, start + b, "kernel", number, after)))
         else:

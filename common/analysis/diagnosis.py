@@ -503,8 +503,11 @@ class GapContext:
 
     @functools.cached_property
     def first_gpu(self) -> GpuOp | None:
-        """The trace's first GPU op: a wait of the GPU's own before it, with its work queued, is a cold start."""
-        return min((op for op in self.trace.gpu if op.start is not None), key=lambda op: op.start, default=None)
+        """The trace's first GPU op: a wait of the GPU's own before it, with its work queued, is a cold start. The
+        first of its timeline, which holds the trace's timed GPU ops in start order (the first given of those that
+        start together)."""
+        ops = self.trace.timeline.ops if self.trace.gpu else []
+        return ops[0] if ops else None
 
     @functools.cached_property
     def usual_pause(self) -> float | None:
@@ -1012,7 +1015,9 @@ def cold_start(b: Budget, context: GapContext) -> list[Gap]:
     """The gaps of `b` in which the trace's first GPU op waited on the GPU's side, queued (launched, not run: the
     context's and the memory's first use, a cold GPU), ONE_TIME_US or longer: a one-time cost, once in a trace."""
     first = context.first_gpu
-    return [gap for gap in b.gaps if gap.kind != "host" and gap.after is first and gap.us >= ONE_TIME_US]
+    if first is None:
+        return []
+    return [gap for gap in b.gaps if gap.after is first and gap.kind != "host" and gap.us >= ONE_TIME_US]
 
 
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
@@ -1301,14 +1306,24 @@ class SlowCollectives(NamedTuple):
 def slow_collective_ops(trace: Trace) -> list[GpuOp]:
     """The one-time collectives of a trace: of three collective kernels or more, the one ONE_TIME_FACTOR times their
     median and ONE_TIME_US or more, where it is the only one (SLOW_COLLECTIVES_MOST; more: a recurring wait, the
-    steady state's, such as an all-to-all whose peer is slower every half-step). One pass over the GPU ops: found
-    once, then asked of each window (slow_collectives)."""
-    comm = [op for op in trace.gpu if op.start is not None and op.category == "kernel" and op.family == "communication"]
-    if len(comm) < 3:
-        return []
-    usual = statistics.median(op.us for op in comm)
-    slow = [op for op in comm if _Usual.once(op.us, usual)]
-    return slow if len(slow) <= SLOW_COLLECTIVES_MOST else []
+    steady state's, such as an all-to-all whose peer is slower every half-step). Found once per trace and kept (while
+    its `gpu` is the same list of the same length), then asked of each window (slow_collectives); one pass over the
+    GPU ops, where the trace's timeline, made of them, holds a communication kernel (GpuTimeline.has_comm, once per
+    distinct name, which the budgets ask too)."""
+    gpu = trace.gpu
+    kept = trace.__dict__.get("_slow_collectives")
+    if kept is not None and kept[0] is gpu and kept[1] == len(gpu):
+        return kept[2]
+    slow: list[GpuOp] = []
+    if gpu and trace.timeline.has_comm:
+        comm = [op for op in trace.gpu
+                if op.start is not None and op.category == "kernel" and op.family == "communication"]  # fmt: skip
+        if len(comm) >= 3:
+            usual = statistics.median(op.us for op in comm)
+            slow = [op for op in comm if _Usual.once(op.us, usual)]
+            slow = slow if len(slow) <= SLOW_COLLECTIVES_MOST else []
+    trace._slow_collectives = (gpu, len(gpu), slow)
+    return slow
 
 
 def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:

@@ -25,6 +25,7 @@ import gc
 import itertools
 import math
 import operator
+import struct
 import sys
 from array import array
 from collections import Counter
@@ -206,6 +207,7 @@ class _Collector:
         self.op_ts = array("d")  # µs: flat doubles, not a float object each
         self.op_end = array("d")  # its start plus its duration: the ends the call tree keeps, added as read
         self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
+        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked run by run
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
@@ -231,8 +233,24 @@ class _Collector:
     def add(self, events: list[Event]) -> None:
         """Keep what the reader uses of a run of events (metadata and other non-`X` events it does not use).
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
+        starts: list[float] = []  # the run's ops' starts and ends, packed into their columns once the run is read
+        ends: list[float] = []
+        try:
+            self._add(events, starts.append, ends.append)
+        finally:  # a float list's append is cheaper than an array's, which parses its argument as a C double
+            if starts:
+                if self.ops_rising:  # on the floats of the list, not the array's (no float object made per op)
+                    before = self.op_ts[-1] if self.op_ts else -math.inf
+                    self.ops_rising = before < starts[0] and all(
+                        map(operator.lt, starts, itertools.islice(starts, 1, None))
+                    )
+                self.op_ts.frombytes(struct.pack(f"{len(starts)}d", *starts))
+                self.op_end.frombytes(struct.pack(f"{len(ends)}d", *ends))
+
+    def _add(self, events: list[Event], add_ts: Callable[[float], None], add_end: Callable[[float], None]) -> None:
+        """add's loop, the ops' starts and ends given to `add_ts` and `add_end`."""
         names, inf, unmodelled, passed = self.names, math.inf, self.unmodelled, self.passed
-        add_name, add_ts, add_end = self.op_names.append, self.op_ts.append, self.op_end.append
+        add_name = self.op_names.append
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
@@ -241,16 +259,19 @@ class _Collector:
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
-                if (cat == "Operator" or cat == "") and e.name is not None:
+                if cat in passed:  # ac2g flows, gpu_user_annotation: looked at once per category, then passed by
+                    continue
+                if cat == "Operator" or cat == "":
+                    if e.name is None:
+                        continue
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
                     if old is None:
-                        if cat not in passed:  # ac2g flows, gpu_user_annotation: looked at once per category
-                            if cat is not None and cat.startswith(UNMODELLED):
-                                unmodelled[cat] += 1
-                            else:
-                                passed.add(cat)
+                        if cat is not None and cat.startswith(UNMODELLED):
+                            unmodelled[cat] += 1
+                        else:
+                            passed.add(cat)
                         continue
                     cat = old
                 e.cat = cat
@@ -343,12 +364,15 @@ class _Collector:
                 ends = self.op_end if whole else self.op_end[lo:hi]
                 names = self.op_names if whole else self.op_names[lo:hi]
             else:
-                starts, ends, names = array("d"), array("d"), []
+                starts, ends, names, whole = array("d"), array("d"), [], False
                 for lo, hi in slices:
                     starts += self.op_ts[lo:hi]
                     ends += self.op_end[lo:hi]
                     names += self.op_names[lo:hi]
-            layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
+            if whole and self.ops_rising:  # in start order, none starting together: the columns as they are
+                layers.setdefault(tid, {})[OP] = Layer(OP, starts, ends, names)
+            else:
+                layers.setdefault(tid, {})[OP] = Layer.of(OP, starts, ends, names)
         self.op_names, self.op_ts, self.op_end, self.op_tids = [], array("d"), array("d"), []
         is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
         runtime = list(compress(self.launches, is_runtime))
@@ -482,37 +506,25 @@ class _Collector:
                 spans.append((ts, ts - neg_dur, phase))
         return spans
 
-    def check_links(self, tree: CallTree, ops: list[GpuOp]) -> list[str]:
-        """Check the External id link of each kernel of `ops` to a shaped op (Trace.shapes: what its FLOPs are read
-        from) against the time nesting: the op it names must enclose the kernel's launch call on its thread. Where it
-        does not, the op is taken from the nesting (the innermost enclosing shaped op, else none) and the note says
-        how many disagreed, once."""
-        shaped, spans = self.shapes, self.shaped_spans
-        if not shaped:
+    def relink(self, tree: CallTree, broken: list[GpuOp], linked: int) -> list[str]:
+        """Where the External id of a kernel (of `linked` kernels linked to a shaped op, Trace.shapes: what its FLOPs
+        are read from) names an op that does not enclose its launch call on its thread (`broken`, found as the GPU
+        ops were placed: trace), take the op from the time nesting (the innermost enclosing shaped op, else none);
+        the note says how many disagreed, once."""
+        if not broken:
             return []
-        at: dict[tuple[object, float], object] = {}  # (thread, start) -> External id, made where a link is broken
-        linked = broken = 0
-        for op in compress(ops, map(shaped.__contains__, map(EXTERNAL, ops))):  # the linked ones, picked in C
-            launch, ext = op.launch, op.external
-            if launch is None or op.category != "kernel":
-                continue
-            linked += 1
-            ts, dur, tid, _ = spans[ext]
-            if tid == launch.tid and ts <= launch.ts <= ts + dur:
-                continue
-            broken += 1
-            if not at:
-                at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}
+        spans = self.shaped_spans
+        at = {(tid, ts): ext for ext, (ts, _, tid, _) in spans.items()}  # (thread, start) -> External id
+        for op in broken:
+            launch = op.launch
             thread = tree.threads.get(launch.tid)
             layer = thread.layer(OP) if thread is not None else None
             i = layer.innermost(launch.ts) if layer is not None else -1
             while i >= 0 and (launch.tid, layer.starts[i]) not in at:  # type: ignore[union-attr]
                 i = layer.ancestor(i)  # type: ignore[union-attr]
             op.external = at[launch.tid, layer.starts[i]] if i >= 0 else None  # type: ignore[union-attr]
-        if not broken:
-            return []
-        return [f"{broken} of {linked} External ids name an op that does not enclose the launch: the op is taken from "
-                "the time nesting"]  # fmt: skip
+        return [f"{len(broken)} of {linked} External ids name an op that does not enclose the launch: the op is taken "
+                "from the time nesting"]  # fmt: skip
 
     def capture_windows(self) -> Callable[[object, float], bool] | None:
         """Where CUDA (or HIP) stream capture records instead of launching: per CPU thread, the spans from a
@@ -616,8 +628,13 @@ class _Collector:
         if by_time and self.gpu:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
         left_out: list[tuple[object, GpuOp]] = []
+        calls, linked, broken = self.shaped_spans, 0, []  # a kernel's link to its shaped op, checked on the way
         for ts, corr, op in self.gpu:
-            op.launch = launch_of.get(corr)
+            op.launch = launch = launch_of.get(corr)
+            if launch is not None and (call := calls.get(op.external)) is not None and op.category == "kernel":
+                linked += 1  # the op the External id names must enclose the launch call, on its thread
+                if not (call[2] == launch[4] and call[0] <= launch[1] <= call[0] + call[1]):
+                    broken.append(op)
             step = step_at(ts) if by_time else launch_step.get(corr)
             if step is None:
                 if step_at(ts) is not None:  # ran inside a step, launched outside every step
@@ -648,7 +665,7 @@ class _Collector:
                     "steps?): not counted"
                 )
         gpu = list(map(OP_OF_GPU, self.gpu))
-        link_notes = self.check_links(tree, gpu)
+        link_notes = self.relink(tree, broken, linked)
         notes += link_notes
         devices = [UNMODELLED_DEVICES[p] for p in UNMODELLED if any(cat.startswith(p) for cat in self.unmodelled)]
         if devices:

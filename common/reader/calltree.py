@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import math
 import operator
 from array import array
 from collections.abc import Iterator, Sequence
@@ -57,6 +58,7 @@ class Layer:
         "_self",
         "_roles",
         "_tops",
+        "_chain",
         "_scans",
         "_reach",
     )
@@ -67,6 +69,7 @@ class Layer:
         self._self: array | None = None
         self._roles: bytes | None = None
         self._tops: dict[object, tuple[array, array, array]] = {}
+        self._chain: tuple[array, array, array] | None = None  # the top nodes found so far (tops_in), in start order
         self._scans = 0
         self._reach: array | None = None
 
@@ -174,22 +177,44 @@ class Layer:
         ends, indices), kept under `key`. They do not overlap, so their ends are in order too. In start order (a
         parent before its children), a marked node is inside another marked one where it starts before the last
         top one ends: one pass over the marked nodes alone."""
+        if mask is None:  # every node: the chain of top ones, found to its end
+            return self._top_chain(math.inf)
         found = self._tops.get(key)
         if found is None:
             starts, ends = self.starts, self.ends
             idx, last_end = array("l"), float("-inf")
-            if mask is None:  # every node: the next top one is the first starting at or after the last one's end
-                i, n, add, find = 0, len(self), idx.append, bisect.bisect_left
-                while i < n:
-                    add(i)
-                    i = find(starts, ends[i], i + 1)
-            for i in positions(mask, 1) if mask is not None else ():
+            for i in positions(mask, 1):
                 if starts[i] >= last_end:
                     idx.append(i)
                     last_end = ends[i]
             found = (array("d", map(starts.__getitem__, idx)), array("d", map(ends.__getitem__, idx)), idx)
             self._tops[key] = found
         return found
+
+    def _top_chain(self, until: float) -> tuple[array, array, array]:
+        """The nodes inside no other node (tops' (starts, ends, indices)), found from the first one on as far as the
+        first that starts at or after `until`: the next top node is the first one starting at or after the last
+        one's end, so the chain is found once, as far as the queries reach (amortised: a bisect per top node)."""
+        if self._chain is None:
+            self._chain = (array("d"), array("d"), array("l"))
+        top_starts, top_ends, idx = self._chain
+        starts, ends, n = self.starts, self.ends, len(self.starts)
+        i = bisect.bisect_left(starts, top_ends[-1], idx[-1] + 1) if idx else 0  # the next top node
+        if i < n and starts[i] < until:
+            k, add, find = len(idx), idx.append, bisect.bisect_left
+            while i < n and starts[i] < until:
+                add(i)
+                i = find(starts, ends[i], i + 1)
+            top_starts.extend(map(starts.__getitem__, idx[k:]))  # in C
+            top_ends.extend(map(ends.__getitem__, idx[k:]))
+        return self._chain
+
+    def tops_in(self, start: float, end: float) -> tuple[array, array, array]:
+        """tops() of every node, of those that end after `start` and start before `end`: (starts, ends, indices),
+        with the chain of top nodes found only as far as `end` (_top_chain)."""
+        top_starts, top_ends, idx = self._top_chain(end)
+        lo, hi = bisect.bisect_right(top_ends, start), bisect.bisect_left(top_starts, end)
+        return top_starts[lo:hi], top_ends[lo:hi], idx[lo:hi]
 
     def self_times(self) -> array:
         """Each node's self time (µs): its span less the spans of the nodes of its kind it called (an op: the
@@ -418,10 +443,8 @@ class CallTree:
         found: list[tuple[float, int, Node]] = []
         for n, thread in enumerate(self.threads.values()):
             layer = thread.layer(kind)
-            starts, ends, idx = layer.tops()
-            lo = bisect.bisect_right(ends, start)  # the first ending after `start`
-            hi = bisect.bisect_left(starts, end)
-            found += [(starts[j], n, Node(thread, layer, idx[j])) for j in range(lo, hi)]
+            starts, _, idx = layer.tops_in(start, end)
+            found += [(begin, n, Node(thread, layer, i)) for begin, i in zip(starts, idx, strict=True)]
         found.sort(key=lambda item: item[:2])
         return [node for _, _, node in found]
 

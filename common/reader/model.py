@@ -298,7 +298,7 @@ class Trace:
     tree: CallTree = field(default_factory=lambda: CallTree({}))  # every CPU event, nested (common.reader.calltree)
     gpu: list[GpuOp] = field(default_factory=list)  # every timed GPU op of the trace, in or out of the steps
     devices: list[str] = field(default_factory=list)  # devices whose events the reader does not model (MTIA)
-    broken_links: bool = False  # an External id named an op not around its launch (build._Collector.check_links)
+    broken_links: bool = False  # an External id named an op not around its launch (build._Collector.relink)
     # each call of a GEMM, attention or convolution op with shapes: (ts, dur, tid, its shapes), in time order
     shaped_calls: list[tuple[float, float, object, ShapedOp]] = field(default_factory=list)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)

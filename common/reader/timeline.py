@@ -110,10 +110,13 @@ class GpuTimeline:
     __slots__ = ("ops", "starts", "reach", "origin", "union", "firsts", "_ends", "__dict__")
 
     def __init__(self, ops: list[GpuOp]) -> None:
+        try:  # with no look for an op with no start time: its None fails the first comparison or subtraction
+            self._build(ops)
+        except TypeError:  # an op with no start time (not the reader's): left out
+            self._build([op for op in ops if op.start is not None])
+
+    def _build(self, ops: list[GpuOp]) -> None:
         begins = list(map(START, ops))
-        if None in begins:  # an op with no start time (not the reader's): left out
-            ops = [op for op in ops if op.start is not None]
-            begins = list(map(START, ops))
         in_order = not any(map(operator.gt, begins, itertools.islice(begins, 1, None)))  # a trace's most often are
         self.ops = list(ops) if in_order else sorted(ops, key=START)
         if not in_order:
@@ -220,20 +223,23 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []
-    for k, step in enumerate(steps):
-        begin = begins[k] if not out else max(begins[k], out[-1].end)  # type: ignore[type-var]
-        if not behind[k]:
-            end = step.start_us + step.dur_us
-            if k + 1 < len(steps) and behind[k + 1]:
+    add, n, before = out.append, len(steps), None  # before: the last window's end
+    for k, (step, begin, late, end) in enumerate(zip(steps, begins, behind, ends, strict=True)):
+        if before is not None:
+            begin = max(begin, before)  # type: ignore[type-var]
+        if not late:
+            if k + 1 < n and behind[k + 1]:
                 end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
-            out.append(_new_window((begin, max(end, begin), "step", step.number)))
+            before = max(end, begin)
+            add(_new_window((begin, before, "step", step.number)))
             continue
-        if k + 1 < len(steps):
+        if k + 1 < n:
             end = max(begins[k + 1], begin)  # type: ignore[type-var]
             periods.append(end - begin)
         else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
             period = statistics.median(periods) if periods else step.dur_us
             last = until() if callable(until) else until
             end = begin + max(min(period, last - begin), 0.0)
-        out.append(_new_window((begin, end, "gpu", step.number)))
+        before = end
+        add(_new_window((begin, end, "gpu", step.number)))
     return out

@@ -53,6 +53,15 @@ def test_a_part_outside_its_window_is_caught():
     assert any("host wait" in line and "is not within its" in line for line in broken), broken
 
 
+@pytest.mark.parametrize("figure", ["busy", "host_wait", "kernel_wait", "other_wait", "span"])
+def test_a_step_budget_other_than_the_median_broken_is_caught(figure):
+    trace, d = cpu_bound()
+    k, other = next((k, b) for k, b in enumerate(d.budgets) if b is not d.median)
+    setattr(other, figure, -5 * other.span if figure != "span" else float("nan"))
+    broken = check_invariants(trace, d)
+    assert any(line.startswith(f"step #{trace.steps[k].number}'s ") for line in broken), broken
+
+
 def test_a_share_over_its_whole_is_caught():
     trace, d = cpu_bound()
     d.verdict = d.verdict.replace("GPU idle 98%", "GPU idle 130%")

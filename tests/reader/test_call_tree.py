@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from array import array
+
+import pytest
 from helpers import ev
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,7 +13,11 @@ from common.analysis.budget import step_budgets
 from common.analysis.diagnosis import _made_in, diagnose
 from common.analysis.efficiency import Efficiency, peak_cell
 from common.reader.build import parse
+from common.reader.calltree import Layer
 from common.reader.intervals import merged, union_us
+from common.reader.kinds import OP
+from common.reader.model import GpuOp
+from common.reader.timeline import GpuTimeline
 
 
 @given(st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)), max_size=30))
@@ -20,6 +27,55 @@ def test_the_union_covers_each_moment_once(pairs):
     assert all(b[0] > a[1] for a, b in zip(union, union[1:], strict=False))
     covered = {t for a, b in spans for t in range(int(a), int(b))}
     assert union_us(spans) == len(covered)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=25),
+    st.lists(st.tuples(st.integers(-5, 70), st.integers(0, 20)), max_size=6),
+)
+def test_top_nodes_found_as_far_as_asked_are_those_of_the_whole_chain(pairs, windows):
+    pairs.sort(key=lambda p: (p[0], -p[1]))  # start order, the longer first: a layer's own order
+    starts, ends = [float(a) for a, _ in pairs], [float(a + d) for a, d in pairs]
+    chain, i = [], 0
+    while i < len(starts):  # the top nodes: each the first to start at or after the last one's end
+        chain.append(i)
+        i = next((j for j in range(i + 1, len(starts)) if starts[j] >= ends[i]), len(starts))
+    layer = Layer.of(OP, array("d", starts), array("d", ends), ["op"] * len(starts))
+    for a, d in windows:  # asked in any order, each as far as its window's end
+        found = [i for i in chain if ends[i] > a and starts[i] < a + d]
+        assert list(layer.tops_in(float(a), float(a + d))[2]) == found
+    assert list(layer.tops()[2]) == chain
+
+
+@given(st.lists(st.tuples(st.none() | st.integers(0, 50), st.integers(0, 9)), max_size=12))
+def test_a_gpu_op_without_a_start_is_left_out_of_the_timeline_wherever_it_is(pairs):
+    ops = [GpuOp("kernel", f"k{i}", float(d), start=None if a is None else float(a)) for i, (a, d) in enumerate(pairs)]
+    timed = GpuTimeline([op for op in ops if op.start is not None])
+    timeline = GpuTimeline(ops)
+    assert [op.name for op in timeline.ops] == [op.name for op in timed.ops]
+    assert (timeline.starts, timeline.union.starts, timeline.union.ends) == (
+        timed.starts,
+        timed.union.starts,
+        timed.union.ends,
+    )
+
+
+@pytest.mark.parametrize(
+    "order", [(0, 1, 2), (1, 0, 2), (2, 0, 1), (0, 2, 1)], ids=["in order", "inner first", "last first", "swapped"]
+)
+def test_ops_written_in_any_order_nest_by_their_times(order):
+    ops = [ev("cpu_op", "aten::outer", 0, 30), ev("cpu_op", "aten::inner", 0, 10), ev("cpu_op", "aten::next", 40, 5)]
+    trace = parse({"traceEvents": [ops[i] for i in order]})
+    layer = trace.tree.threads[1].layer(OP)
+    assert list(layer.names) == ["aten::outer", "aten::inner", "aten::next"]
+    assert trace.tree.innermost(1, 5).name == "aten::inner" and trace.tree.innermost(1, 20).name == "aten::outer"
+
+
+def test_a_threads_ops_written_in_several_runs_nest_as_one_thread():
+    ops = [ev("cpu_op", "aten::outer", 0, 30), ev("cpu_op", "aten::other", 1, 2, tid=2), ev("cpu_op", "aten::in", 5, 9)]
+    trace = parse({"traceEvents": ops})
+    assert list(trace.tree.threads[1].layer(OP).names) == ["aten::outer", "aten::in"]
+    assert trace.tree.innermost(1, 6).name == "aten::in" and trace.tree.innermost(2, 2).name == "aten::other"
 
 
 def test_a_sync_is_made_in_an_op_opened_thousands_of_ops_before():

@@ -95,6 +95,13 @@ def test_a_2021_trace_as_a_bare_array_reads_the_same(tmp_path):
     assert len(trace.steps) == 3 and all(len(s.kernels) == 1 and s.gpu_busy_us == 48 for s in trace.steps)
 
 
+def test_a_nameless_operator_first_leaves_the_named_ones_read(tmp_path):
+    events = _operator_era(bare=True)
+    events.insert(0, {"ph": "X", "cat": "Operator", "pid": 24572, "tid": 24572, "ts": 999, "dur": 1})  # no name
+    trace = read_trace(_write(tmp_path, "nameless", events))
+    assert [s.number for s in trace.steps] == [1, 2, 3] and all(s.cpu_ops["aten::mm"] == 1 for s in trace.steps)
+
+
 def test_the_summary_of_a_2021_trace_prints_its_row(tmp_path, capsys):
     code, out, err = command(main, capsys, _write(tmp_path, "tb_plugin_era", _operator_era()))
     assert code == 0, err
