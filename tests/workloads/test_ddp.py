@@ -57,6 +57,21 @@ def ranks_lines(done: subprocess.CompletedProcess) -> list[str]:
     return [line for line in text.splitlines() if not re.match(r"[WEI]\d{4} ", line)]
 
 
+def rank_1_beyond_verdict(out: str) -> list[str]:
+    """What rank 1 printed besides its verdict. Which of two tiny gloo ranks waits for the other's all-reduce is
+    the run's timing (CI saw rank 1 communication-bound where rank 0 was not), so a rank's verdict may differ from
+    rank 0's and is then said (ranks._Voice.say_differences); its guesses, its checks and its table may not."""
+    lines, in_verdict = [], False
+    for line in out.splitlines():
+        if not line.startswith("[rank 1]"):
+            continue
+        said = line.removeprefix("[rank 1] ")
+        in_verdict = said.startswith("verdict:") or (in_verdict and said.startswith(" " * 6))
+        if not in_verdict:
+            lines.append(line)
+    return lines
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
@@ -82,7 +97,8 @@ def test_every_rank_does_the_guessed_all_reduces_per_step(two_ranks):
     for path in folder.glob("*.json"):
         trace = read_trace(path)
         assert {s.cpu_ops["c10d::allreduce_"] for s in trace.steps} == {trace.meta["all_reduces"]}
-    assert out.count("checked guesses match the trace") == 1 and "[rank 1]" not in out  # rank 1's is the same
+    # rank 1's guesses are the same, so it says none of them; only its verdict may differ (rank_1_beyond_verdict)
+    assert out.count("checked guesses match the trace") == 1 and rank_1_beyond_verdict(out) == []
 
 
 def test_the_summary_of_the_folder_has_a_row_per_rank_and_the_spread(two_ranks, capsys):
@@ -378,7 +394,7 @@ def test_rank_0_prints_the_report_and_another_rank_only_what_differs(two_ranks):
     lines = out.splitlines()
     assert sum(line.startswith("[06_ddp_training_step] device=cpu") for line in lines) == 1
     assert sum(line.startswith("check:") for line in lines) == 1 and out.count("guess vs trace") == 1
-    assert [line for line in lines if line.startswith("[rank 1]")] == []  # rank 1 did what rank 0 did
+    assert rank_1_beyond_verdict(out) == []  # rank 1 did what rank 0 did
 
 
 def test_another_rank_prints_the_lines_whose_words_differ_not_those_whose_figures_do(capsys):
