@@ -333,6 +333,20 @@ class TraceFiles:
             new.unlink(missing_ok=True)
             forget(new)
 
+    def say_stopped(self, said: str) -> None:
+        """A signal that came after this trace was written, before its output was checked: `said` in both files,
+        as a stop during the steps is (the metadata's `stopped` entry, the table's first line)."""
+        table = next((tmp for tmp, final in self.ready if final == self.txt), None)
+        if table is None:
+            return
+        self.amend(stopped=said)
+        try:
+            text = table.read_text()
+            with reopen(table, "w") as out:  # never made anew: a hard exit may have removed it
+                out.write(f"{said}\n{text}")
+        except OSError as exc:
+            raise SuiteError(f"cannot write {self.txt}: {exc.strerror or exc}") from None
+
     def metadata(self) -> dict:
         """What the summary reads back from the trace: the run's script, tag, label, device and physics."""
         return {

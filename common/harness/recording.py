@@ -429,6 +429,17 @@ class Recording:
         self.stopped = said if first else self.stopped
         self.cycles.append(files)
 
+    def stop_after_write(self) -> None:
+        """A first signal after every cycle's trace was written, before the output was checked (during the
+        reference): what was recorded is kept as a stop during the steps keeps it, the files saying so."""
+        signum = first_signal()
+        if signum is None:
+            return
+        of = f"all {self.recorded:,}" if self.recorded > 1 else f"its {self.recorded:,}"
+        self.stopped = f"stopped by {signal_name(signum)} after {of} profiled steps, before the output check"
+        for files in self.cycles:
+            files.say_stopped(self.stopped)
+
     def report_stopped(self) -> None:
         """A signal ended the run after its trace was written (stopped_line): keep the files and report on them,
         saying what was skipped (the output check and the guess: the script's lines after the loop never ran)."""
@@ -565,7 +576,9 @@ def recording(
             yield rec
     except Interrupted:
         rec.progress = None
-        if not rec.stopped:  # before a trace was written, or after (the reference): nothing of this run is kept
+        if not rec.stopped and rec.files is not None and rec.files.ready:  # after the write (the reference)
+            rec.stop_after_write()
+        if not rec.stopped:  # before a trace was written: nothing of this run is kept
             rec.discard()
             raise
         rec.report_stopped()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
+from helpers import MARK, MARKING, ROOT, STARTED, command, marking, start_script, wait_for_mark
 
 from common.analysis.summary import main as summary_main
 from common.harness import ranks, torchrun
@@ -171,6 +171,44 @@ def test_a_stopped_run_ends_without_the_interpreter_s_teardown(tmp_path):
     out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130 and "stopped by Ctrl-C after" in out, err[-2000:]
     assert "TEARDOWN" not in err and err.strip().splitlines()[-1] == "interrupted"
+
+
+# The reference, computed after the profile has written its trace, made as long as the signal takes to come: the
+# profile's __exit__ (its trace written, through rec.save) marks, then waits outside torch's profiler code
+AFTER_WRITE = (
+    "import os, runpy, signal, sys, time\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "script, *rest = sys.argv[1:]\n"
+    "import torch.profiler\n"
+    "exit_ = torch.profiler.profile.__exit__\n"
+    "def exited(self, *exc):\n"
+    "    out = exit_(self, *exc)\n"
+    f"    os.write(2, b'{MARK}\\n')\n"
+    "    while True:\n"
+    "        time.sleep(0.01)\n"
+    "torch.profiler.profile.__exit__ = exited\n"
+    "sys.argv = [script, *rest]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+)
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_after_the_steps_were_written_keeps_them_skipping_the_output_check(tmp_path, capsys):
+    # every profiled step recorded and written, the reference still running: the recording is kept, as a stop
+    # during the steps keeps it, and both files and the summary say the output check never ran
+    proc = start_script("01_matmul_add", "--size", "64", "--device", "cpu", traces=tmp_path,
+                        prefix=(sys.executable, "-c", AFTER_WRITE))  # fmt: skip
+    wait_for_mark(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    said = "stopped by Ctrl-C after all 3 profiled steps, before the output check"
+    assert proc.returncode == 130 and f"{said}: the output check, the guess and the report were skipped" in out, err
+    folder = tmp_path / "01_matmul_add"
+    (trace,), (table,) = folder.glob("*.json"), folder.glob("*.txt")
+    assert hidden(folder) == [] and table.read_text().splitlines()[0] == said
+    assert read_trace(trace).meta["stopped"] == said and len(read_trace(trace).steps) == 3
+    code, printed, _ = command(summary_main, capsys, trace)
+    assert code == 0 and said in printed
 
 
 # 06 under torchrun: two gloo ranks on the CPU, one Ctrl-C to torchrun (it passes SIGINT on to each rank)
