@@ -1545,8 +1545,13 @@ def _says_idle(f: _Facts) -> str:
     if optimizer < OPTIMIZER_IDLE * m.idle:
         phase = None
     if host:
+        critical = (
+            "; the host's own work ran the whole window, so less GPU work would not shorten it"
+            if m.idle < IDLE_BOUND * m.span
+            else ""
+        )  # _host_critical: the bound without an idle GPU
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
-                f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
+                f"({percent(m.pct(m.host_wait))} waiting for the host{critical}), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
                 f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
     lever = "remove the syncs and waits inside the step"

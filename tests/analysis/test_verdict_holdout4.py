@@ -138,3 +138,4 @@ def test_a_host_waiting_on_its_dataloader_the_whole_step_is_the_critical_path():
     d = diagnose(parse({"traceEvents": events}))
     assert d.bound == "CPU", d.verdict
     assert "the DataLoader" in d.verdict, d.verdict
+    assert "the host's own work ran the whole window, so less GPU work would not shorten it" in d.verdict, d.verdict
