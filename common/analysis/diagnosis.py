@@ -27,6 +27,7 @@ from common.analysis.budget import (
     step_budgets,
 )
 from common.analysis.cpu_bound import (
+    WAITING_OPS,
     cpu_kind,
     cpu_verdict,
     gpu_evidence,
@@ -514,21 +515,35 @@ class GapContext:
         """In a trace of one window (no ProfilerStep, no iterations), the median time between one top-level op and the
         next on the thread that runs the most ops, where no more than ONE_TIME_MOST of those pauses that end after
         the window's first launch are ONE_TIME_FACTOR times it (before it, every pause is set-up's): a pause that long
-        before nearly all the window's launches (SET_UP_BEFORE) is set-up run once (a model built, data loaded), not
-        the Python of a loop; None otherwise."""
+        before nearly all the window's launches (SET_UP_BEFORE), or the window's only pause that long before most of
+        them (lone_pause, SET_UP_MOST), is set-up run once (a model built, data loaded), not the Python of a loop;
+        None otherwise."""
+        return self._pauses[0]
+
+    @functools.cached_property
+    def lone_pause(self) -> bool:
+        """Whether the window has one pause ONE_TIME_FACTOR times usual_pause, and no other: a single stretch of
+        Python in a pass whose ops otherwise follow each other closely (no loop's rhythm of long pauses)."""
+        return self._pauses[1] == 1
+
+    @functools.cached_property
+    def _pauses(self) -> tuple[float | None, int]:
+        """(usual_pause, how many pauses of the window are ONE_TIME_FACTOR times it); (None, 0) where it has none."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace:  # a profiled step is the loop's, warmed up
-            return None
+            return None, 0
         thread = max(self.trace.tree.threads.values(), key=lambda t: len(t.layer(OP)), default=None)
         if thread is None or len(thread.layer(OP)) < 3:
-            return None
+            return None, 0
         starts, ends, _ = thread.layer(OP).tops()
         pauses = [(a, b) for a, b in zip(ends, starts[1:], strict=False) if b > a]
         if not pauses:
-            return None
+            return None, 0
         usual = statistics.median(b - a for a, b in pauses)
         first = self.launched[0] if self.launched else math.inf  # before any launch, every pause is set-up's
         slow = sum(1 for a, b in pauses if b > first and _Usual.once(b - a, usual))
-        return usual if slow <= ONE_TIME_MOST else None
+        if slow > ONE_TIME_MOST:
+            return None, 0
+        return usual, sum(1 for a, b in pauses if _Usual.once(b - a, usual))
 
     @functools.cached_property
     def has_ops(self) -> bool:
@@ -557,8 +572,8 @@ class GapContext:
     def slow_ops(self) -> list[tuple[float, float, str, object]]:
         """The pieces of the ops whose own time ran once (cpu_bound.slow_calls: a first cuBLAS call initialising the
         library, ten times its name's usual own time): each such op's span less the ops it called, as (start, end,
-        name, thread), in start order."""
-        spans = {(start, name) for _, name, start, _, _ in slow_calls(self.trace, (OP,))}
+        name, thread), in start order; in one window, the first uses too (first_uses)."""
+        spans = {(start, name) for _, name, start, _, _ in slow_calls(self.trace, (OP,))} | self.first_uses
         found = []
         for thread in self.trace.tree.threads.values():
             layer = thread.layer(OP)
@@ -579,6 +594,33 @@ class GapContext:
                 if ends[i] > at:
                     found.append((at, ends[i], name, thread.tid))
         return sorted(found, key=lambda item: item[:2])
+
+    @functools.cached_property
+    def first_uses(self) -> set[tuple[float, str]]:
+        """(start, name) of each op of a window without steps (a cold pass, no loop to recur in) called fewer than
+        ONE_TIME_MOST times that launched GPU work and whose own time (less the ops it called) is ONE_TIME_US or
+        more and ONE_TIME_FACTOR times the usual own time of an op (the median over the trace): a library's first use
+        (cuDNN initialising inside the only aten::cudnn_convolution), which no later call shows, since none comes.
+        Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out."""
+        if len(self.trace.steps) != 1 or not self.trace.whole_trace or not self.launched:
+            return set()
+        layers = [thread.layer(OP) for thread in self.trace.tree.threads.values() if len(thread.layer(OP))]
+        owns = [layer.self_times() for layer in layers]
+        usual = statistics.median(us for own in owns for us in own) if owns else 0.0
+        calls = Counter(name for layer in layers for name in layer.names)
+        runs = self.launched
+        found = set()
+        for layer, own in zip(layers, owns, strict=True):
+            for i, name in enumerate(layer.names):
+                if (
+                    own[i] >= ONE_TIME_US
+                    and _Usual.once(own[i], usual)
+                    and calls[name] < ONE_TIME_MOST
+                    and not name.startswith(WAITING_OPS)
+                    and bisect.bisect_left(runs, layer.starts[i]) < bisect.bisect_right(runs, layer.ends[i])
+                ):
+                    found.add((layer.starts[i], name))
+        return found
 
     @functools.cached_property
     def repeat_launch(self) -> float:
@@ -690,11 +732,11 @@ def host_wait_causes(
 
 
 def gap_causes(
-    trace: Trace, gap: Gap, context: GapContext | None = None, once: list | None = None
+    trace: Trace, gap: Gap, context: GapContext | None = None, once: list | None = None, work: list | None = None
 ) -> tuple[Counter, HeldBy | None]:
     """Where one host-wait gap's µs went (host_wait_causes' keys and order), and what held it: the node whose cause
     took the most of the gap (None: no recorded op, or not a host wait). `once`, where given, gets the (start, end)
-    pieces of the gap its one-time causes took."""
+    pieces of the gap its one-time causes took; `work` the pieces of the host's recorded work (RECURRING)."""
     causes: Counter = Counter()
     if gap.kind != "host" or gap.us <= 0:
         return causes, None
@@ -708,6 +750,8 @@ def gap_causes(
         causes[key] += us
         if once is not None and key[0] in ONE_TIME:
             once.extend(claims.pieces)
+        if work is not None and key[0] in RECURRING:
+            work.extend(claims.pieces)
         if us > held[1]:
             held[:] = [HeldBy(name, start, end, thread), us]
 
@@ -791,12 +835,34 @@ def gap_causes(
         runs = context.launched
         for a, b in list(claims.free):
             later = len(runs) - bisect.bisect_left(runs, b)  # the launches made after it
-            if usual.once(b - a, pause) and later >= SET_UP_BEFORE * len(runs):
+            share = SET_UP_MOST if context.lone_pause else SET_UP_BEFORE
+            if usual.once(b - a, pause) and later >= share * len(runs):
                 claim(("one-time", LONG_PAUSE), a, b, LONG_PAUSE)
     if claims.left > 0:
         where = _python_at(tree, claims.free) if context.has_ops else NO_CPU_OPS
         causes["no recorded op", where] += claims.left
     return causes, held[0]
+
+
+RECURRING = ("data loading", "the optimizer", "runtime call", "CPU op", "launches")  # the host's recorded work in a
+# step: not one-time, not a sync (a wait), not time in no recorded op (a host idle while a peer is late reads so too)
+
+
+def host_work(
+    trace: Trace, spans: list[tuple[float, float]], number: int, context: GapContext
+) -> tuple[Counter, list[tuple[float, float]]]:
+    """The host's own recorded work (RECURRING causes) in `spans`, times the GPU waited on a one-time cost of its
+    own (a cold GPU's first op queued, a collective waiting for its peers): (cause, what) -> µs, and its (start, end)
+    pieces. Warmed up, that wait is gone but the host's work is not: the GPU waits for it then, so the steady
+    state keeps it as host wait (a step's Python that ran while its first collective sat queued)."""
+    found: Counter = Counter()
+    pieces: list[tuple[float, float]] = []
+    for a, b in spans:
+        got: list[tuple[float, float]] = []
+        causes = gap_causes(trace, Gap(a, b, "host", number, None), context, work=got)[0]
+        found.update({key: us for key, us in causes.items() if key[0] in RECURRING})
+        pieces += got
+    return found, sorted(pieces)
 
 
 PYTHON_ONLY = frozenset({PYTHON})
@@ -984,15 +1050,15 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
             per_step[rest] = min(slow.span - usual, slow.host_wait)
             rest += 1
     context = context or gap_context(trace)
-    for b in budgets:
+    for b in budgets:  # less the host's own work meanwhile, which a warm run still waits for (host_work)
         for gap in cold_start(b, context):
-            items[COLD_START] += gap.us
+            items[COLD_START] += gap.us - _kept(trace, [(gap.start, gap.end)], gap.step, context)
     if len(trace.steps) == len(budgets):
         slow = slow_collective_ops(trace)  # once: each window only asks where they lie
         for w in trace.windows if slow else ():
             comm = slow_collectives(trace, w.start, w.end, slow)
             if comm is not None and comm.exposed > 0:
-                items[SLOW_COLLECTIVES] += comm.exposed
+                items[SLOW_COLLECTIVES] += comm.exposed - _kept(trace, list(comm.spans), w.number, context)
     for i in range(rest, len(budgets)):
         for gap in budgets[i].gaps:
             if gap.kind != "host" or gap.us <= ONE_TIME_US:
@@ -1004,9 +1070,15 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
     return OneTime(items, per_step)
 
 
+def _kept(trace: Trace, spans: list[tuple[float, float]], number: int, context: GapContext) -> float:
+    """How long the host's own work ran in `spans` (host_work), µs."""
+    return sum(b - a for a, b in host_work(trace, spans, number, context)[1])
+
+
 COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
 LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
 SET_UP_BEFORE = 0.9  # ... a stretch this share of the window's launches come after: set-up before the work
+SET_UP_MOST = 0.5  # ... or, the window's only such stretch, this share (its ops otherwise follow each other closely)
 SLOW_COLLECTIVES_MOST = 1  # one collective that slow is a late peer or a set-up; two or more recur (uneven all-to-all)
 SLOW_COLLECTIVES = "a collective waiting for its peers (a late rank, connections set up)"
 
@@ -1255,6 +1327,30 @@ def diagnose(trace: Trace, peak_tflops: float | None = None) -> Diagnosis:
         return _diagnose(trace, peak_tflops)
 
 
+HOST_CRITICAL = 0.9  # a step whose host path is this share of its window: the host is its critical path
+
+
+HOST_OWN = ("data loading", "CPU op", "runtime call", "the optimizer")  # host-wait causes not launching GPU work
+
+
+def _host_critical(trace: Trace, step: Step, m: Budget, causes: Counter) -> bool:
+    """Whether the host is the critical path of `step` (its budget `m`, its host-wait `causes`): the host worked
+    HOST_CRITICAL of the window or more (its CPU span less the time in sync calls, waits for the GPU), and the
+    largest recurring cause of the GPU's wait for it is work of the host's own, not launching the GPU's (a
+    DataLoader's __next__ while the GPU finishes the last batch). The step then ends when the host's work does, and
+    less GPU work would not shorten it: only the host's lever does."""
+    by: Counter = Counter()
+    for (cause, _), us in causes.items():
+        if cause not in ONE_TIME:
+            by[cause] += us
+    top = max(by, key=by.__getitem__, default=None)
+    if top not in HOST_OWN:
+        return False
+    start, end = step.start_us, step.start_us + step.dur_us
+    waits = merged((max(n.start, start), min(n.end, end)) for n in trace.tree.overlapping(start, end, "sync"))
+    return step.dur_us - sum(b - a for a, b in waits) >= HOST_CRITICAL * m.span
+
+
 def bound_of(m: Budget) -> str:
     """What bounds the median step, from its budget alone, with the thresholds above: exposed communication, then
     an idle GPU (waiting for the host: "CPU", or on its own waits: "waits"), then copies, else the GPU itself, or
@@ -1274,19 +1370,25 @@ def _steady(
     pieces: list[tuple[float, float]] = (),
     cold: float = 0.0,
     comm: SlowCollectives | None = None,
+    work: list[tuple[float, float]] = (),
+    number: int = 0,
 ) -> Budget:
     """The median step's budget less its one-time host wait (`once` µs, the gaps' `pieces` it took), its cold
     start (`cold` µs of its GPU's own wait, cold_start) and its one-time collectives' wait for their peers (`comm`,
-    slow_collectives: the part no other GPU work hid): the steady state the bound is decided on (the budget itself
-    where they are under ONE_TIME_SHOWN of it). Its gaps are the step's less those pieces, so its longest gap and its
-    idle per phase are the steady state's own."""
+    slow_collectives: the part no other GPU work hid), plus the host's own work that ran under those two waits of the
+    GPU's (`work`, host_work's pieces: warmed up, the GPU waits for it instead): the steady state the bound is decided
+    on (the budget itself where they are under ONE_TIME_SHOWN of it). Its gaps are the step's less those pieces, and
+    `work` as host waits of step `number`, so its longest gap and its idle per phase are the steady state's own."""
     exposed = comm.exposed if comm is not None else 0.0
-    if once + cold + exposed < ONE_TIME_SHOWN * m.span or once + cold + exposed <= 0:
+    kept = sum(b - a for a, b in work)
+    if once + cold + exposed - kept < ONE_TIME_SHOWN * m.span or once + cold + exposed - kept <= 0:
         return m
-    steady = Budget(max(m.span - once - cold - exposed, 0.0), parts=m.parts, busy=m.busy - exposed, window=m.window)
-    steady.gaps = _less(m.gaps, sorted(pieces))
+    span = max(m.span - once - cold - exposed + kept, 0.0)
+    steady = Budget(span, parts=m.parts, busy=m.busy - exposed, window=m.window)
+    moved = [Gap(a, b, "host", number, None) for a, b in work]
+    steady.gaps = sorted(_less(m.gaps, sorted(pieces)) + moved, key=lambda gap: gap.start)
     steady.longest_gap = max((g.us for g in steady.gaps), default=0.0)
-    steady.host_wait, steady.kernel_wait = max(m.host_wait - once, 0.0), m.kernel_wait
+    steady.host_wait, steady.kernel_wait = max(m.host_wait - once, 0.0) + kept, m.kernel_wait
     steady.other_wait = max(m.other_wait - cold, 0.0)
     for name in ("compute", "non_compute", "comm", "comm_exposed"):
         setattr(steady, name, getattr(m, name))
@@ -1297,16 +1399,20 @@ def _steady(
 
 class SlowCollectives(NamedTuple):
     """The collectives of a trace that ran ONE_TIME_FACTOR times the usual collective, a few times at most (a
-    rank waiting for a late peer, connections set up): their time in a window and the part no other GPU work hid."""
+    rank waiting for a late peer, connections set up): their time in a window and the part no other GPU work hid,
+    with its (start, end) pieces."""
 
     us: float
     exposed: float
+    spans: tuple[tuple[float, float], ...] = ()
 
 
 def slow_collective_ops(trace: Trace) -> list[GpuOp]:
     """The one-time collectives of a trace: of three collective kernels or more, the one ONE_TIME_FACTOR times their
     median and ONE_TIME_US or more, where it is the only one (SLOW_COLLECTIVES_MOST; more: a recurring wait, the
-    steady state's, such as an all-to-all whose peer is slower every half-step). Found once per trace and kept (while
+    steady state's, such as an all-to-all whose peer is slower every half-step). In a trace of profiled steps, only in
+    the first of two or more: a lone step (ProfilerStep#10, past the schedule's warm-up) gives no evidence that its
+    slow collective runs once. Found once per trace and kept (while
     its `gpu` is the same list of the same length), then asked of each window (slow_collectives); one pass over the
     GPU ops, where the trace's timeline, made of them, holds a communication kernel (GpuTimeline.has_comm, once per
     distinct name, which the budgets ask too)."""
@@ -1322,6 +1428,10 @@ def slow_collective_ops(trace: Trace) -> list[GpuOp]:
             usual = statistics.median(op.us for op in comm)
             slow = [op for op in comm if _Usual.once(op.us, usual)]
             slow = slow if len(slow) <= SLOW_COLLECTIVES_MOST else []
+        if slow and not trace.whole_trace:  # a profiled step is the loop's, past its warm-up: only the first of
+            # several can hold a set-up (the others show the steady state without it); a lone one gives no evidence
+            first = trace.windows[0] if len(trace.steps) > 1 else None
+            slow = [op for op in slow if first is not None and first.start <= op.start < first.end]
     trace._slow_collectives = (gpu, len(gpu), slow)
     return slow
 
@@ -1333,6 +1443,7 @@ def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] |
     if not slow:
         return None
     us = exposed = 0.0
+    spans: list[tuple[float, float]] = []
     for first in slow:
         lo, hi = max(first.start, start), min(first.start + first.us, end)
         if hi <= lo:
@@ -1340,14 +1451,14 @@ def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] |
         under = sorted((max(op.start, lo), min(op.start + op.us, hi)) for op in trace.gpu
                        if op.start is not None and op.start < hi and op.start + op.us > lo
                        and not (op.category == "kernel" and op.family == "communication"))  # fmt: skip
-        hidden, reach = 0.0, lo
-        for a, b in under:  # their union
-            if b > reach:
-                hidden += b - max(a, reach)
-                reach = b
+        reach = lo
+        for a, b in [*under, (hi, hi)]:  # what their union leaves of [lo, hi]
+            if a > reach:
+                spans.append((reach, a))
+            reach = max(reach, b)
         us += hi - lo
-        exposed += hi - lo - hidden
-    return SlowCollectives(us, exposed) if us > 0 else None
+    exposed = sum(b - a for a, b in spans)
+    return SlowCollectives(us, exposed, tuple(spans)) if us > 0 else None
 
 
 def _less(gaps: list[Gap], pieces: list[tuple[float, float]]) -> list[Gap]:
@@ -1434,8 +1545,13 @@ def _says_idle(f: _Facts) -> str:
     if optimizer < OPTIMIZER_IDLE * m.idle:
         phase = None
     if host:
+        critical = (
+            "; the host's own work ran the whole window, so less GPU work would not shorten it"
+            if m.idle < IDLE_BOUND * m.span
+            else ""
+        )  # _host_critical: the bound without an idle GPU
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
-                f"({percent(m.pct(m.host_wait))} waiting for the host), {num(launches)} "
+                f"({percent(m.pct(m.host_wait))} waiting for the host{critical}), {num(launches)} "
                 f"launch{'' if launches == 1 else 'es'}{gap}"
                 f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
     lever = "remove the syncs and waits inside the step"
@@ -1616,13 +1732,19 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     items = once_found.items
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
     w = trace.windows[budgets.index(m)]
-    steady = _steady(m, once, pieces, sum(gap.us for gap in cold), slow_collectives(trace, w.start, w.end))
+    comm = slow_collectives(trace, w.start, w.end)
+    gpu_once = [(gap.start, gap.end) for gap in cold] + list(comm.spans if comm is not None else ())
+    work, kept = host_work(trace, gpu_once, w.number, context) if gpu_once else (Counter(), [])
+    causes.update(work)  # the steady state's host wait holds them
+    steady = _steady(m, once, pieces, sum(gap.us for gap in cold), comm, kept, w.number)
     if steady is not m:
         left_out = human_time(m.span - steady.span)
         where = f"the {human_time(steady.span)} steady state of {where} ({left_out} one-time left out)"
     step = trace.steps[next(i for i, b in enumerate(budgets) if b is m)]  # the budgets are the steps', in order
     facts = _Facts(trace, step, steady, where, scan, eff, causes)
     bound = bound_of(steady)
+    if bound == "balanced" and _host_critical(trace, step, m, causes):
+        bound = "CPU"  # the host ran the whole window on work of its own: less GPU work would not shorten the step
     line = _SAYS[bound](facts)
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
         listed, lever = _one_time_parts(items, total)

@@ -399,7 +399,7 @@ class _Collector:
             return steps, False
         layers = [layer for thread in tree.threads.values() for layer in thread.layers.values() if len(layer)]
         spans = [(min(layer.starts[0] for layer in layers), max(max(layer.ends) for layer in layers))] if layers else []
-        spans = spans or [(ts, ts + op.us) for ts, _, op in self.gpu]
+        spans += [(ts, ts + op.us) for ts, _, op in self.gpu]  # GPU work the CPU side did not record launching too
         if not spans:
             why = f" ({self.skipped} events had an unusable ts or dur)" if self.skipped else ""
             raise ValueError(f"{path}: no profiler events{why} (was it exported by torch.profiler?)")

@@ -236,8 +236,10 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
         if k + 1 < n:
             end = max(begins[k + 1], begin)  # type: ignore[type-var]
             periods.append(end - begin)
-        else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
-            period = statistics.median(periods) if periods else step.dur_us
+        else:  # the last: as long as the steps' period or its own work, whichever is longer (a short last kernel
+            # leaves the period's idle in it; a step that waited for its input runs its work late), never past what
+            # was recorded
+            period = max(statistics.median(periods) if periods else step.dur_us, lasts[k] - begin)
             last = until() if callable(until) else until
             end = begin + max(min(period, last - begin), 0.0)
         before = end
