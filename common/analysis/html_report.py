@@ -1,13 +1,12 @@
 """The summary's --html report: one self-contained HTML file of figures (plotly) that opens offline, fetching nothing.
 
-For each trace: the verdict and its levers at the top; every step's budget as stacked bars with the median step
-marked; a timeline of the median step's window (the GPU streams with kernels coloured by family, the idle gaps
-coloured by cause, the CPU's top-level ops under them); the roofline, each shaped op a point under the device's
-compute and memory roofs; the top kernels and the collectives as tables sorted by a click on a column. The ranks of
-one run stand side by side, under a comparison of their figures and the skew of their collectives. plotly.js is
-inlined once in the page (as plotly's include_plotlyjs=True does), so nothing is fetched: no CDN, no fonts. The
-figures are the diagnosis' (common.analysis.picture): nothing is measured again here.
-"""
+For each trace: the verdict, its levers and the saving it predicts at the top; every step's budget as stacked bars
+with the median step marked; a timeline of the median step's window (the GPU streams with kernels coloured by
+family, the idle gaps coloured by cause, the CPU's top-level ops under them); the roofline, each shaped op a point
+under the device's compute and memory roofs; the top kernels and the collectives as tables sorted by a click on a
+column. The ranks of one run stand side by side, under a comparison of their figures and the skew of their
+collectives. plotly.js is inlined once in the page (as plotly's include_plotlyjs=True does), so nothing is fetched:
+no CDN, no fonts. The figures are the diagnosis' (common.analysis.picture): nothing is measured again here."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ h3 { font-size: 1em; margin-bottom: 0.2em; }
 .verdict { background: #fff6e0; border-left: 5px solid #e0a000; padding: 0.6em 1em; }
 .verdict .bound { font-size: 1.15em; font-weight: bold; margin: 0.2em 0; }
 .verdict .lever { font-size: 1.05em; margin: 0.3em 0; }
+.verdict .saving { font-weight: bold; margin: 0.3em 0; }
 .meta, .note { color: #555; font-size: 0.9em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.4em 0 1em; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
@@ -297,6 +297,9 @@ def _collective_table(pic: Picture) -> str:
 
 def _verdict(pic: Picture) -> str:
     levers = "".join(f'<p class="lever">lever: {_esc(lever)}</p>' for lever in pic.levers)
+    if pic.levers:
+        said = "; ".join(pic.savings) or f"{DASH} (the verdict predicts none for this lever)"
+        levers += f'<p class="saving">predicted saving: {_esc(said)}</p>'
     rules = "".join(
         f"<li><b>{_esc(name)}</b> → {_esc(fix)}<ul>{''.join(f'<li>{_esc(e)}</li>' for e in evidence)}</ul></li>"
         for name, fix, evidence in pic.rules

@@ -9,6 +9,7 @@ verdict's host-wait story adds up (diagnosis.gap_causes).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -130,6 +131,7 @@ class Picture:
     bound: str
     verdict: str
     levers: list[str]
+    savings: list[str]  # what the verdict predicts its levers save (savings_of); none: it predicts none
     budget_line: str | None
     rules: list[tuple[str, str, list[str]]]  # (name, fix, evidence)
     steps: list[StepBar]
@@ -140,6 +142,11 @@ class Picture:
     roofline: list[RoofPoint] = field(default_factory=list)
     kernels: list[KernelRow] = field(default_factory=list)
     collectives: list[CollectiveRow] = field(default_factory=list)
+
+
+def savings_of(verdict: str) -> list[str]:
+    """What a verdict predicts its levers save: each "saves up to … of the …" it says, in its order."""
+    return re.findall(r"saves up to [^()]*? of the [^()]*?(?=\))", verdict)
 
 
 def levers_of(verdict: str) -> list[str]:
@@ -243,6 +250,7 @@ def picture(trace: Trace, diagnosis: Diagnosis, peak: Peak | None, draw: bool = 
         bound=diagnosis.bound,
         verdict=diagnosis.verdict,
         levers=levers_of(diagnosis.verdict),
+        savings=savings_of(diagnosis.verdict),
         budget_line=lines[1].strip() if diagnosis.median is not None else None,
         rules=[(r.name, r.fix, r.evidence) for r in diagnosis.rules],
         steps=[],

@@ -58,6 +58,23 @@ def test_the_report_opens_with_the_verdict_and_its_lever(tmp_path, capsys):
     assert f'<p class="lever">lever: {html.escape(lever)}</p>' in body
 
 
+def test_the_report_shows_the_saving_the_verdict_predicts_under_its_lever(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    _, out, _ = summary(capsys, TRAINING, "--html", tmp_path / "r.html", "--markdown")
+    page = (tmp_path / "r.html").read_text()
+    [verdict] = [line for line in out.splitlines() if line.startswith("- verdict:")]
+    saving = re.search(r"\((saves up to [^()]*)\)$", verdict).group(1)
+    assert page.index('<p class="lever">') < page.index(f'<p class="saving">predicted saving: {saving}</p>')
+
+
+def test_a_lever_without_a_predicted_saving_says_it_has_none(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    _, out, _ = summary(capsys, FIXTURES / "h200" / "01_matmul_add" / "4096_bf16_warm_eager.json.gz", "--html",
+                        tmp_path / "r.html")  # fmt: skip
+    page = (tmp_path / "r.html").read_text()
+    assert "saves up to" not in out and '<p class="saving">predicted saving: — (the verdict predicts none' in page
+
+
 def test_the_report_draws_budget_timeline_and_roofline_of_a_gpu_trace(tmp_path, capsys):
     pytest.importorskip("plotly")
     summary(capsys, TRAINING, "--html", tmp_path / "r.html")
