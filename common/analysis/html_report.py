@@ -155,7 +155,9 @@ def _timeline_figure(pic: Picture, page: _Page) -> str:
         kind = "gap" if s.lane == "GPU idle" else "cpu" if s.lane == "CPU ops" else "gpu"
         groups.setdefault((kind, s.group), []).append(s)
     families = sorted(g for k, g in groups if k == "gpu")
-    palette = plotly.colors.qualitative.D3 + plotly.colors.qualitative.Set3
+    taken = {c.lower() for c in (*CAUSE_COLOURS.values(), CPU_COLOUR)}  # a family never wears a gap's or the CPU's
+    qualitative = plotly.colors.qualitative
+    palette = [c for c in qualitative.D3 + qualitative.Bold + qualitative.Set3 if c.lower() not in taken]
     colour = {f: palette[i % len(palette)] for i, f in enumerate(families)}
     fig = go.Figure()
     for (kind, group), slices in sorted(groups.items(), key=lambda kv: ("gpu", "gap", "cpu").index(kv[0][0])):

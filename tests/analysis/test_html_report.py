@@ -88,6 +88,23 @@ def test_the_report_draws_budget_timeline_and_roofline_of_a_gpu_trace(tmp_path, 
     assert page.count('<table class="sortable">') == 1  # the kernels (this trace has no collectives)
 
 
+def figure_traces(page: str, kind: str) -> list[dict]:
+    """The plotly traces (name, marker, ...) of the first figure of `kind` in a report."""
+    div = page[page.index(f'class="figure {kind}"') :]
+    return json.loads(re.search(r'Plotly\.newPlot\(\s*"fig\d+",\s*(\[.*?\]),\s*\{"template"', div, re.S).group(1))
+
+
+def test_no_kernel_family_shares_a_colour_with_a_gap_cause_or_the_cpu_ops(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    summary(capsys, TRAINING, "--html", tmp_path / "r.html")
+    traces = figure_traces((tmp_path / "r.html").read_text(), "timeline")
+    colour = {t["name"]: t["marker"]["color"].lower() for t in traces}
+    hatched = {t["name"] for t in traces if t["marker"]["pattern"]["shape"]}
+    families = {colour[name] for name in colour if name not in hatched and name != "CPU top-level op"}
+    others = {colour[name] for name in hatched | {"CPU top-level op"}}
+    assert len(families) >= 8 and families.isdisjoint(others)
+
+
 def test_a_folder_of_ranks_stands_side_by_side_with_the_skew(tmp_path, capsys):
     pytest.importorskip("plotly")
     code, _, _ = summary(capsys, FIXTURES / "ddp_gloo", "--html", tmp_path / "r.html")
