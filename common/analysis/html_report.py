@@ -180,8 +180,8 @@ def _timeline_figure(pic: Picture, page: _Page) -> str:
         showlegend=True,
         height=160 + 46 * len(lanes),
         margin={"l": 110, "r": 20, "t": 40, "b": 40},
-        title=f"Timeline of the median step (#{pic.median})",
-        xaxis_title="µs from the window's start",
+        title=f"Timeline of the median step (#{pic.median}), from its window's start",
+        xaxis={"ticksuffix": " µs"},  # the unit on the ticks: an axis title under them would sit under the legend
         yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]},
         legend={"orientation": "h", "y": -0.3},
     )
