@@ -16,6 +16,8 @@ from common.units import human_time
 
 KERNEL_WAIT_US = 30.0  # HTA's consecutive_kernel_delay: 30, compared with the trace's µs timestamps
 FIGURES = ("busy", "compute", "non_compute", "comm", "comm_exposed", "host_wait", "kernel_wait", "other_wait")
+# The parts that tile a step's span, as its stacked bar shows them (Budget.split): GPU busy in three, idle in two.
+PARTS = ("compute", "copies", "exposed communication", "host wait", "queued")
 
 
 class Gap(NamedTuple):
@@ -96,6 +98,13 @@ class Budget:
 
     def pct(self, us: float) -> float:
         return 100.0 * us / self.span if self.span > 0 else 0.0
+
+    def split(self) -> dict[str, float]:
+        """Its span in PARTS, µs: compute, copies (memcpy/memset under no compute), communication under no other
+        work, waiting for the host, queued (kernels waiting on each other or on something else); they add up to it."""
+        queued = self.kernel_wait + self.other_wait
+        figures = (self.compute, self.non_compute, self.comm_exposed, self.host_wait, queued)
+        return dict(zip(PARTS, figures, strict=True))
 
 
 def budget(ops: list[GpuOp], start: float, end: float, number: int = 0, edges: bool = True) -> Budget:

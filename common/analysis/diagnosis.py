@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from common.analysis.budget import (
+    PARTS,
     Budget,
     Gap,
     budget_line,
@@ -135,7 +136,7 @@ class Diagnosis:
     rates: dict = field(default_factory=dict)  # (category, name) -> Efficiency, from record_shapes
     steady: Budget | None = None  # the median step less its one-time costs: what the bound was decided on
     causes: Counter = field(default_factory=Counter)  # the median step's host_wait_causes
-    one_time: list[float] = field(default_factory=list)  # per budget: the µs of its host wait that ran once (one_time)
+    one_time: list[dict[str, float]] = field(default_factory=list)  # per budget: its parts' µs that ran once (one_time)
 
 
 # ---- the rules ----
@@ -1019,21 +1020,24 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
 
 
 class OneTime(NamedTuple):
-    """What ran once in a trace's profiled windows: each cost by name (its µs), and each window's one-time µs, the
-    part of its host wait they hold (so a step's bar shows it apart without counting it twice)."""
+    """What ran once in a trace's profiled windows: each cost by name (its µs), and each window's share of them by
+    the part of its budget they hold (Budget.split: "host wait", "queued", ...), so a step's bar shows them apart
+    without counting them twice."""
 
     items: Counter
-    per_step: list[float]
+    per_step: list[dict[str, float]]
 
 
 def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = None) -> OneTime:
     """What ran once in `budgets`: a first step FIRST_STEP_SLOWER times the others' median or more (and each step
     right after it that is too, up to half the steps) counts its excess over them (what it pays for start-up:
-    compiling, autotuning, first launches), and as its window's share as much of it as its host wait holds (the rest
-    of the excess is GPU work, shown as such); in the other windows, the one-time causes of their host-wait gaps of
-    ONE_TIME_US or more (gap_causes), each its window's."""
+    compiling, autotuning, first launches), its window's share taken from the parts of its budget that exceed the
+    others' (_excess); a cold GPU's first op queued (cold_start), from "queued"; a collective waiting for its peers
+    (slow_collectives), from "exposed communication"; in the windows after the slow first steps, the one-time causes
+    of their host-wait gaps of ONE_TIME_US or more (gap_causes), from "host wait". A window's shares are capped at
+    its parts: a cost counted twice by name is never shown twice."""
     items: Counter = Counter()
-    per_step = [0.0] * len(budgets)
+    per_step: list[Counter] = [Counter() for _ in budgets]
     rest = 0
     if len(budgets) >= 2 and len(trace.steps) == len(budgets):
         usual = statistics.median(b.span for b in budgets[1:])
@@ -1047,18 +1051,22 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
                 True for _ in trace.tree.overlapping(step.start_us, step.start_us + step.dur_us, "compiling")
             )
             items[f"step #{step.number}'s extra time{' (compiling)' if compiled else ''}"] += slow.span - usual
-            per_step[rest] = min(slow.span - usual, slow.host_wait)
+            per_step[rest].update(_excess(slow, budgets[1:], slow.span - usual))
             rest += 1
     context = context or gap_context(trace)
-    for b in budgets:  # less the host's own work meanwhile, which a warm run still waits for (host_work)
+    for i, b in enumerate(budgets):  # less the host's own work meanwhile, which a warm run still waits for (host_work)
         for gap in cold_start(b, context):
-            items[COLD_START] += gap.us - _kept(trace, [(gap.start, gap.end)], gap.step, context)
+            us = gap.us - _kept(trace, [(gap.start, gap.end)], gap.step, context)
+            items[COLD_START] += us
+            per_step[i]["queued"] += us
     if len(trace.steps) == len(budgets):
         slow = slow_collective_ops(trace)  # once: each window only asks where they lie
-        for w in trace.windows if slow else ():
+        for i, w in enumerate(trace.windows if slow else ()):
             comm = slow_collectives(trace, w.start, w.end, slow)
             if comm is not None and comm.exposed > 0:
-                items[SLOW_COLLECTIVES] += comm.exposed - _kept(trace, list(comm.spans), w.number, context)
+                us = comm.exposed - _kept(trace, list(comm.spans), w.number, context)
+                items[SLOW_COLLECTIVES] += us
+                per_step[i]["exposed communication"] += us
     for i in range(rest, len(budgets)):
         for gap in budgets[i].gaps:
             if gap.kind != "host" or gap.us <= ONE_TIME_US:
@@ -1066,8 +1074,24 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
             for (cause, what), us in gap_causes(trace, gap, context)[0].items():
                 if cause in ONE_TIME and us > 0:
                     items[what if cause == "one-time" else f"compiling ({what})"] += us
-                    per_step[i] += us
-    return OneTime(items, per_step)
+                    per_step[i]["host wait"] += us
+    capped = []
+    for b, shares in zip(budgets, per_step, strict=True):
+        parts = b.split() if shares else {}
+        capped.append({part: min(us, parts[part]) for part, us in shares.items() if us > 0 and parts[part] > 0})
+    return OneTime(items, capped)
+
+
+def _excess(slow: Budget, others: list[Budget], extra: float) -> dict[str, float]:
+    """Where `extra` µs of a slow first step `slow` lie in its budget: each part's excess over the median of that
+    part in the `others`, scaled down to `extra` in all (a first step's compiling shows as host wait, its autotuning
+    and first copies as GPU work: each is taken from its own part, never a part's usual share)."""
+    splits = [b.split() for b in others]
+    usual = {part: statistics.median(split[part] for split in splits) for part in PARTS}
+    over = {part: us - usual[part] for part, us in slow.split().items() if us > usual[part]}
+    total = sum(over.values())
+    scale = min(1.0, extra / total) if total > 0 else 0.0
+    return {part: us * scale for part, us in over.items()}
 
 
 def _kept(trace: Trace, spans: list[tuple[float, float]], number: int, context: GapContext) -> float:

@@ -1,13 +1,12 @@
 """The summary's --html report: one self-contained HTML file of figures (plotly) that opens offline, fetching nothing.
 
-For each trace: the verdict and its levers at the top; every step's budget as stacked bars with the median step
-marked; a timeline of the median step's window (the GPU streams with kernels coloured by family, the idle gaps
-coloured by cause, the CPU's top-level ops under them); the roofline, each shaped op a point under the device's
-compute and memory roofs; the top kernels and the collectives as tables sorted by a click on a column. The ranks of
-one run stand side by side, under a comparison of their figures and the skew of their collectives. plotly.js is
-inlined once in the page (as plotly's include_plotlyjs=True does), so nothing is fetched: no CDN, no fonts. The
-figures are the diagnosis' (common.analysis.picture): nothing is measured again here.
-"""
+For each trace: the verdict, its levers and the saving it predicts at the top; every step's budget as stacked bars
+with the median step marked; a timeline of the median step's window (the GPU streams with kernels coloured by
+family, the idle gaps coloured by cause, the CPU's top-level ops under them); the roofline, each shaped op a point
+under the device's compute and memory roofs; the top kernels and the collectives as tables sorted by a click on a
+column. The ranks of one run stand side by side, under a comparison of their figures and the skew of their
+collectives. plotly.js is inlined once in the page (as plotly's include_plotlyjs=True does), so nothing is fetched:
+no CDN, no fonts. The figures are the diagnosis' (common.analysis.picture): nothing is measured again here."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ h3 { font-size: 1em; margin-bottom: 0.2em; }
 .verdict { background: #fff6e0; border-left: 5px solid #e0a000; padding: 0.6em 1em; }
 .verdict .bound { font-size: 1.15em; font-weight: bold; margin: 0.2em 0; }
 .verdict .lever { font-size: 1.05em; margin: 0.3em 0; }
+.verdict .saving { font-weight: bold; margin: 0.3em 0; }
 .meta, .note { color: #555; font-size: 0.9em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.4em 0 1em; }
 th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
@@ -155,7 +155,9 @@ def _timeline_figure(pic: Picture, page: _Page) -> str:
         kind = "gap" if s.lane == "GPU idle" else "cpu" if s.lane == "CPU ops" else "gpu"
         groups.setdefault((kind, s.group), []).append(s)
     families = sorted(g for k, g in groups if k == "gpu")
-    palette = plotly.colors.qualitative.D3 + plotly.colors.qualitative.Set3
+    taken = {c.lower() for c in (*CAUSE_COLOURS.values(), CPU_COLOUR)}  # a family never wears a gap's or the CPU's
+    qualitative = plotly.colors.qualitative
+    palette = [c for c in qualitative.D3 + qualitative.Bold + qualitative.Set3 if c.lower() not in taken]
     colour = {f: palette[i % len(palette)] for i, f in enumerate(families)}
     fig = go.Figure()
     for (kind, group), slices in sorted(groups.items(), key=lambda kv: ("gpu", "gap", "cpu").index(kv[0][0])):
@@ -178,8 +180,8 @@ def _timeline_figure(pic: Picture, page: _Page) -> str:
         showlegend=True,
         height=160 + 46 * len(lanes),
         margin={"l": 110, "r": 20, "t": 40, "b": 40},
-        title=f"Timeline of the median step (#{pic.median})",
-        xaxis_title="µs from the window's start",
+        title=f"Timeline of the median step (#{pic.median}), from its window's start",
+        xaxis={"ticksuffix": " µs"},  # the unit on the ticks: an axis title under them would sit under the legend
         yaxis={"categoryorder": "array", "categoryarray": lanes[::-1]},
         legend={"orientation": "h", "y": -0.3},
     )
@@ -297,6 +299,9 @@ def _collective_table(pic: Picture) -> str:
 
 def _verdict(pic: Picture) -> str:
     levers = "".join(f'<p class="lever">lever: {_esc(lever)}</p>' for lever in pic.levers)
+    if pic.levers:
+        said = "; ".join(pic.savings) or f"{DASH} (the verdict predicts none for this lever)"
+        levers += f'<p class="saving">predicted saving: {_esc(said)}</p>'
     rules = "".join(
         f"<li><b>{_esc(name)}</b> → {_esc(fix)}<ul>{''.join(f'<li>{_esc(e)}</li>' for e in evidence)}</ul></li>"
         for name, fix, evidence in pic.rules

@@ -9,9 +9,11 @@ verdict's host-wait story adds up (diagnosis.gap_causes).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from common.analysis.budget import PARTS as BUDGET_PARTS
 from common.analysis.budget import Budget, Gap
 from common.analysis.collectives import CollectiveRow, collective_rows
 from common.analysis.diagnosis import (
@@ -44,9 +46,9 @@ CAUSES = {
     "kernel": "kernels waiting (launch latency)",
     "other": "a queued op waiting (sync, event, other stream)",
 }
-# The parts of a step's budget, as its stacked bar shows them (Budget's figures, µs); they add up to its span. The
-# one-time part is the share of its host wait the verdict finds ran once (Diagnosis.one_time), out of "host wait".
-PARTS = ("compute", "copies", "exposed communication", "host wait", "queued", "one-time")
+# The parts of a step's budget, as its stacked bar shows them (Budget.split, µs); they add up to its span. The
+# one-time part is what the verdict finds ran once (Diagnosis.one_time), each share out of the part that held it.
+PARTS = (*BUDGET_PARTS, "one-time")
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class Picture:
     bound: str
     verdict: str
     levers: list[str]
+    savings: list[str]  # what the verdict predicts its levers save (savings_of); none: it predicts none
     budget_line: str | None
     rules: list[tuple[str, str, list[str]]]  # (name, fix, evidence)
     steps: list[StepBar]
@@ -141,6 +144,11 @@ class Picture:
     collectives: list[CollectiveRow] = field(default_factory=list)
 
 
+def savings_of(verdict: str) -> list[str]:
+    """What a verdict predicts its levers save: each "saves up to … of the …" it says, in its order."""
+    return re.findall(r"saves up to [^()]*? of the [^()]*?(?=\))", verdict)
+
+
 def levers_of(verdict: str) -> list[str]:
     """The levers a verdict names: what follows each "→" (up to the next ";" but for the last, which runs to the
     end: the host story joins its levers with "; and")."""
@@ -148,11 +156,13 @@ def levers_of(verdict: str) -> list[str]:
     return [p if i == len(parts) - 1 else p.split(";")[0] for i, p in enumerate(parts)]
 
 
-def _bar(b: Budget, number: int, start: float, once: float) -> StepBar:
-    """Step `number`'s bar from its budget `b`, `once` µs of its host wait shown apart as one-time."""
-    once = min(max(once, 0.0), b.host_wait)
-    figures = (b.compute, b.non_compute, b.comm_exposed, b.host_wait - once, b.kernel_wait + b.other_wait, once)
-    parts = dict(zip(PARTS, figures, strict=True))
+def _bar(b: Budget, number: int, start: float, once: dict[str, float]) -> StepBar:
+    """Step `number`'s bar from its budget `b`, the µs of each part that ran once (`once`) shown apart as one-time."""
+    parts = b.split()
+    taken = {part: min(max(us, 0.0), parts[part]) for part, us in once.items()}
+    for part, us in taken.items():
+        parts[part] -= us
+    parts["one-time"] = sum(taken.values(), 0.0)
     return StepBar(number=number, start=start, span=b.span, window=b.window, parts=parts)
 
 
@@ -240,6 +250,7 @@ def picture(trace: Trace, diagnosis: Diagnosis, peak: Peak | None, draw: bool = 
         bound=diagnosis.bound,
         verdict=diagnosis.verdict,
         levers=levers_of(diagnosis.verdict),
+        savings=savings_of(diagnosis.verdict),
         budget_line=lines[1].strip() if diagnosis.median is not None else None,
         rules=[(r.name, r.fix, r.evidence) for r in diagnosis.rules],
         steps=[],
@@ -247,7 +258,7 @@ def picture(trace: Trace, diagnosis: Diagnosis, peak: Peak | None, draw: bool = 
     )
     if budgets:
         starts = [_window_start(trace, i, b) for i, b in enumerate(budgets)]
-        once = diagnosis.one_time or [0.0] * len(budgets)
+        once = diagnosis.one_time or [{} for _ in budgets]
         out.steps = [
             _bar(b, s.number, start, o) for b, s, start, o in zip(budgets, trace.steps, starts, once, strict=True)
         ]

@@ -23,6 +23,16 @@ TRACES = [
     FIXTURES / "ddp_gloo",
 ]
 
+# Each figure's axis texts (titles, tick labels) that its legend's box covers, as "figure class: text"
+OVERLAPS = """() => Array.from(document.querySelectorAll('div.figure')).flatMap(f => {
+  const legend = f.querySelector('.legend'); if (!legend) return [];
+  const box = legend.getBoundingClientRect();
+  return Array.from(f.querySelectorAll('.xtitle, .ytitle, .xtick text, .ytick text')).filter(t => {
+    const r = t.getBoundingClientRect();
+    return r.width > 0 && r.left < box.right && r.right > box.left && r.top < box.bottom && r.bottom > box.top;
+  }).map(t => f.className + ': ' + t.textContent);
+})"""
+
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no chromium here (apt-get install chromium)")
 
 
@@ -52,6 +62,7 @@ def opened(tmp_path_factory) -> dict:
                 figure.scroll_into_view_if_needed()
                 seen["figures"].append((figure.get_attribute("class"), figure.locator(".main-svg").count(),
                                         figure.screenshot()))  # fmt: skip
+            seen["overlaps"] = page.evaluate(OVERLAPS)
             seen["text"] = page.inner_text("body")
             seen["verdicts"] = page.locator(".verdict-text").all_inner_texts()
             seen["screenshot"] = page.screenshot()
@@ -86,3 +97,7 @@ def test_every_figure_draws_in_the_browser(opened):
 def test_the_page_shows_each_traces_verdict(opened):
     assert len(opened["verdicts"]) == 4 and all(v.startswith("verdict: ") for v in opened["verdicts"])
     assert "bound by the CPU" in opened["text"] and colours(opened["screenshot"]) > 50
+
+
+def test_no_legend_covers_an_axis_title_or_tick_label(opened):
+    assert opened["overlaps"] == []
