@@ -155,8 +155,7 @@ def _correlation(args: Args | None) -> int | str | None:
 
 KEPT = {*CPU_KINDS, *GPU_WORK}  # the categories the reader uses
 KIND_CODE = {kind: code for code, kind in enumerate(CPU_KINDS)}
-NAME, TS, DUR, TID = (operator.itemgetter(i) for i in range(4))  # of an (name, ts, dur, tid) record
-LAUNCH_TID = operator.itemgetter(4)  # of a Launch
+NAME = operator.itemgetter(0)  # of an (name, ts, dur, tid) record, or of a Launch
 TS_OF_CALL = operator.itemgetter(0)  # of a shaped call (ts, dur, tid, shapes), or of a GPU op's (ts, correlation, op)
 OP_OF_GPU = operator.itemgetter(2)  # of a GPU op's (ts, correlation, op)
 _NO_THREAD = object()  # before the first event: no thread id is this
@@ -377,14 +376,12 @@ class _Collector:
         is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
         runtime = list(compress(self.launches, is_runtime))
         driver = list(compress(self.launches, map(operator.not_, is_runtime)))
-        for kind, records, tid_of in (
-            (LABEL, self.annotations, TID), (PYTHON, self.python, TID),
-            (RUNTIME, runtime, LAUNCH_TID), (DRIVER, driver, LAUNCH_TID),
-        ):  # fmt: skip
-            for tid, kept in _by_thread(records, tid_of).items():
-                starts = array("d", map(TS, kept))
-                ends = array("d", map(operator.add, starts, map(DUR, kept)))
-                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, list(map(NAME, kept)))
+        for kind, records, at in ((LABEL, self.annotations, 3), (PYTHON, self.python, 3), (RUNTIME, runtime, 4),
+                                  (DRIVER, driver, 4)):  # fmt: skip
+            for tid, kept in _by_thread(records, at).items():  # columns as lists (a comprehension's index is the
+                starts = [record[1] for record in kept]  # cheapest read), packed by Layer.of
+                ends = [record[1] + record[2] for record in kept]
+                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, [record[0] for record in kept])
         return CallTree({tid: Thread(tid, dict(sorted(by_kind.items()))) for tid, by_kind in layers.items()})
 
     def steps(self, path: Path | str, tree: CallTree, find_iterations: bool = True) -> tuple[list[Step], bool]:
@@ -711,10 +708,10 @@ def _by_start(calls: list[tuple[float, float, object, ShapedOp]]) -> list[tuple[
     return sorted(calls, key=lambda c: (c[0], -c[1]))
 
 
-def _by_thread(records: list, tid_of: Callable) -> dict[object, list]:
-    """`records` grouped by their thread (`tid_of` gives it), each group in the records' order: a pass per thread in
-    C where the threads are few."""
-    tids = list(map(tid_of, records))
+def _by_thread(records: list, at: int) -> dict[object, list]:
+    """`records` grouped by their thread (the item at index `at` of each), each group in the records' order: a pass
+    per thread in C where the threads are few."""
+    tids = [record[at] for record in records]
     distinct = dict.fromkeys(tids)
     if len(distinct) <= 1:
         return {tid: records for tid in distinct}
