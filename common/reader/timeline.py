@@ -31,6 +31,7 @@ SPILL_SHARE = 0.1  # ... where most steps' work runs past their span's end by th
 # lags the CPU); where most end within it, a step's last kernels finishing after its CPU side (no synchronize at its
 # end) leave every step its CPU span, and what spills counts in the next step's window
 START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
+NEAR_INTERVALS = 32  # a window's intervals of the union are searched among the next this many first, then all
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
 
@@ -42,9 +43,6 @@ class Window(NamedTuple):
     end: float
     kind: str
     number: int  # the step's number
-
-
-_new_window = functools.partial(tuple.__new__, Window)  # Window((start, end, kind, number)), in C
 
 
 class Union(NamedTuple):
@@ -174,10 +172,19 @@ class GpuTimeline:
         rel = [(start - origin, end - origin) for start, end in bounds]
         starts, ends = self.union.starts, self.union.ends
         out: list[WindowParts | None] = []
-        i, last = 0, -math.inf
+        i, last, n, find_right, find_left = 0, -math.inf, len(ends), bisect.bisect_right, bisect.bisect_left
         for lo, hi in rel:
-            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
-            j = bisect.bisect_left(starts, hi, i)  # ... and the first starting at or after `hi`
+            # the first interval ending after `lo`, then the first starting at or after `hi`: each searched among the
+            # next NEAR_INTERVALS first (a window holds a few; the next window starts where this one ends)
+            i = i if lo >= last else 0
+            near = i + NEAR_INTERVALS
+            i = find_right(ends, lo, i, near if near < n else n)
+            if i == near:
+                i = find_right(ends, lo, near)
+            near = i + NEAR_INTERVALS
+            j = find_left(starts, hi, i, near if near < n else n)
+            if j == near:
+                j = find_left(starts, hi, near)
             last = lo
             if j <= i:  # nothing ran in the window
                 out.append(None)
@@ -238,23 +245,27 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []
-    add, n, before = out.append, len(steps), None  # before: the last window's end
+    add, new, n, before = out.append, tuple.__new__, len(steps), None  # before: the last window's end
     for k, (step, begin, late, end) in enumerate(zip(steps, begins, behind, ends, strict=True)):
-        if before is not None:
-            begin = max(begin, before)  # type: ignore[type-var]
+        # max(x, y) as `y if y > x else x` and min(x, y) as `y if y < x else x`: the same value, without a call
+        if before is not None and before > begin:
+            begin = before
         if not late:
             if k + 1 < n and behind[k + 1]:
-                end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
-            before = max(end, begin)
-            add(_new_window((begin, before, "step", step.number)))
+                nxt = begins[k + 1]
+                nxt = begin if begin > nxt else nxt
+                end = nxt if nxt < end else end
+            before = begin if begin > end else end
+            add(new(Window, (begin, before, "step", step.number)))
             continue
         if k + 1 < n:
-            end = max(begins[k + 1], begin)  # type: ignore[type-var]
+            nxt = begins[k + 1]
+            end = begin if begin > nxt else nxt
             periods.append(end - begin)
         else:  # the last: as long as the steps' period, not to its own last op, nor past what was recorded
             period = statistics.median(periods) if periods else step.dur_us
             last = until() if callable(until) else until
             end = begin + max(min(period, last - begin), 0.0)
         before = end
-        add(_new_window((begin, end, "gpu", step.number)))
+        add(new(Window, (begin, end, "gpu", step.number)))
     return out
