@@ -159,7 +159,6 @@ NAME = operator.itemgetter(0)  # of an (name, ts, dur, tid) record, or of a Laun
 TS_OF_CALL = operator.itemgetter(0)  # of a shaped call (ts, dur, tid, shapes), or of a GPU op's (ts, correlation, op)
 OP_OF_GPU = operator.itemgetter(2)  # of a GPU op's (ts, correlation, op)
 _NO_THREAD = object()  # before the first event: no thread id is this
-_new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur, correlation, tid)), in C
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
@@ -253,7 +252,7 @@ class _Collector:
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
-        issue_ops, skipped, last_tid, tid = comms.ISSUE_OPS, 0, _NO_THREAD, None
+        issue_ops, skipped, last_tid, tid, new = comms.ISSUE_OPS, 0, _NO_THREAD, None, tuple.__new__
         op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
@@ -307,7 +306,7 @@ class _Collector:
                 elif code >= RUNTIME:  # a runtime or driver call
                     typed = typed_args(e.args, launch_args)
                     corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
-                    launches.append(_new_launch((name, ts, dur, corr, tid)))
+                    launches.append(new(Launch, (name, ts, dur, corr, tid)))  # without its Python __new__
                     add_kind(code)
                 else:
                     self.python.append((name, ts, dur, tid))
