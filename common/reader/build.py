@@ -205,7 +205,8 @@ class _Collector:
         self.op_ts = array("d")  # µs: flat doubles, not a float object each
         self.op_end = array("d")  # its start plus its duration: the ends the call tree keeps, added as read
         self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
-        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked run by run
+        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked op by op
+        self.last_op_ts = -math.inf  # the start of the last op read
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
@@ -233,15 +234,14 @@ class _Collector:
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
         starts: list[float] = []  # the run's ops' starts and ends, packed into their columns once the run is read
         ends: list[float] = []
+        done = False
         try:
             self._add(events, starts.append, ends.append)
+            done = True
         finally:  # a float list's append is cheaper than an array's, which parses its argument as a C double
             if starts:
-                if self.ops_rising:  # on the floats of the list, not the array's (no float object made per op)
-                    before = self.op_ts[-1] if self.op_ts else -math.inf
-                    self.ops_rising = before < starts[0] and all(
-                        map(operator.lt, starts, itertools.islice(starts, 1, None))
-                    )
+                if not done:  # the loop's check of the order did not finish: the call tree checks the order itself
+                    self.ops_rising = False
                 self.op_ts.frombytes(struct.pack(f"{len(starts)}d", *starts))
                 self.op_end.frombytes(struct.pack(f"{len(ends)}d", *ends))
 
@@ -254,6 +254,7 @@ class _Collector:
         add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
         issue_ops, skipped, last_tid, tid, new = comms.ISSUE_OPS, 0, _NO_THREAD, None, tuple.__new__
         op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
+        rising, last_ts = self.ops_rising, self.last_op_ts  # each op starts after the one read before it
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
@@ -289,6 +290,9 @@ class _Collector:
                 add_name(name)
                 add_ts(ts)
                 add_end(ts + dur)
+                if ts <= last_ts:  # a comparison here costs less than a pass over the run's starts after it
+                    rising = False
+                last_ts = ts
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args, ts, dur, tid)
                 elif name in issue_ops:  # a collective; its args decoded where they are record_param_comms'
@@ -319,6 +323,7 @@ class _Collector:
                     args = args_of(e.args)
                     add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
+        self.ops_rising, self.last_op_ts = rising, last_ts
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
