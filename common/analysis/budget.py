@@ -6,8 +6,6 @@ launch latency, a longer one a dependency: an event, another stream, a sync).
 
 from __future__ import annotations
 
-import functools
-import operator
 from typing import NamedTuple
 
 from common.reader.model import GpuOp, Trace, median_index
@@ -23,7 +21,7 @@ PARTS = ("compute", "copies", "exposed communication", "host wait", "queued")
 class Gap(NamedTuple):
     """A time the GPU ran nothing inside a step, and why: "host" (the next op was not launched yet), "kernel"
     (launched, a short wait), "other" (launched, waiting on something else). A named tuple: a step has a gap
-    per op or so, and the budget makes them with `_new_gap` in C."""
+    per op or so, and the budget makes them with tuple.__new__ in C."""
 
     start: float
     end: float
@@ -34,10 +32,6 @@ class Gap(NamedTuple):
     @property
     def us(self) -> float:
         return self.end - self.start
-
-
-GAP_START, GAP_END = operator.itemgetter(0), operator.itemgetter(1)  # of a Gap
-_new_gap = functools.partial(tuple.__new__, Gap)  # Gap((start, end, kind, step, after)), without its Python __new__
 
 
 class Budget:
@@ -131,8 +125,9 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
     if parts is None:
         out.host_wait = max(0.0, end - start) if edges else 0.0
         return out
-    out.busy, gaps, add = parts.busy, out.gaps, out.gaps.append
-    host = kernel = other = 0.0
+    out.busy, gaps = parts.busy, out.gaps
+    add, new = gaps.append, tuple.__new__  # tuple.__new__(Gap, ...): a Gap without its Python __new__
+    host = kernel = other = longest = 0.0  # longest: max(gap.us), as gaps are never negative
     wait = KERNEL_WAIT_US
     for a, b, after in parts.gaps:
         launch = after.launch if after is not None else None
@@ -142,27 +137,36 @@ def _budget(parts: WindowParts | None, start: float, end: float, number: int, ed
             queued = called + launch[2] - start
             late = called > start + a
             if (queued - a >= wait or late) and b - queued >= wait:
-                split = max(a, queued)  # the host was late (or still in a slow launch call) up to it; then queued
-                if split > a:
+                split = queued if queued > a else a  # max(a, queued): the host was late (or still in a slow launch
+                if split > a:  # call) up to it; then queued
                     host += split - a
-                    add(_new_gap((start + a, start + split, "host", number, after)))
+                    gap_start, gap_end = start + a, start + split
+                    add(new(Gap, (gap_start, gap_end, "host", number, after)))
+                    if gap_end - gap_start > longest:
+                        longest = gap_end - gap_start
                 other += b - split
-                add(_new_gap((start + split, start + b, "other", number, after)))
+                gap_start, gap_end = start + split, start + b
+                add(new(Gap, (gap_start, gap_end, "other", number, after)))
+                if gap_end - gap_start > longest:
+                    longest = gap_end - gap_start
                 continue
             if not late and queued - a >= wait:  # still in its launch call (a first launch, say)
                 late = True
         length = b - a
         if late:  # launched after the gap began (or still in its call, or unknown): the host was late
             host += length
-            add(_new_gap((start + a, start + b, "host", number, after)))
+            kind = "host"
         elif length < wait:
             kernel += length
-            add(_new_gap((start + a, start + b, "kernel", number, after)))
+            kind = "kernel"
         else:
             other += length
-            add(_new_gap((start + a, start + b, "other", number, after)))
-    out.host_wait, out.kernel_wait, out.other_wait = host, kernel, other
-    out.longest_gap = max(map(operator.sub, map(GAP_END, gaps), map(GAP_START, gaps)), default=0.0)  # in C
+            kind = "other"
+        gap_start, gap_end = start + a, start + b
+        add(new(Gap, (gap_start, gap_end, kind, number, after)))
+        if gap_end - gap_start > longest:
+            longest = gap_end - gap_start
+    out.host_wait, out.kernel_wait, out.other_wait, out.longest_gap = host, kernel, other, longest
     out.parts = parts
     return out
 

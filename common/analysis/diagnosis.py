@@ -256,12 +256,12 @@ def _scan(trace: Trace) -> _Scan:
         for op in step.gpu:
             launch = op.launch
             kernel = op.category == "kernel"
-            if launch is not None:
-                if last is None or launch.ts > last:
-                    last = launch.ts
-                if kernel and not launch.name.startswith(GRAPH_LAUNCHES):  # a replayed kernel's is its graph's
+            if launch is not None:  # a Launch read by index (ts, name, dur), an op at a time: cheaper than by name
+                if last is None or launch[1] > last:
+                    last = launch[1]
+                if kernel and not launch[0].startswith(GRAPH_LAUNCHES):  # a replayed kernel's is its graph's
                     launched += 1
-                    if op.us < launch.dur:
+                    if op.us < launch[2]:
                         short.append(op)
             if kernel and shapes and (ext := op.external) in shapes:
                 by_op.setdefault(ext, []).append(op)

@@ -155,12 +155,10 @@ def _correlation(args: Args | None) -> int | str | None:
 
 KEPT = {*CPU_KINDS, *GPU_WORK}  # the categories the reader uses
 KIND_CODE = {kind: code for code, kind in enumerate(CPU_KINDS)}
-NAME, TS, DUR, TID = (operator.itemgetter(i) for i in range(4))  # of an (name, ts, dur, tid) record
-LAUNCH_TID = operator.itemgetter(4)  # of a Launch
+NAME = operator.itemgetter(0)  # of an (name, ts, dur, tid) record, or of a Launch
 TS_OF_CALL = operator.itemgetter(0)  # of a shaped call (ts, dur, tid, shapes), or of a GPU op's (ts, correlation, op)
 OP_OF_GPU = operator.itemgetter(2)  # of a GPU op's (ts, correlation, op)
 _NO_THREAD = object()  # before the first event: no thread id is this
-_new_launch = functools.partial(tuple.__new__, Launch)  # Launch((name, ts, dur, correlation, tid)), in C
 # Kineto's first schema (torch 1.8-1.9, 2021, the TensorBoard plugin's era: libkineto/src/output_json.cpp wrote
 # "Operator", "Runtime", "Kernel", "Memcpy", "Memset"; ProfilerStep#N and record_function labels were Operators
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
@@ -207,7 +205,8 @@ class _Collector:
         self.op_ts = array("d")  # µs: flat doubles, not a float object each
         self.op_end = array("d")  # its start plus its duration: the ends the call tree keeps, added as read
         self.op_tids: list[tuple[int, object]] = []  # (index of the first op of a run on one thread, the thread)
-        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked run by run
+        self.ops_rising = True  # each op (on any thread) starts after the one read before it: checked op by op
+        self.last_op_ts = -math.inf  # the start of the last op read
         self.tids: dict[object, object] = {}  # one object per thread id (a tid past 256 is a new int per event)
         self.annotations: list[tuple[str, float, float, object]] = []  # user_annotation: (name, ts, dur, tid)
         self.python: list[tuple[str, float, float, object]] = []  # python_function: (name, ts, dur, tid)
@@ -235,15 +234,14 @@ class _Collector:
         One loop over the run, not a call per event: this is where a trace's millions of events pass."""
         starts: list[float] = []  # the run's ops' starts and ends, packed into their columns once the run is read
         ends: list[float] = []
+        done = False
         try:
             self._add(events, starts.append, ends.append)
+            done = True
         finally:  # a float list's append is cheaper than an array's, which parses its argument as a C double
             if starts:
-                if self.ops_rising:  # on the floats of the list, not the array's (no float object made per op)
-                    before = self.op_ts[-1] if self.op_ts else -math.inf
-                    self.ops_rising = before < starts[0] and all(
-                        map(operator.lt, starts, itertools.islice(starts, 1, None))
-                    )
+                if not done:  # the loop's check of the order did not finish: the call tree checks the order itself
+                    self.ops_rising = False
                 self.op_ts.frombytes(struct.pack(f"{len(starts)}d", *starts))
                 self.op_end.frombytes(struct.pack(f"{len(ends)}d", *ends))
 
@@ -254,8 +252,9 @@ class _Collector:
         args_of, kind_code, tids, launches = self.args_of, KIND_CODE, self.tids, self.launches
         typed_args, gpu_args, launch_args, dims = self.typed_args, self.gpu_args, self.launch_args, self.dims
         add_label, add_gpu, add_kind = self.annotations.append, self.gpu.append, self.launch_kinds.append
-        issue_ops, skipped, last_tid, tid = comms.ISSUE_OPS, 0, _NO_THREAD, None
+        issue_ops, skipped, last_tid, tid, new = comms.ISSUE_OPS, 0, _NO_THREAD, None, tuple.__new__
         op_tid = self.op_tids[-1][1] if self.op_tids else _NO_THREAD
+        rising, last_ts = self.ops_rising, self.last_op_ts  # each op starts after the one read before it
         for e in events:
             cat, ts, dur = e.cat, e.ts, e.dur
             if cat not in KEPT:
@@ -291,6 +290,9 @@ class _Collector:
                 add_name(name)
                 add_ts(ts)
                 add_end(ts + dur)
+                if ts <= last_ts:  # a comparison here costs less than a pass over the run's starts after it
+                    rising = False
+                last_ts = ts
                 if name in SHAPED_OPS and (args := args_of(e.args)) is not None and args.dims is not None:
                     self.shaped(name, args, ts, dur, tid)
                 elif name in issue_ops:  # a collective; its args decoded where they are record_param_comms'
@@ -308,7 +310,7 @@ class _Collector:
                 elif code >= RUNTIME:  # a runtime or driver call
                     typed = typed_args(e.args, launch_args)
                     corr = typed.correlation if typed is not None else _correlation(args_of(e.args))
-                    launches.append(_new_launch((name, ts, dur, corr, tid)))
+                    launches.append(new(Launch, (name, ts, dur, corr, tid)))  # without its Python __new__
                     add_kind(code)
                 else:
                     self.python.append((name, ts, dur, tid))
@@ -321,6 +323,7 @@ class _Collector:
                     args = args_of(e.args)
                     add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
+        self.ops_rising, self.last_op_ts = rising, last_ts
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
@@ -377,14 +380,12 @@ class _Collector:
         is_runtime = self.launch_kinds.translate(bytes(int(code == RUNTIME) for code in range(256)))
         runtime = list(compress(self.launches, is_runtime))
         driver = list(compress(self.launches, map(operator.not_, is_runtime)))
-        for kind, records, tid_of in (
-            (LABEL, self.annotations, TID), (PYTHON, self.python, TID),
-            (RUNTIME, runtime, LAUNCH_TID), (DRIVER, driver, LAUNCH_TID),
-        ):  # fmt: skip
-            for tid, kept in _by_thread(records, tid_of).items():
-                starts = array("d", map(TS, kept))
-                ends = array("d", map(operator.add, starts, map(DUR, kept)))
-                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, list(map(NAME, kept)))
+        for kind, records, at in ((LABEL, self.annotations, 3), (PYTHON, self.python, 3), (RUNTIME, runtime, 4),
+                                  (DRIVER, driver, 4)):  # fmt: skip
+            for tid, kept in _by_thread(records, at).items():  # columns as lists (a comprehension's index is the
+                starts = [record[1] for record in kept]  # cheapest read), packed by Layer.of
+                ends = [record[1] + record[2] for record in kept]
+                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, [record[0] for record in kept])
         return CallTree({tid: Thread(tid, dict(sorted(by_kind.items()))) for tid, by_kind in layers.items()})
 
     def steps(self, path: Path | str, tree: CallTree, find_iterations: bool = True) -> tuple[list[Step], bool]:
@@ -711,10 +712,10 @@ def _by_start(calls: list[tuple[float, float, object, ShapedOp]]) -> list[tuple[
     return sorted(calls, key=lambda c: (c[0], -c[1]))
 
 
-def _by_thread(records: list, tid_of: Callable) -> dict[object, list]:
-    """`records` grouped by their thread (`tid_of` gives it), each group in the records' order: a pass per thread in
-    C where the threads are few."""
-    tids = list(map(tid_of, records))
+def _by_thread(records: list, at: int) -> dict[object, list]:
+    """`records` grouped by their thread (the item at index `at` of each), each group in the records' order: a pass
+    per thread in C where the threads are few."""
+    tids = [record[at] for record in records]
     distinct = dict.fromkeys(tids)
     if len(distinct) <= 1:
         return {tid: records for tid in distinct}

@@ -26,7 +26,7 @@ import operator
 from array import array
 from collections.abc import Iterator, Sequence
 
-from common.reader.intervals import running_max
+from common.reader.intervals import doubles, longs, running_max
 from common.reader.kinds import CPU_KINDS, DRIVER, LABEL, OP, PYTHON, ROLES, RUNTIME, role_of
 
 # The layers a kind of time can be found in (common.reader.kinds.role_of): ops are ops, labels and python_function
@@ -42,6 +42,7 @@ LAYERS_OF_ROLE = {
 }
 SCANS_BEFORE_NESTING = 16  # innermost queries a layer answers by scanning back before it makes its nesting
 FEW_THREADS = 8  # up to this many threads, records are grouped by thread a pass per thread, in C
+NEAR_NODES = 16  # the next top node is searched among this many nodes after a top one first, then among the rest
 
 
 class Layer:
@@ -81,20 +82,21 @@ class Layer:
         return self._reach
 
     @classmethod
-    def of(cls, kind: int, starts: array, ends: array, names: list[str]) -> Layer:
-        """The layer of one category's nodes given as columns in any order: kept as they are where they come in
-        start order with no shorter node before a longer one at the same start (checked in C), else sorted."""
+    def of(cls, kind: int, starts: Sequence[float], ends: Sequence[float], names: list[str]) -> Layer:
+        """The layer of one category's nodes given as columns in any order (arrays, or lists: read faster, then
+        packed): kept as they are where they come in start order with no shorter node before a longer one at the
+        same start (checked in C), else sorted."""
         if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):  # in order, none starting together
-            return cls(kind, starts, ends, names)
+            return cls(kind, _packed(starts), _packed(ends), names)
         if any(map(operator.gt, starts, itertools.islice(starts, 1, None))):  # out of order: sort by start
             idx = sorted(range(len(starts)), key=starts.__getitem__)
-            begin = array("d", map(starts.__getitem__, idx))
+            begin = [starts[i] for i in idx]
             _longer_first(idx, begin, ends)
-            return cls(kind, begin, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
+            return cls(kind, doubles(begin), doubles([ends[i] for i in idx]), [names[i] for i in idx])
         idx = list(range(len(starts)))  # in order, some starting together: the longer first
         if not _longer_first(idx, starts, ends):  # the longer came first already: the columns as they are
-            return cls(kind, starts, ends, names)
-        return cls(kind, starts, array("d", map(ends.__getitem__, idx)), list(map(names.__getitem__, idx)))
+            return cls(kind, _packed(starts), _packed(ends), names)
+        return cls(kind, _packed(starts), doubles([ends[i] for i in idx]), [names[i] for i in idx])
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -194,19 +196,28 @@ class Layer:
     def _top_chain(self, until: float) -> tuple[array, array, array]:
         """The nodes inside no other node (tops' (starts, ends, indices)), found from the first one on as far as the
         first that starts at or after `until`: the next top node is the first one starting at or after the last
-        one's end, so the chain is found once, as far as the queries reach (amortised: a bisect per top node)."""
+        one's end, so the chain is found once, as far as the queries reach (amortised: a bisect per top node, over the
+        next NEAR_NODES nodes first, none for a top node with no node inside)."""
         if self._chain is None:
             self._chain = (array("d"), array("d"), array("l"))
         top_starts, top_ends, idx = self._chain
         starts, ends, n = self.starts, self.ends, len(self.starts)
         i = bisect.bisect_left(starts, top_ends[-1], idx[-1] + 1) if idx else 0  # the next top node
         if i < n and starts[i] < until:
-            k, add, find = len(idx), idx.append, bisect.bisect_left
+            found: list[int] = []
+            add, find = found.append, bisect.bisect_left
             while i < n and starts[i] < until:
                 add(i)
-                i = find(starts, ends[i], i + 1)
-            top_starts.extend(map(starts.__getitem__, idx[k:]))  # in C
-            top_ends.extend(map(ends.__getitem__, idx[k:]))
+                end, i = ends[i], i + 1
+                if i < n and starts[i] >= end:  # no node inside it: the next node is the next top one
+                    continue
+                near = i + NEAR_NODES  # its nodes inside it are most often few: searched among the next ones first
+                i = find(starts, end, i, near if near < n else n)
+                if i == near:
+                    i = find(starts, end, near, n)
+            idx += longs(found)  # packed at once (an array's append parses each value)
+            top_starts += doubles([starts[k] for k in found])
+            top_ends += doubles([ends[k] for k in found])
         return self._chain
 
     def tops_in(self, start: float, end: float) -> tuple[array, array, array]:
@@ -230,6 +241,11 @@ class Layer:
 
 
 EMPTY = Layer(None, array("d"), array("d"), [], b"")
+
+
+def _packed(values: Sequence[float]) -> array:
+    """`values` as an array of doubles: an array as it is, a list packed (common.reader.intervals.doubles)."""
+    return values if isinstance(values, array) else doubles(list(values))
 
 
 def _nest(starts: array, ends: array) -> array:

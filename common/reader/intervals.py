@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import itertools
 import operator
+import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 Interval = tuple[float, float]
 FIRST, SECOND = operator.itemgetter(0), operator.itemgetter(1)
@@ -22,38 +23,69 @@ def merged(intervals: Iterable[Interval], touch: float = 0.0) -> list[Interval]:
     analysis (union_sorted, once they are sorted). Intervals that overlap, touch, or lie less than `touch` apart
     become one."""
     spans = sorted(intervals)
-    starts, ends, _ = union_sorted(array("d", map(FIRST, spans)), array("d", map(SECOND, spans)), touch)
+    starts, ends, _ = union_sorted(list(map(FIRST, spans)), list(map(SECOND, spans)), touch)
     return list(zip(starts, ends, strict=True))
 
 
-def running_max(ends: array) -> array:
-    """The running maximum of `ends` (the latest end up to each interval; ascending, for binary search), in C: a copy
-    where they never go down (the intervals of one stream, one after another, checked with one comparison each),
-    else accumulated, a `max` call each."""
+def doubles(values: list[float]) -> array:
+    """The floats of the list `values` as an array of doubles, packed in C at once: array("d", values) converts them
+    one at a time through its format parser, 2-3 times the cost (6 times from an iterator)."""
+    out = array("d")
+    out.frombytes(struct.pack(f"{len(values)}d", *values))
+    return out
+
+
+def longs(values: list[int]) -> array:
+    """The ints of the list `values` as an array of C longs, packed at once (doubles says why)."""
+    out = array("l")
+    out.frombytes(struct.pack(f"{len(values)}l", *values))
+    return out
+
+
+def running_max(ends: Sequence[float]) -> array:
+    """The running maximum of `ends` (the latest end up to each interval; ascending, for binary search): a copy
+    where they never go down (the intervals of one stream, one after another, checked in C with one comparison
+    each), else one comparison each in a loop (a `max` call each costs several times that)."""
     if all(map(operator.le, ends, itertools.islice(ends, 1, None))):
-        return array("d", ends)
-    return array("d", itertools.accumulate(ends, max))
+        return array("d", ends) if isinstance(ends, array) else doubles(list(ends))
+    return doubles(running_max_list(ends))
+
+
+def running_max_list(ends: Sequence[float]) -> list[float]:
+    """itertools.accumulate(ends, max) as a list, each step a comparison (max(a, b) keeps a unless b > a)."""
+    out = [top := ends[0]]
+    add = out.append
+    for end in itertools.islice(ends, 1, None):
+        if end > top:
+            top = end
+        add(top)
+    return out
 
 
 def union_sorted(
-    starts: array, ends: array, touch: float = 0.0, reach: array | None = None
+    starts: Sequence[float], ends: Sequence[float], touch: float = 0.0, reach: Sequence[float] | None = None
 ) -> tuple[array, array, array]:
     """The union of intervals given in start order (`starts`, `ends`; `reach`, the running maximum of the ends,
     where known), in C: an interval of the union opens at each one that starts more than `touch` after every
     earlier one has ended, and closes at the latest end before the next one opens. (starts, ends, and the index of
-    the interval each one of the union opens with.)"""
+    the interval each one of the union opens with.) Lists are read faster than arrays (no float made per read)."""
     if not starts:
         return array("d"), array("d"), array("l")
     if reach is None:
-        reach = running_max(ends)  # the latest end up to each: ascending
+        reach = running_max_list(ends)  # the latest end up to each: ascending
     # a byte per interval after the first: 1 where it opens an interval of the union
     reached = map(operator.add, reach, itertools.repeat(touch))
     later = bytes(map(operator.gt, itertools.islice(starts, 1, None), reached))
     if 0 not in later:  # none overlaps or touches one before it (one stream's ops, say): each is one of the union
-        return array("d", starts), array("d", reach), array("l", range(len(starts)))
-    firsts = array("l", itertools.chain((0,), itertools.compress(itertools.count(1), later)))
-    lasts = array("d", itertools.compress(reach, itertools.chain(later, (1,))))  # each closes before the next opens
-    return array("d", itertools.compress(starts, itertools.chain((1,), later))), lasts, firsts
+        return _doubles(starts), _doubles(reach), longs(list(range(len(starts))))
+    firsts = longs([0, *itertools.compress(itertools.count(1), later)])
+    lasts = doubles(list(itertools.compress(reach, itertools.chain(later, (1,)))))  # each closes before the next opens
+    return doubles(list(itertools.compress(starts, itertools.chain((1,), later)))), lasts, firsts
+
+
+def _doubles(values: Sequence[float]) -> array:
+    """A new array of doubles of `values`: a copy of an array, packed from anything else (doubles)."""
+    return array("d", values) if isinstance(values, array) else doubles(list(values))
 
 
 def union_us(intervals: Iterable[Interval]) -> float:

@@ -18,10 +18,10 @@ import math
 import operator
 import statistics
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from common.reader.intervals import merged, running_max, union_sorted
+from common.reader.intervals import doubles, merged, running_max_list, union_sorted
 from common.reader.naming import kernel_family
 
 GpuOp = Step = Any  # common.reader.model's, which imports this module: named here, not imported (no circle)
@@ -31,6 +31,7 @@ SPILL_SHARE = 0.1  # ... where most steps' work runs past their span's end by th
 # lags the CPU); where most end within it, a step's last kernels finishing after its CPU side (no synchronize at its
 # end) leave every step its CPU span, and what spills counts in the next step's window
 START, US, NAME, CATEGORY = (operator.attrgetter(a) for a in ("start", "us", "name", "category"))  # of a GpuOp, in C
+NEAR_INTERVALS = 32  # a window's intervals of the union are searched among the next this many first, then all
 SAME_TIME_US = 0.001  # Kineto's resolution, 1 ns: two ops closer than this touch (0.000977 µs is a double's rounding)
 
 
@@ -42,9 +43,6 @@ class Window(NamedTuple):
     end: float
     kind: str
     number: int  # the step's number
-
-
-_new_window = functools.partial(tuple.__new__, Window)  # Window((start, end, kind, number)), in C
 
 
 class Union(NamedTuple):
@@ -67,20 +65,26 @@ class WindowParts:
         self._parts: tuple[float, float, float] | None = None
 
     @property
-    def gaps(self) -> Iterator[tuple[float, float, GpuOp | None]]:
+    def gaps(self) -> list[tuple[float, float, GpuOp | None]]:
         """The idle gaps in the window, as (start, end, the op that ended it; None: the window's tail), µs from the
-        window's start: before the first op and after the last too, with `edges`."""
-        union, ops, firsts, lo, hi = self._timeline.union, self._timeline.ops, self._timeline.firsts, self._lo, self._hi
-        starts, ends = union.starts, union.ends
-        idle_from = 0.0 if self._edges else max(starts[self._first], lo) - lo
+        window's start: before the first op and after the last too, with `edges`. A list, made in one loop over
+        the slices of the union in the window (a generator's resume per gap costs more than the gap)."""
+        timeline, lo, hi = self._timeline, self._lo, self._hi
+        ops, firsts, starts, ends = timeline.ops, timeline.firsts, timeline.union.starts, timeline.union.ends
+        begin = starts[self._first]
+        idle_from = 0.0 if self._edges else (lo if lo > begin else begin) - lo  # max(begin, lo) - lo
+        out: list[tuple[float, float, GpuOp | None]] = []
+        add, touch = out.append, SAME_TIME_US
         for j in range(self._first, self._last):  # max and min as comparisons: a builtin call each costs more
-            begin, end = starts[j], ends[j]
+            begin = starts[j]
             a = (lo if lo > begin else begin) - lo
-            if a > idle_from + SAME_TIME_US:
-                yield idle_from, a, ops[firsts[j]]
+            if a > idle_from + touch:
+                add((idle_from, a, ops[firsts[j]]))
+            end = ends[j]
             idle_from = (hi if hi < end else end) - lo
         if self._edges and idle_from < hi - lo:
-            yield idle_from, hi - lo, None
+            add((idle_from, hi - lo, None))
+        return out
 
     def _lengths(self) -> tuple[float, float, float]:
         if self._parts is None:
@@ -116,18 +120,19 @@ class GpuTimeline:
             self._build([op for op in ops if op.start is not None])
 
     def _build(self, ops: list[GpuOp]) -> None:
-        begins = list(map(START, ops))
+        begins = [op.start for op in ops]  # a comprehension reads an attribute in half the time attrgetter's map does
         in_order = not any(map(operator.gt, begins, itertools.islice(begins, 1, None)))  # a trace's most often are
         self.ops = list(ops) if in_order else sorted(ops, key=START)
         if not in_order:
-            begins = list(map(START, self.ops))
+            begins = [op.start for op in self.ops]
         origin = self.origin = begins[0] if begins else 0.0
-        self.starts = starts = array("d", map(operator.sub, begins, itertools.repeat(origin)))  # ascending
-        ends = array("d", map(operator.add, starts, map(US, self.ops)))
-        self.reach = running_max(ends)  # the latest end up to each op: ascending
-        begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, self.reach)  # firsts: its first ops
+        starts = [begin - origin for begin in begins]  # ascending; as lists first: read without a float made each
+        ends = [start + op.us for start, op in zip(starts, self.ops, strict=True)]
+        reach = ends if all(map(operator.le, ends, itertools.islice(ends, 1, None))) else running_max_list(ends)
+        begins, lasts, self.firsts = union_sorted(starts, ends, SAME_TIME_US, reach)  # firsts: its first ops
         self.union = Union(begins, lasts)
-        self._ends = ends
+        self.starts, self._ends = doubles(starts), doubles(ends)
+        self.reach = doubles(reach)  # the latest end up to each op: ascending
 
     @functools.cached_property
     def has_comm(self) -> bool:
@@ -167,16 +172,26 @@ class GpuTimeline:
         rel = [(start - origin, end - origin) for start, end in bounds]
         starts, ends = self.union.starts, self.union.ends
         out: list[WindowParts | None] = []
-        i, last = 0, -math.inf
+        i, last, n, find_right, find_left = 0, -math.inf, len(ends), bisect.bisect_right, bisect.bisect_left
         for lo, hi in rel:
-            i = bisect.bisect_right(ends, lo, i if lo >= last else 0)  # the first interval ending after `lo`
-            j = bisect.bisect_left(starts, hi, i)  # ... and the first starting at or after `hi`
+            # the first interval ending after `lo`, then the first starting at or after `hi`: each searched among the
+            # next NEAR_INTERVALS first (a window holds a few; the next window starts where this one ends)
+            i = i if lo >= last else 0
+            near = i + NEAR_INTERVALS
+            i = find_right(ends, lo, i, near if near < n else n)
+            if i == near:
+                i = find_right(ends, lo, near)
+            near = i + NEAR_INTERVALS
+            j = find_left(starts, hi, i, near if near < n else n)
+            if j == near:
+                j = find_left(starts, hi, near)
             last = lo
             if j <= i:  # nothing ran in the window
                 out.append(None)
                 continue
             busy = math.fsum(map(operator.sub, ends[i:j], starts[i:j]))  # in C, less what lies outside the window
-            busy -= max(lo - starts[i], 0.0) + max(ends[j - 1] - hi, 0.0)
+            before, after = lo - starts[i], ends[j - 1] - hi  # each less a part of the window, where it is one
+            busy -= (0.0 if before < 0.0 else before) + (0.0 if after < 0.0 else after)  # max(x, 0.0), no call
             out.append(WindowParts(busy, self, lo, hi, i, j, edges))
         return out
 
@@ -201,16 +216,23 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
     window never starts before the one before it ends. `until` (or the function that gives it, called only where the
     last step's window needs it): the end of what the trace recorded."""
     firsts, lasts = [], []
-    for step in steps:
-        ops = step.gpu
-        try:  # in C where every op has a start, as the reader's have
-            firsts.append(min(map(START, ops)) if ops else None)
-            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
-        except TypeError:  # some op has no start time: left out
-            ops = [op for op in ops if op.start is not None]
-            del firsts[len(lasts) :]
-            firsts.append(min(map(START, ops)) if ops else None)
-            lasts.append(max(map(operator.add, map(START, ops), map(US, ops))) if ops else None)
+    add_first, add_last = firsts.append, lasts.append
+    for step in steps:  # each step's first start and last end, an op without a start time left out: a comparison
+        first = last = None  # each (a min or max call costs several times a step's few ops)
+        for op in step.gpu:
+            begin = op.start
+            if begin is None:
+                continue
+            end = begin + op.us
+            if first is None:
+                first, last = begin, end
+                continue
+            if begin < first:
+                first = begin
+            if end > last:
+                last = end
+        add_first(first)
+        add_last(last)
     ends = [s.start_us + s.dur_us for s in steps]
     spills = [last > end + OUTSIDE_SPAN_US + SPILL_SHARE * s.dur_us  # type: ignore[operator]
               for s, end, last in zip(steps, ends, lasts, strict=True) if last is not None]  # fmt: skip
@@ -223,18 +245,22 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
     begins = [first if late else s.start_us for s, first, late in zip(steps, firsts, behind, strict=True)]
     out: list[Window] = []
     periods: list[float] = []
-    add, n, before = out.append, len(steps), None  # before: the last window's end
+    add, new, n, before = out.append, tuple.__new__, len(steps), None  # before: the last window's end
     for k, (step, begin, late, end) in enumerate(zip(steps, begins, behind, ends, strict=True)):
-        if before is not None:
-            begin = max(begin, before)  # type: ignore[type-var]
+        # max(x, y) as `y if y > x else x` and min(x, y) as `y if y < x else x`: the same value, without a call
+        if before is not None and before > begin:
+            begin = before
         if not late:
             if k + 1 < n and behind[k + 1]:
-                end = min(end, max(begins[k + 1], begin))  # type: ignore[type-var]
-            before = max(end, begin)
-            add(_new_window((begin, before, "step", step.number)))
+                nxt = begins[k + 1]
+                nxt = begin if begin > nxt else nxt
+                end = nxt if nxt < end else end
+            before = begin if begin > end else end
+            add(new(Window, (begin, before, "step", step.number)))
             continue
         if k + 1 < n:
-            end = max(begins[k + 1], begin)  # type: ignore[type-var]
+            nxt = begins[k + 1]
+            end = begin if begin > nxt else nxt
             periods.append(end - begin)
         else:  # the last: as long as the steps' period or its own work, whichever is longer (a short last kernel
             # leaves the period's idle in it; a step that waited for its input runs its work late), never past what
@@ -243,5 +269,5 @@ def windows(steps: list[Step], until: float | Callable[[], float] = math.inf) ->
             last = until() if callable(until) else until
             end = begin + max(min(period, last - begin), 0.0)
         before = end
-        add(_new_window((begin, end, "gpu", step.number)))
+        add(new(Window, (begin, end, "gpu", step.number)))
     return out
