@@ -1698,6 +1698,11 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
          "GPU": _says_gpu_and_host, "balanced": _says_balanced}  # fmt: skip
 
 
+def _recorded_work(trace: Trace) -> bool:
+    """Whether any thread of the trace holds an op, a label or a Python frame: what a model's run leaves."""
+    return any(len(thread.layer(kind)) for thread in trace.tree.threads.values() for kind in (OP, LABEL, PYTHON))
+
+
 def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if trace.devices:  # a device the reader does not model: never "no GPU", never a bound (beside a GPU's too)
         line = (f"no bound: the trace's device is {', '.join(trace.devices)}, which the reader does not model, so "
@@ -1708,6 +1713,12 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu and (evidence := gpu_evidence(trace)) is not None:  # a GPU ran, its events not recorded
         return Diagnosis("—", unrecorded_gpu(trace, evidence), [], [r for r in (_rule_first_step(trace),) if r], None)
+    if not trace.has_gpu and not _recorded_work(trace):  # a capture around nothing: no bound for work not there
+        line = (
+            "no bound: the trace records no op, no label, no Python frame and no GPU work, only the profiler's "
+            "own and runtime set-up events: nothing ran under the profiler; record the model's steps inside it"
+        )
+        return Diagnosis("—", line, [], [], None, {})
     if not trace.has_gpu:
         line = cpu_verdict(trace)  # common.analysis.cpu_bound: compute- or overhead-bound, from the ops' self times
         return Diagnosis("CPU", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))

@@ -139,3 +139,12 @@ def test_a_host_waiting_on_its_dataloader_the_whole_step_is_the_critical_path():
     assert d.bound == "CPU", d.verdict
     assert "the DataLoader" in d.verdict, d.verdict
     assert "the host's own work ran the whole window, so less GPU work would not shorten it" in d.verdict, d.verdict
+
+
+def test_a_capture_of_only_the_profiler_s_own_and_set_up_events_has_no_bound():
+    """holdout5's flowmatch_pytorch_trace: a profile around nothing (device queries, the profiler's overhead events):
+    no op, label, Python frame or GPU work, so no bound, not 'bound by the CPU'."""
+    events = [ev("cuda_runtime", "cudaGetDeviceCount", 10, 1), ev("cuda_runtime", "cudaGetDeviceProperties_v2", 20, 9),
+              ev("overhead", "Activity Buffer Request", 0, 1724), ev("overhead", "Resource", 2000, 5236)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("no bound: the trace records no op, no label, no Python frame and no GPU work"), line
