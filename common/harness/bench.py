@@ -78,7 +78,9 @@ def time_unprofiled(step: Callable[[], object], on_gpu: bool, grad: bool = False
                 end.record()
             torch.cuda.synchronize()
             gpu = statistics.median(start.elapsed_time(end) for start, end in events) * 1e-3  # ms -> s
-        timer = benchmark.Timer(stmt="step()", globals={"step": step})
+        # torch's Timer times on 1 thread unless told (num_threads=1 by default): time the step on the threads the
+        # profiled steps had, or a CPU step reads up to cores x slower than it ran (04_c flash: 324 ms, not 180)
+        timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
         wall = timer.blocked_autorange(min_run_time=MIN_RUN_TIME_S)
         calls = len(wall.times) * wall.number_per_run
         if calls < MIN_CALLS:  # a slow step: time MIN_CALLS single calls rather than a median of one or two

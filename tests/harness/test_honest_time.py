@@ -795,3 +795,18 @@ def test_a_run_checks_its_estimate_against_its_own_first_call(tmp_path, capsys, 
     assert len(checked) == 1 and "x the 2,150 s estimated: about " in checked[0], checked
     assert not any("instead" in line for line in lines)
     assert lines.index(checked[0]) < next(i for i, line in enumerate(lines) if line.startswith("profiled: "))
+
+
+def test_bench_times_the_step_on_the_threads_the_profiled_steps_ran_on():
+    """torch.utils.benchmark.Timer sets 1 thread while it times unless told otherwise: a 2-thread CPU step of
+    04_c --backend flash read 324 ms sustained against 180 ms profiled. The bench must time it as it ran."""
+    from common.harness.bench import time_unprofiled
+
+    seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        time_unprofiled(lambda: seen.append(torch.get_num_threads()), on_gpu=False)
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {2}, sorted(set(seen))
