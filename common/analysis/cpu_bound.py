@@ -38,6 +38,10 @@ NOT_COMPUTE = frozenset({
 GEMM_LIKE = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_weight_int",
              "aten::mkldnn_convolution", "aten::_mkldnn_", "aten::mkldnn_", "aten::convolution_", "aten::_conv",
              "aten::slow_conv", "aten::thnn_conv", "aten::_scaled_mm", "aten::dot", "aten::mv")  # fmt: skip
+# SDPA's fused attention kernels: the scores never leave the kernel, so "a fused kernel" is already applied
+FUSED_ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                   "aten::_scaled_dot_product_fused_attention", "aten::_flash_attention",
+                   "aten::_efficient_attention")  # fmt: skip
 COMPILED = "Torch-Compiled Region"  # torch.compile's wrapper: its own time is its fused kernels and their Python
 # Ops that make random data: a step holding them makes its batch on the host (torch.randn on the CPU)
 RANDOM_OPS = ("aten::normal_", "aten::uniform_", "aten::random_", "aten::bernoulli_", "aten::randn", "aten::rand",
@@ -75,9 +79,16 @@ def _lever(ranked: list[tuple[float, str]]) -> str:
     if ranked and ranked[0][1] in RANDOM_OPS:
         return (f"→ try making the random data where it is used ({ranked[0][1]}: torch.randn/rand on the CPU; "
                 "device='cuda' where it goes to a GPU), once before the loop, or fewer values")  # fmt: skip
+    fused = sum(us for us, name in ranked if name.startswith(FUSED_ATTENTION))
+    cores = "try every physical core (torch.set_num_threads)"
+    bf16 = "bf16 only where the CPU has it natively (avx512_bf16, AMX)"
+    if fused >= 0.5 * sum(us for us, _ in ranked):  # the fused kernel is already the lever the passes would get
+        return (
+            f"→ attention is already SDPA's fused kernel: {cores}, {bf16}, or less work per step (a shorter sequence)"
+        )
     if gemm >= 0.5 * sum(us for us, _ in ranked):
-        return ("→ try every physical core (torch.set_num_threads), channels_last for convolutions, bf16 only where "
-                "the CPU has it natively (avx512_bf16, AMX), or less work per step")  # fmt: skip
+        convolutions = any("conv" in name for _, name in ranked)
+        return f"→ {cores}, {'channels_last for convolutions, ' if convolutions else ''}{bf16}, or less work per step"
     return ("→ try fewer passes over memory: fuse the pointwise, softmax and copy passes (torch.compile), or a fused "
             "kernel (SDPA instead of softmax(QKᵀ)V)")  # fmt: skip
 

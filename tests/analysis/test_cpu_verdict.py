@@ -49,3 +49,27 @@ def test_the_cpu_verdict_reads_self_times_from_the_tree_not_the_file_again(tmp_p
     (tmp_path / "t.json").unlink()  # gone after the one read: a second read per step could not happen
     line = diagnose(trace).verdict
     assert line.startswith("compute-bound on the CPU: 89% of the step inside aten::mm"), line
+
+
+def one_op_steps(name: str) -> object:
+    """Three 100 µs steps, each the label `fwd` holding one 92 µs op `name`."""
+    events = []
+    for i in range(3):
+        events += [ev("user_annotation", f"ProfilerStep#{i}", 100 * i, 100), ev("user_annotation", "fwd", 100 * i, 100),
+                   ev("cpu_op", name, 100 * i + 2, 92)]  # fmt: skip
+    return parse({"traceEvents": events})
+
+
+def test_a_step_in_sdpa_s_fused_cpu_kernel_is_not_told_to_use_a_fused_kernel():
+    """04_c --backend flash on the CPU: 100% inside _scaled_dot_product_flash_attention_for_cpu was told 'fewer
+    passes over memory ... or a fused kernel (SDPA instead of softmax(QKᵀ)V)': the lever it already runs."""
+    line = diagnose(one_op_steps("aten::_scaled_dot_product_flash_attention_for_cpu")).verdict
+    assert "attention is already SDPA's fused kernel" in line, line
+    assert "SDPA instead" not in line and "fewer passes over memory" not in line, line
+
+
+def test_a_gemm_step_without_convolutions_is_not_told_channels_last():
+    line = diagnose(one_op_steps("aten::mm")).verdict
+    assert "try every physical core" in line, line
+    assert "channels_last" not in line, line
+    assert "channels_last for convolutions" in diagnose(one_op_steps("aten::mkldnn_convolution")).verdict
