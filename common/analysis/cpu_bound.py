@@ -37,7 +37,8 @@ NOT_COMPUTE = frozenset({
 # Compute ops of the GEMM and convolution kind (the rest of the compute: passes over memory).
 GEMM_LIKE = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_weight_int",
              "aten::mkldnn_convolution", "aten::_mkldnn_", "aten::mkldnn_", "aten::convolution_", "aten::_conv",
-             "aten::slow_conv", "aten::thnn_conv", "aten::_scaled_mm", "aten::dot", "aten::mv")  # fmt: skip
+             "aten::slow_conv", "aten::_slow_conv", "aten::thnn_conv", "aten::_nnpack", "aten::_scaled_mm",
+             "aten::dot", "aten::mv")  # fmt: skip
 # SDPA's fused attention kernels: the scores never leave the kernel, so "a fused kernel" is already applied
 FUSED_ATTENTION = ("aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                    "aten::_scaled_dot_product_fused_attention", "aten::_flash_attention",

@@ -73,3 +73,12 @@ def test_a_gemm_step_without_convolutions_is_not_told_channels_last():
     assert "try every physical core" in line, line
     assert "channels_last" not in line, line
     assert "channels_last for convolutions" in diagnose(one_op_steps("aten::mkldnn_convolution")).verdict
+
+
+def test_a_step_in_the_slow_convolution_path_gets_the_convolution_lever():
+    """holdout6's Mac ResNet traces: aten::_slow_conv2d_forward (the non-oneDNN path) holding 73-85% of the step was
+    not read as a convolution (the prefix 'aten::slow_conv' lacks its underscore) and got 'fewer passes over memory
+    ... SDPA instead of softmax(QKᵀ)V'."""
+    line = diagnose(one_op_steps("aten::_slow_conv2d_forward")).verdict
+    assert "channels_last for convolutions" in line, line
+    assert "SDPA" not in line, line
