@@ -669,7 +669,11 @@ def finish(
     if run.bench and step is not None:
         said = rec.said
         bench = "--bench: the step timed without the profiler"
-        with progress(bench, said.seconds, progress_after(said.seconds), started=said.started):
+        if rec.progress is not None:  # finish() inside the recording: its ticker goes on, saying the bench runs
+            rec.progress.what = bench
+        ticking = (contextlib.nullcontext() if rec.progress is not None
+                   else progress(bench, said.seconds, progress_after(said.seconds), started=said.started))  # fmt: skip
+        with ticking:
             timed = time_unprofiled(step, run.on_gpu, rec.grad)
         print_unprofiled(timed, trace)
     print_files(rec.cycles, run)

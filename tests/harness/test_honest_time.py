@@ -810,3 +810,28 @@ def test_bench_times_the_step_on_the_threads_the_profiled_steps_ran_on():
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {2}, sorted(set(seen))
+
+
+def test_the_bench_inside_the_recording_has_one_progress_line_that_says_it(monkeypatch, tmp_path):
+    """04_c calls finish() inside its `with recording(...)`: the recording's ticker went on saying 'left: writing the
+    trace, then the reference' while --bench ran, beside a second ticker of its own. One ticker, saying the bench."""
+    import threading
+
+    from helpers import load_script
+
+    import common.harness.recording
+
+    seen = []
+
+    def bench(step, on_gpu, grad=False):
+        tickers = [t for t in threading.enumerate() if t.name == "progress" and t.is_alive()]
+        seen.append([t._target.__self__.what for t in tickers])
+        from common.harness.bench import UnprofiledTime
+
+        return UnprofiledTime(1e-3, 5, None, 0)
+
+    monkeypatch.setattr(common.harness.recording, "time_unprofiled", bench)
+    script = load_script("04_c_sdpa_attention")
+    script.main(["--backend", "flash", "--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8", "--bench",
+                 "--traces-dir", str(tmp_path)])  # fmt: skip
+    assert seen == [["--bench: the step timed without the profiler"]], seen
