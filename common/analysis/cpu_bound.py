@@ -51,7 +51,8 @@ ONCE_SHOWN = 0.02  # one-time costs this share of the window or more: said apart
 # Ops that wait for the GPU or a peer on a GPU run (a copy to the host, .item(), a collective): a wait, never one-time
 WAITING_OPS = ("aten::copy_", "aten::_local_scalar_dense", "aten::item", "aten::to", "aten::_to_copy", "aten::cpu",
                "c10d::", "record_param_comms", "nccl:", "gloo:")  # fmt: skip
-GPU_ONLY_OPS = ("aten::cudnn", "aten::_cudnn", "aten::miopen", "aten::_miopen", "nccl:")
+GPU_ONLY_OPS = ("aten::cudnn", "aten::_cudnn", "aten::miopen", "aten::_miopen", "nccl:", "aten::record_stream")
+GPU_ONLY_LABELS = ("nccl:",)  # a ProcessGroupNCCL collective's label (nccl:all_to_all): NCCL runs on GPUs alone
 UNCOVERED_SHARE = 0.3  # a label with no op under it this share of the step: its work ran where the trace is silent
 COLLECTIVE_LABELS = ("gloo:",)  # a process group's worker thread's label around a collective (gloo:all_reduce)
 COMM_COVER = 0.5  # collectives on other threads over this share of such a label's silent time: it waits for them
@@ -247,14 +248,17 @@ def once_clause(found: Counter, span: float, unit: str) -> str:
 
 
 def gpu_evidence(trace: Trace) -> str | None:
-    """What shows that a trace without GPU events ran a GPU anyway: a process group on nccl, or an op that runs
-    only on a GPU (a cuDNN convolution); None where nothing does (a CPU run, whatever devices its machine lists)."""
+    """What shows that a trace without GPU events ran a GPU anyway: a process group on nccl, an op that runs
+    only on a GPU (a cuDNN convolution, Tensor.record_stream on a CUDA stream), or a collective's label of NCCL's
+    process group (nccl:all_to_all, where the trace has no distributedInfo to name the backend); None where nothing
+    does (a CPU run, whatever devices its machine lists)."""
     if str(trace.distributed.get("backend", "")).lower() == "nccl":
         return "its process group runs on nccl"
-    for thread in trace.tree.threads.values():
-        found = min((name for name in set(thread.layer(OP).names) if name.startswith(GPU_ONLY_OPS)), default=None)
-        if found is not None:
-            return f"it ran {found}"
+    for kind, prefixes in ((LABEL, GPU_ONLY_LABELS), (OP, GPU_ONLY_OPS)):
+        for thread in trace.tree.threads.values():
+            found = min((name for name in set(thread.layer(kind).names) if name.startswith(prefixes)), default=None)
+            if found is not None:
+                return f"it ran {found}"
     return None
 
 
