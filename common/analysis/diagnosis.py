@@ -1370,9 +1370,17 @@ def _host_critical(trace: Trace, step: Step, m: Budget, causes: Counter) -> bool
     top = max(by, key=by.__getitem__, default=None)
     if top not in HOST_OWN:
         return False
+    return _host_worked(trace, step) >= HOST_CRITICAL * m.span
+
+
+def _host_worked(trace: Trace, step: Step) -> float:
+    """How long the host worked in `step`: its CPU span less the time in calls that wait for the GPU (sync calls,
+    and the host-device copy calls, which return when the copy is done and so wait for the work queued before it)."""
     start, end = step.start_us, step.start_us + step.dur_us
-    waits = merged((max(n.start, start), min(n.end, end)) for n in trace.tree.overlapping(start, end, "sync"))
-    return step.dur_us - sum(b - a for a, b in waits) >= HOST_CRITICAL * m.span
+    waits = [n for n in trace.tree.overlapping(start, end, "sync")]
+    waits += [n for n in trace.tree.overlapping(start, end, "runtime call") if "Memcpy" in n.name]
+    spans = merged((max(n.start, start), min(n.end, end)) for n in waits)
+    return step.dur_us - sum(b - a for a, b in spans)
 
 
 def bound_of(m: Budget) -> str:
@@ -1780,7 +1788,14 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     bound = bound_of(steady)
     if bound == "balanced" and _host_critical(trace, step, m, causes):
         bound = "CPU"  # the host ran the whole window on work of its own: less GPU work would not shorten the step
+    hidden_by_host = bound == "communication" and _host_worked(trace, step) >= HOST_CRITICAL * m.span
+    if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window: it is the bound
+        bound = "CPU" if steady.host_wait >= steady.kernel_wait + steady.other_wait else "balanced"
     line = _SAYS[bound](facts)
+    if hidden_by_host:
+        exposed = percent(steady.pct(steady.comm_exposed))
+        line += (f"; its exposed communication ({exposed} of the {unit}) ran while the host worked the whole window, "
+                 "so hiding it behind compute would not shorten the step")  # fmt: skip
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
         listed, lever = _one_time_parts(items, total)
         share = percent(100 * once_all / total)
