@@ -55,6 +55,7 @@ from common.reader.kinds import (
     OP,
     PYTHON,
     RUNTIME,
+    SYNC_CALLS,
 )
 from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
@@ -142,6 +143,9 @@ class Diagnosis:
 # ---- the rules ----
 
 
+DEVICE_WIDE = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")  # torch.cuda.synchronize()
+
+
 def _in_step_syncs(step: Step, last_launch: float | None) -> list[Launch]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize: the device-wide syncs after
     which no GPU work was launched (`last_launch`, the start of the step's last launch call), every one of them,
@@ -149,8 +153,7 @@ def _in_step_syncs(step: Step, last_launch: float | None) -> list[Launch]:
     if not step.syncs:
         return []
     syncs = list(step.syncs)
-    device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    while syncs and syncs[-1].name in device_wide and (last_launch is None or syncs[-1].ts > last_launch):
+    while syncs and syncs[-1].name in DEVICE_WIDE and (last_launch is None or syncs[-1].ts > last_launch):
         syncs.pop()
     return syncs
 
@@ -602,7 +605,9 @@ class GapContext:
         ONE_TIME_MOST times that launched GPU work and whose own time (less the ops it called) is ONE_TIME_US or
         more and ONE_TIME_FACTOR times the usual own time of an op (the median over the trace): a library's first use
         (cuDNN initialising inside the only aten::cudnn_convolution), which no later call shows, since none comes.
-        Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out."""
+        Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out, and so are
+        torch.compile's regions: their own time is their graph's Python and launches, which every call pays (its
+        compiling is told by its labels)."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace or not self.launched:
             return set()
         layers = [thread.layer(OP) for thread in self.trace.tree.threads.values() if len(thread.layer(OP))]
@@ -618,6 +623,7 @@ class GapContext:
                     and _Usual.once(own[i], usual)
                     and calls[name] < ONE_TIME_MOST
                     and not name.startswith(WAITING_OPS)
+                    and not name.startswith(COMPILED_OPS)
                     and bisect.bisect_left(runs, layer.starts[i]) < bisect.bisect_right(runs, layer.ends[i])
                 ):
                     found.add((layer.starts[i], name))
@@ -661,6 +667,25 @@ class GapContext:
                  if node.us >= ONE_TIME_US and self.busy_in(node.start, node.end) < IDLE_SYNC * node.us
                  and self.trace.tree.innermost(node.tid, node.start, MADE_IN) is None}  # fmt: skip
         return found if len(found) <= ONE_TIME_MOST else set()
+
+    @functools.cached_property
+    def sync_shadows(self) -> tuple[list[tuple[float, float, Node]], float]:
+        """The host-wait time each sync inside the steps made (an .item(), a copy to the host: not a device-wide
+        torch.cuda.synchronize(), the loop's own): where the GPU ran out of work while the host sat in the sync,
+        the host would, without it, have been the sync's length further on then, so the GPU's next wait for the
+        host, up to that long, is the sync's. (drained, drained + the sync's µs, the sync) each, sorted; and the
+        longest such span (µs)."""
+        starts, ends = self.busy
+        found = []
+        for node in self.trace.tree.of_role("sync"):
+            if node.name in DEVICE_WIDE:
+                continue
+            i = bisect.bisect_right(ends, node.end) - 1  # the last stretch of GPU work ended by the sync's end
+            if i < 0 or ends[i] <= node.start or (i + 1 < len(starts) and starts[i + 1] < node.end):
+                continue  # the GPU idle all along the sync, or not drained before it returned
+            found.append((ends[i], ends[i] + node.us, node))
+        found.sort(key=lambda item: item[:2])
+        return found, max((end - start for start, end, _ in found), default=0.0)
 
     @functools.cached_property
     def scripted_first(self) -> list[tuple[float, float, str, object]]:
@@ -819,6 +844,12 @@ def gap_causes(
             continue
         made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
         claim(("a sync", made), node.start, node.end, node.name, node.tid)
+    shadows, longest = context.sync_shadows
+    for i in range(bisect.bisect_left(shadows, (gap.start - longest,)), bisect.bisect_left(shadows, (gap.end,))):
+        start, end, node = shadows[i]
+        if end > gap.start:
+            made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+            claim(("a sync", made), start, end, node.name, node.tid)
     for node in tree.overlapping(gap.start, gap.end, "runtime call"):
         if node.us >= CPU_OP_US:
             claim(("runtime call", node.name), node.start, node.end, node.name, node.tid)
@@ -1706,6 +1737,55 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
          "GPU": _says_gpu_and_host, "balanced": _says_balanced}  # fmt: skip
 
 
+def unrecorded_graph_work(trace: Trace, context: GapContext) -> list[tuple[float, float]]:
+    """The (start, end) spans, merged, in which a sync call made after a CUDA (HIP) graph launch on its thread (no
+    other sync between them) still waited ONE_TIME_US or more after the last GPU op the trace records had ended: a
+    sync returns once the work it waits for is done, and the graph's work was queued, so the GPU was still running
+    it; a replayed graph's kernels are not all recorded (ROCm's tracer keeps the first few of a hipGraphLaunch).
+    Without a graph launch before it, such a sync is the context's start-up (idle_syncs), not unrecorded work."""
+    starts, ends = context.busy
+    pieces = []
+    for thread in trace.tree.threads.values():
+        calls = []
+        for kind in (RUNTIME, DRIVER):
+            layer = thread.layer(kind)
+            if len(layer) and any(name.startswith(GRAPH_LAUNCHES) or name in SYNC_CALLS for name in set(layer.names)):
+                calls += [(layer.starts[i], layer.ends[i], name.startswith(GRAPH_LAUNCHES))
+                          for i, name in enumerate(layer.names)
+                          if name.startswith(GRAPH_LAUNCHES) or name in SYNC_CALLS]  # fmt: skip
+        after_graph = False
+        for start, end, graph in sorted(calls):
+            if not graph and after_graph:
+                i = bisect.bisect_left(starts, end) - 1  # the last stretch of recorded GPU work begun before its end
+                waited_from = max(start, ends[i]) if i >= 0 else start
+                if end - waited_from >= ONE_TIME_US:
+                    pieces.append((waited_from, end))
+            after_graph = graph
+    return merged(pieces)
+
+
+def _with_unrecorded(b: Budget, start: float, end: float, spans: list[tuple[float, float]]) -> tuple[Budget, float]:
+    """`b`, the budget of the window [start, end], with the parts of `spans` (unrecorded_graph_work) in it counted
+    as GPU busy, compute, instead of the gaps they lay in; and how long they are there (µs; 0: `b` itself)."""
+    inside = [(max(a, start), min(z, end)) for a, z in spans if a < end and z > start]
+    us = sum(z - a for a, z in inside)
+    if us <= 0:
+        return b, 0.0
+    out = Budget(b.span, parts=b.parts, busy=b.busy + us, window=b.window)
+    for name in ("compute", "non_compute", "comm", "comm_exposed"):
+        setattr(out, name, getattr(b, name))
+    out.compute = b.compute + us
+    taken = Counter()
+    for gap in b.gaps:
+        taken[gap.kind] += sum(max(0.0, min(z, gap.end) - max(a, gap.start)) for a, z in inside)
+    out.host_wait = max(b.host_wait - taken["host"], 0.0)
+    out.kernel_wait = max(b.kernel_wait - taken["kernel"], 0.0)
+    out.other_wait = max(b.other_wait - taken["other"], 0.0)
+    out.gaps = _less(b.gaps, inside)
+    out.longest_gap = max((gap.us for gap in out.gaps), default=0.0)
+    return out, us
+
+
 def _recorded_work(trace: Trace) -> bool:
     """Whether any thread of the trace holds an op, a label or a Python frame: what a model's run leaves."""
     return any(len(thread.layer(kind)) for thread in trace.tree.threads.values() for kind in (OP, LABEL, PYTHON))
@@ -1745,6 +1825,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         line += (_host_aside(trace) + host_side(trace)) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
+    context = gap_context(trace)
+    unrecorded = unrecorded_graph_work(trace, context) if any(s.graph_launches for s in trace.steps) else []
+    graph_us = [0.0] * len(budgets)
+    for i, w in enumerate(trace.windows if unrecorded else ()):
+        budgets[i], graph_us[i] = _with_unrecorded(budgets[i], w.start, w.end, unrecorded)
     m = median_budget(budgets)
     assert m is not None
     if not m.span > 0:  # 0 µs (or a time no float holds): no share of it is a figure, so no rule may fire on one
@@ -1761,7 +1846,6 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    context = gap_context(trace)
     causes: Counter = Counter()  # the median step's host_wait_causes, found once
     pieces: list[tuple[float, float]] = []  # ... and the pieces of its gaps its one-time causes took
     for gap in m.gaps:
@@ -1792,6 +1876,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window: it is the bound
         bound = "CPU" if steady.host_wait >= steady.kernel_wait + steady.other_wait else "balanced"
     line = _SAYS[bound](facts)
+    if graph_us[budgets.index(m)] > 0:
+        line += (f"; {human_time(graph_us[budgets.index(m)])} of its GPU busy is a graph replay's work the trace does "
+                 "not record (a sync after the graph launch waited that long past the last recorded GPU op): "
+                 "re-profile without the graph, or with a GPU profiler, to see those kernels")  # fmt: skip
     if hidden_by_host:
         exposed = percent(steady.pct(steady.comm_exposed))
         line += (f"; its exposed communication ({exposed} of the {unit}) ran while the host worked the whole window, "

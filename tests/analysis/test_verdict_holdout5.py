@@ -40,3 +40,58 @@ def test_communication_under_a_host_that_never_waits_is_not_the_bound():
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("bound by the CPU: GPU idle"), line
     assert "its exposed communication" in line, line
+
+
+def _graph_replay(launch: str, kernels: int, sync_until: float) -> list[dict]:
+    """One window: a graph launch (`launch`: hipGraphLaunch, or a kernel's launch call) whose `kernels` records of
+    100 µs run back to back from 150 µs, then a hipStreamSynchronize from 700 µs to `sync_until`."""
+    events = [ev("cpu_op", "aten::zeros", 10, 40), ev("cuda_runtime", launch, 100, 500, correlation=5)]
+    events += [ev("kernel", f"Cijk_gemm_{k}", 150 + 100 * k, 100, tid=7, correlation=5) for k in range(kernels)]
+    return [*events, ev("cuda_runtime", "hipStreamSynchronize", 700, sync_until - 700)]
+
+
+def test_a_sync_long_past_a_graph_replay_s_last_kernel_record_waits_for_its_unrecorded_work():
+    """openpi_mi300x_graph_replay_26ms: one hipGraphLaunch, 57 kernel records over 1 ms, then a 29 ms
+    hipStreamSynchronize: a sync returns once the work is done, so the GPU ran the graph the whole wait. Not
+    'one-time: the sync with the GPU mostly idle (start-up)'."""
+    line = diagnose(parse({"traceEvents": _graph_replay("hipGraphLaunch", 10, 20_000)})).verdict
+    assert line.startswith("bound by the GPU: busy 9"), line
+    assert "18.9 ms of its GPU busy is a graph replay's work the trace does not record" in line, line
+
+
+def test_a_long_sync_after_a_plain_kernel_launch_is_not_unrecorded_graph_work():
+    """The guard of the rule above: without a graph launch before it, the idle sync is not a replay's work."""
+    line = diagnose(parse({"traceEvents": _graph_replay("hipLaunchKernel", 1, 20_000)})).verdict
+    assert "graph replay" not in line, line
+
+
+def test_the_gpu_s_wait_after_it_drained_in_an_item_sync_is_the_sync_s():
+    """openpi_h200_policy_25ms: each denoising step replays a graph, reads a flag with .item() (a stream sync that
+    waits for the graph), then re-enters Python and launches the next: the GPU idles ~0.7 ms a step after each sync.
+    Without the sync the host would have been that far on: the wait is the sync's, its lever is named."""
+    events, t = [], 0.0
+    for k in range(6):
+        events += [ev("cuda_runtime", "cudaGraphLaunch", t, 20, correlation=100 + k)]
+        events += [ev("kernel", "nvjet_gemm", t + 30 + 200 * j, 200, tid=7, correlation=100 + k) for j in range(10)]
+        events += [ev("cpu_op", "aten::is_nonzero", t + 40, 2_000), ev("cpu_op", "aten::_local_scalar_dense", t + 41,
+                   1_995), ev("cuda_runtime", "cudaStreamSynchronize", t + 45, 1_990)]  # fmt: skip
+        for j in range(10):  # the host re-enters its Python: small ops, each launching a tiny kernel
+            events += _launched(
+                t + 2_040 + 70 * j, "vectorized_elementwise_kernel", 3, 1_000 + 10 * k + j, op="aten::add"
+            )
+        t += 2_740
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "waiting in a sync in aten::_local_scalar_dense" in line, line
+
+
+def test_a_compiled_region_s_own_time_in_a_window_is_not_a_first_use():
+    """openpi_h200_policy_25ms: the prefix's compiled region, called once, holds 2.8 ms of its graph's Python before
+    its first kernel; a compiled region pays that every call (its compiling has labels of its own), so one call of it
+    is no evidence of a one-time cost."""
+    events = [ev("cpu_op", "Torch-Compiled Region: 1/0", 0, 3_100), ev("cuda_runtime", "cudaLaunchKernel", 3_000, 10)]
+    events[-1]["args"]["correlation"] = 1
+    events += [ev("kernel", "triton_poi_fused_0", 3_020, 2_000, tid=7, correlation=1)]
+    for k in range(20):
+        events += _launched(3_200 + 30 * k, "vectorized_elementwise_kernel", 100, 10 + k, op="aten::add")
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "first Torch-Compiled Region" not in line, line
