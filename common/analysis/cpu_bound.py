@@ -14,7 +14,7 @@ from itertools import compress
 
 from common.analysis.figures import step_flops
 from common.reader.intervals import running_max
-from common.reader.kinds import DATALOADER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
+from common.reader.kinds import DATALOADER, DRIVER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
 from common.reader.model import Step, Trace, median_index
 from common.units import human_time
 
@@ -125,7 +125,7 @@ def cpu_verdict(trace: Trace) -> str:
         return f"bound by the CPU: no GPU activity in the trace; {spent}"
     unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
     step = trace.steps[median_index([s.dur_us for s in trace.steps])]
-    found = host_one_time(trace, step.start_us, step.start_us + step.dur_us)
+    found = host_one_time(trace, step.start_us, step.start_us + step.dur_us) + _idle_syncs(trace, step)
     once = once_clause(found, cpu, unit)
     if once:  # the bound is the steady state's: the one-time costs' own time left out
         for what, us in found.items():
@@ -149,7 +149,7 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
-    lever = _lever(ranked)
+    lever = _lever(ranked) + _idle_gpu(trace)
     steady = " of the steady state" if once else ""
     if share >= COMPUTE_SHARE:
         return f"{KINDS[0]} on the CPU: {share:.0%}{steady or ' of the step'} inside {top}{rate}; {spent} {lever}{once}"
@@ -163,6 +163,32 @@ def cpu_verdict(trace: Trace) -> str:
     return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
             f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
             f"fewer ops){once}")  # fmt: skip
+
+
+def _cuda_calls(trace: Trace) -> bool:
+    """Whether the trace records CUDA (HIP) runtime or driver calls: the run set a GPU up."""
+    return any(len(thread.layer(kind)) for thread in trace.tree.threads.values() for kind in (RUNTIME, DRIVER))
+
+
+def _idle_syncs(trace: Trace, step: Step) -> Counter:
+    """The sync calls of ONCE_US or more in `step` of a trace with no GPU work at all (cpu_verdict's): they wait
+    for nothing launched, so they are the CUDA context's start-up (a first torch.cuda.synchronize() creating it),
+    once: "<call> with no GPU work (CUDA's start-up)" -> µs."""
+    found: Counter = Counter()
+    end = step.start_us + step.dur_us
+    for node in trace.tree.overlapping(step.start_us, end, "sync") if not trace.has_gpu else ():
+        us = min(node.end, end) - max(node.start, step.start_us)
+        if us >= ONCE_US:
+            found[f"{node.name} with no GPU work (CUDA's start-up)"] += us
+    return found
+
+
+def _idle_gpu(trace: Trace) -> str:
+    """', or run it on the <GPU> the trace lists: CUDA was set up on it, yet it ran nothing' for a CPU-bound trace
+    whose run made CUDA calls and whose deviceProperties name a GPU; '' otherwise."""
+    if trace.has_gpu or not trace.device_name or not _cuda_calls(trace):
+        return ""
+    return f"; or run it on the {trace.device_name} the trace lists: CUDA was set up on it, yet it ran nothing"
 
 
 def _comm_lever(trace: Trace) -> str:
@@ -195,6 +221,7 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
         names = layer.names
         for i in (i for i, name in enumerate(names) if (kind, name) in wanted):
             calls.setdefault((kind, names[i]), []).append((layer.starts[i], layer.ends[i], own[i]))
+    flops = _flops_of(trace, {name for kind, name in calls if kind == OP})
     kind_usual = None
     if any(kind == RUNTIME and len(each) < 3 for (kind, _), each in calls.items()):  # against every runtime call
         runtime = array("d")
@@ -213,11 +240,32 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
         else:
             continue
         slow = [call for call in each if call[2] >= ONCE_US and call[2] >= ONCE_FACTOR * usual]
+        usual_rate = _per_flop(each, flops[name]) if slow and kind == OP and name in flops else None
+        if usual_rate is not None:  # a call doing that much more work (its FLOPs) may take that long: not once
+            work = flops[name]
+            slow = [call for call in slow if call[0] not in work or call[2] / work[call[0]] >= ONCE_FACTOR * usual_rate]
         if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
             slow.sort(key=lambda call: -call[2])
             slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
         found += [(kind, name, ts, te, us) for ts, te, us in slow]
     return found
+
+
+def _flops_of(trace: Trace, names: set[str]) -> dict[str, dict[float, float]]:
+    """The FLOPs of each call of the ops `names` that record_shapes gave shapes to (Trace.shaped_calls): name ->
+    {its start: FLOPs}; a name none of whose calls has them is left out."""
+    found: dict[str, dict[float, float]] = {}
+    for ts, _, _, op in trace.shaped_calls if names else ():
+        if op.name in names and (work := op.flops) is not None and work > 0:
+            found.setdefault(op.name, {})[ts] = work
+    return found
+
+
+def _per_flop(calls: list[tuple[float, float, float]], flops: dict[float, float]) -> float | None:
+    """The usual own time per FLOP (µs) of a name's `calls` ((start, end, own µs) each) with known FLOPs (`flops`:
+    start -> FLOPs): their median; None where fewer than two of them have FLOPs."""
+    rates = [us / flops[start] for start, _, us in calls if start in flops]
+    return statistics.median(rates) if len(rates) >= 2 else None
 
 
 def host_one_time(trace: Trace, start: float, end: float) -> Counter:

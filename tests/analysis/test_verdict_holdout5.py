@@ -95,3 +95,41 @@ def test_a_compiled_region_s_own_time_in_a_window_is_not_a_first_use():
         events += _launched(3_200 + 30 * k, "vectorized_elementwise_kernel", 100, 10 + k, op="aten::add")
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "first Torch-Compiled Region" not in line, line
+
+
+def _addmm(t: float, us: float, out: int) -> dict:
+    """An aten::addmm of [10, 1024] x [1024, `out`] (with its bias) on the CPU, with record_shapes' arguments."""
+    shapes = {"Input Dims": [[out], [10, 1024], [1024, out], [], []], "Input type": ["float"] * 3 + ["Scalar"] * 2}
+    return ev("cpu_op", "aten::addmm", t, us, **shapes)
+
+
+def test_a_long_call_doing_that_much_more_work_is_not_a_first_call():
+    """switch_trace_v2: 90 addmm of 1024-4096 wide outputs at ~0.4 ms, and one [10, 1024] x [1024, 10M] head of
+    2.21 s: ~2400 times their FLOPs in ~5500 times their time is its work, not a first call's set-up."""
+    events = [_addmm(1_000 * k, 400, 4_096) for k in range(30)]
+    events.append(_addmm(40_000, 100_000, 1_000_000))  # 244 times the FLOPs, 250 times the time
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("compute-bound on the CPU: 8"), line
+    assert "first aten::addmm" not in line, line
+
+
+def _cpu_run_with_cuda_set_up() -> dict:
+    """switch_trace_v2's shape: the model's addmm on the CPU; CUDA set up meanwhile (cudaGetDeviceCount, then a
+    20 ms cudaDeviceSynchronize with nothing launched) on a machine whose deviceProperties list an A100."""
+    events = [_addmm(1_000 * k, 900, 4_096) for k in range(30)]
+    events += [ev("cuda_runtime", "cudaGetDeviceCount", 30_500, 20)]
+    events += [ev("cuda_runtime", "cudaDeviceSynchronize", 31_000, 20_000)]
+    return {"traceEvents": events, "deviceProperties": [{"id": 0, "name": "NVIDIA A100 80GB PCIe"}]}
+
+
+def test_a_long_sync_in_a_trace_with_no_gpu_work_is_cuda_s_start_up():
+    """A sync with nothing launched waits for no work: the CUDA context's start-up, a one-time cost."""
+    line = diagnose(parse(_cpu_run_with_cuda_set_up())).verdict
+    assert "one-time, not counted in the bound: 20.0 ms cudaDeviceSynchronize with no GPU work" in line, line
+
+
+def test_a_gpu_set_up_but_idle_beside_a_cpu_bound_model_is_a_lever():
+    """The GPU the trace lists, which CUDA was set up on and which ran nothing, is where the CPU's work could go."""
+    line = diagnose(parse(_cpu_run_with_cuda_set_up())).verdict
+    assert line.startswith("compute-bound on the CPU"), line
+    assert "or run it on the NVIDIA A100 80GB PCIe the trace lists" in line, line
