@@ -23,6 +23,7 @@ COMPUTE_TOGETHER = 0.6  # the compute ops' self times together this share of the
 # how a CPU verdict begins: "<kind> on the CPU: ..."
 KINDS = ("compute-bound", "overhead-bound", "data-loading-bound", "communication-bound")
 LOADING_SHARE = 0.5  # a DataLoader's __next__ this share of the step's CPU time or more: bound by loading the data
+LOADING_ASIDE = 0.2  # ... this share or more, beside another bound: named second, with its lever
 # Ops whose own time is not arithmetic: views, wrappers that call the op doing the work, allocation, dispatch glue.
 NOT_COMPUTE = frozenset({
     "aten::linear", "aten::matmul", "aten::t", "aten::transpose", "aten::view", "aten::reshape", "aten::_unsafe_view",
@@ -142,6 +143,11 @@ def cpu_verdict(trace: Trace) -> str:
         name = max(loading)[1]
         return (f"{KINDS[2]} on the CPU: {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's "
                 f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}{once}")  # fmt: skip
+    aside = ""
+    if loader_us >= LOADING_ASIDE * cpu:  # the main thread also makes its batches: a second cause, its own lever
+        name = max(loading)[1]
+        aside = (f"; and {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's __next__ ({name}) → "
+                 f"try {loader_lever(name, gpu=False)}")  # fmt: skip
     ranked = sorted(((us, n) for n, us in own.items() if is_compute(n) and us > 0), reverse=True)
     busiest = max(own.items(), key=lambda kv: kv[1])
     top, top_us = (ranked[0][1], ranked[0][0]) if ranked else busiest
@@ -149,7 +155,7 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
-    lever = _lever(ranked) + _idle_gpu(trace)
+    lever = _lever(ranked) + _idle_gpu(trace) + aside
     steady = " of the steady state" if once else ""
     if share >= COMPUTE_SHARE:
         return f"{KINDS[0]} on the CPU: {share:.0%}{steady or ' of the step'} inside {top}{rate}; {spent} {lever}{once}"
@@ -162,7 +168,7 @@ def cpu_verdict(trace: Trace) -> str:
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
             f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
-            f"fewer ops){once}")  # fmt: skip
+            f"fewer ops){aside}{once}")  # fmt: skip
 
 
 def _cuda_calls(trace: Trace) -> bool:

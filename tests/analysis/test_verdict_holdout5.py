@@ -133,3 +133,14 @@ def test_a_gpu_set_up_but_idle_beside_a_cpu_bound_model_is_a_lever():
     line = diagnose(parse(_cpu_run_with_cuda_set_up())).verdict
     assert line.startswith("compute-bound on the CPU"), line
     assert "or run it on the NVIDIA A100 80GB PCIe the trace lists" in line, line
+
+
+def test_a_dataloader_holding_a_third_of_a_compute_bound_window_is_named_beside_it():
+    """sustainbench_src_trace1: addmm 42% of the window, and one single-process DataLoader __next__ of 33% (Python
+    collation on the main thread): compute-bound, with the DataLoader second and its workers as a lever."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", loader, 0, 33_000), ev("cpu_op", "aten::stack", 30_000, 2_000)]
+    events += [_addmm(33_100 + 1_000 * k, 950, 4_096) for k in range(67)]
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert line.startswith("compute-bound on the CPU"), line
+    assert f"and 33% of the window inside the DataLoader's __next__ ({loader}) → try DataLoader workers" in line, line
