@@ -6,6 +6,7 @@ torch here (the reader's analysis wing)."""
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 import statistics
 from array import array
@@ -155,6 +156,7 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
+    aside += cold_pass(trace)
     lever = _lever(ranked) + _idle_gpu(trace) + aside
     steady = " of the steady state" if once else ""
     if share >= COMPUTE_SHARE:
@@ -169,6 +171,32 @@ def cpu_verdict(trace: Trace) -> str:
     return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
             f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
             f"fewer ops){aside}{once}")  # fmt: skip
+
+
+COLD_PASS_MOST = 2  # a window none of whose top-level ops is called more than this often is one pass, not a loop
+
+
+def cold_pass(trace: Trace) -> str:
+    """'; one cold pass: …' where the trace is one window (no ProfilerStep#N) whose top-level ops each run
+    COLD_PASS_MOST times or fewer (one forward, no loop) and one of them runs its first call ONCE_FACTOR times its
+    later calls' time or more, ONCE_US or more: the window measures first calls (a library's, the dispatcher's set-up)
+    as much as the work, so warming up comes first; '' otherwise."""
+    if not trace.whole_trace:
+        return ""
+    calls: dict[str, list[float]] = {}
+    for node in trace.tree.top_level(-math.inf, math.inf, OP):
+        calls.setdefault(node.name, []).append(node.us)
+    if not calls or max(map(len, calls.values())) > COLD_PASS_MOST:
+        return ""
+    later = {name: statistics.median(each[1:]) for name, each in calls.items() if len(each) > 1}
+    cold = [(each[0] / max(later[name], 1e-9), name, each) for name, each in calls.items()
+            if name in later and each[0] >= ONCE_US and each[0] >= ONCE_FACTOR * later[name]]  # fmt: skip
+    if not cold:
+        return ""
+    _, name, each = max(cold)
+    return (f"; one cold pass (no top-level op runs more than {COLD_PASS_MOST} times): the first {name} takes "
+            f"{human_time(each[0])}, the next {human_time(statistics.median(each[1:]))}, so first calls' set-up holds "
+            "much of the window → warm up (run the model once) before timing it")  # fmt: skip
 
 
 def _cuda_calls(trace: Trace) -> bool:

@@ -144,3 +144,15 @@ def test_a_dataloader_holding_a_third_of_a_compute_bound_window_is_named_beside_
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("compute-bound on the CPU"), line
     assert f"and 33% of the window inside the DataLoader's __next__ ({loader}) → try DataLoader workers" in line, line
+
+
+def test_one_forward_whose_first_layer_is_a_hundred_times_its_second_is_a_cold_pass():
+    """chisel_simplenet_forward: one forward of a 2-layer MLP on the CPU; the first aten::linear takes 3.75 ms (addmm
+    2.09 ms, aten::t 0.89 ms), the second 31 µs: the window measures first calls, so warm-up is named."""
+    events = [ev("user_annotation", "SimpleNet.forward", 0, 5_000), ev("cpu_op", "aten::linear", 400, 3_750),
+              ev("cpu_op", "aten::t", 700, 890), ev("cpu_op", "aten::addmm", 1_700, 2_090),
+              ev("cpu_op", "aten::relu", 4_300, 550), ev("cpu_op", "aten::linear", 4_900, 31),
+              ev("cpu_op", "aten::t", 4_901, 8), ev("cpu_op", "aten::addmm", 4_910, 20)]  # fmt: skip
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "one cold pass" in line and "the first aten::linear takes 3.75 ms, the next 31.0 µs" in line, line
+    assert "→ warm up (run the model once) before timing it" in line, line
