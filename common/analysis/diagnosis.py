@@ -59,7 +59,7 @@ from common.reader.kinds import (
 )
 from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
-from common.units import human_time
+from common.units import human_bytes, human_time
 
 # Every threshold of the diagnosis, in one place.
 IDLE_BOUND = 0.5  # GPU idle this share of the step or more: the step is bound by what keeps the GPU waiting
@@ -1552,11 +1552,33 @@ class _Facts(NamedTuple):
     causes: Counter  # the median step's host_wait_causes
 
 
+SLOW_LINK = 1e9  # bytes/s: a collective moving its message slower than this (under any NCCL link, 10 GbE's 1.25 GB/s
+# included) spent its time waiting for its peers, not moving data
+
+
 def _says_communication(f: _Facts) -> str:
     m = f.m
     hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
-    return (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
+    line = (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
             f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}")  # fmt: skip
+    if m.compute < m.comm_exposed / 2:  # overlapping can hide no more of it than the compute there is
+        line += f"; only {human_time(m.compute)} of compute kernels run in it to hide them behind"
+    return line + _waiting_for_peers(f.trace, f.step)
+
+
+def _waiting_for_peers(trace: Trace, step: Step) -> str:
+    """'; its N collectives move X in Y (Z GB/s): …' where the collectives of `step` that ran on the GPU with a known
+    message size moved it slower than SLOW_LINK: their time is the peers' lateness, whose lever is the ranks' own
+    time per step; '' otherwise."""
+    start, end = step.start_us, step.start_us + step.dur_us
+    timed = [c for c in trace.collectives if start <= c.issued_us < end and c.where == "GPU" and c.bytes and c.us]
+    moved, us = sum(c.bytes for c in timed), sum(c.us for c in timed)
+    if not timed or moved / (us * 1e-6) >= SLOW_LINK:
+        return ""
+    return (f"; its {len(timed)} collective{'s' if len(timed) > 1 else ''} move {human_bytes(moved)} in "
+            f"{human_time(us)} ({moved / (us * 1e-6) / 1e9:.3g} GB/s): that time is waiting for the peer ranks, not "
+            "moving data → less host time per step on every rank (the latest one sets the pace), fewer, larger "
+            "exchanges")  # fmt: skip
 
 
 def _all_to_all(trace: Trace) -> bool:

@@ -156,3 +156,31 @@ def test_one_forward_whose_first_layer_is_a_hundred_times_its_second_is_a_cold_p
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "one cold pass" in line and "the first aten::linear takes 3.75 ms, the next 31.0 µs" in line, line
     assert "→ warm up (run the model once) before timing it" in line, line
+
+
+def _all_to_alls(nelems: int) -> list[dict]:
+    """One 6.5 ms step: a 0.2 ms matmul kernel, then four all-to-alls of `nelems` floats each (record_param_comms),
+    whose SendRecv kernels (NCCL's) run 1.5 ms each, back to back; the host waits for the last in a sync."""
+    args = {"Collective name": "all_to_all", "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": 2,
+            "dtype": "Float", "Process Group Name": "0"}  # fmt: skip
+    events = [ev("user_annotation", "ProfilerStep#3", 0, 6_500), *_launched(100, "ampere_sgemm_32x128_nt", 200, 1)]
+    for k in range(4):
+        t = 400 + 100 * k
+        kernel = ev("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 420 + 1_500 * k, 1_500, tid=8, correlation=10 + k)
+        events += [ev("cpu_op", "record_param_comms", t, 30, **args),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 5, 5, correlation=10 + k), kernel]  # fmt: skip
+    return [*events, ev("cuda_runtime", "cudaDeviceSynchronize", 900, 5_530)]
+
+
+def test_exposed_communication_with_little_compute_to_hide_behind_says_so():
+    """moe_after_r0_c: 'overlap the all-to-all with compute' had 0.2 ms of compute kernels to hide 4.5 ms behind."""
+    line = diagnose(parse({"traceEvents": _all_to_alls(1 << 24)})).verdict
+    assert line.startswith("bound by exposed communication"), line
+    assert "only 200 µs of compute kernels run in it to hide them behind" in line, line
+
+
+def test_collectives_moving_their_bytes_slower_than_any_link_wait_for_their_peers():
+    """moe_after_r0_c: 12 all-to-alls move 98 KB in 4.47 ms (0.022 GB/s): their time is the peer rank's lateness,
+    whose lever is the ranks' host time per step, not sending less."""
+    line = diagnose(parse({"traceEvents": _all_to_alls(2_048)})).verdict
+    assert "its 4 collectives move 32.8 KB in 6.00 ms (0.00546 GB/s): that time is waiting for the peer" in line, line
