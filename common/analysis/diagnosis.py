@@ -798,6 +798,8 @@ def gap_causes(
             # launches are slow (a cold start loads many)
             first = long and role == "launch" and (node.tid, node.start) in context.first_launches
             usual_us = (context.repeat_launch if first else usual.of_call(role, node.name)) if long else 0.0
+            if long and node.name.startswith(GRAPH_LAUNCHES) and (role, node.name) not in usual.names:
+                usual_us = math.inf  # its length is its graph's size: one-time only against its own kind's calls
             if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual_us)):
                 claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
     waits = tree.overlapping(gap.start, gap.end, "sync")

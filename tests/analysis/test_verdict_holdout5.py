@@ -184,3 +184,16 @@ def test_collectives_moving_their_bytes_slower_than_any_link_wait_for_their_peer
     whose lever is the ranks' host time per step, not sending less."""
     line = diagnose(parse({"traceEvents": _all_to_alls(2_048)})).verdict
     assert "its 4 collectives move 32.8 KB in 6.00 ms (0.00546 GB/s): that time is waiting for the peer" in line, line
+
+
+def test_a_lone_graph_launch_is_not_one_time_against_kernel_launches():
+    """openpi_mi300x_graph_replay_26ms: its one hipGraphLaunch of a full-call graph takes 2.11 ms, 200 times a
+    kernel's launch; a graph launch's length is its graph's size, so that is no evidence of a one-time cost."""
+    events = []
+    for k in range(5):
+        events += _launched(10 + 20 * k, "elementwise_kernel", 3, k, op="aten::fill_")
+    events += [ev("cuda_runtime", "hipGraphLaunch", 200, 2_100, correlation=50)]
+    events += [ev("kernel", f"Cijk_gemm_{k}", 300 + 100 * k, 100, tid=7, correlation=50) for k in range(10)]
+    events += [ev("cuda_runtime", "hipStreamSynchronize", 2_310, 3_000)]  # waits for the graph's unrecorded rest
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "hipGraphLaunch" not in line, line
