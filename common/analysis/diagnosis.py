@@ -673,12 +673,14 @@ class GapContext:
         """The host-wait time each sync inside the steps made (an .item(), a copy to the host: not a device-wide
         torch.cuda.synchronize(), the loop's own): where the GPU ran out of work while the host sat in the sync,
         the host would, without it, have been the sync's length further on then, so the GPU's next wait for the
-        host, up to that long, is the sync's. (drained, drained + the sync's µs, the sync) each, sorted; and the
+        host, up to that long, is the sync's (a sync on a thread that launches GPU work: a side thread's holds up
+        no launch). (drained, drained + the sync's µs, the sync) each, sorted; and the
         longest such span (µs)."""
         starts, ends = self.busy
-        found = []
+        launching = {op.launch.tid for op in self.trace.gpu if op.launch is not None}  # a side thread's sync holds
+        found = []  # up no launch
         for node in self.trace.tree.of_role("sync"):
-            if node.name in DEVICE_WIDE:
+            if node.name in DEVICE_WIDE or node.tid not in launching:
                 continue
             i = bisect.bisect_right(ends, node.end) - 1  # the last stretch of GPU work ended by the sync's end
             if i < 0 or ends[i] <= node.start or (i + 1 < len(starts) and starts[i + 1] < node.end):
@@ -1898,7 +1900,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         bound = "CPU"  # the host ran the whole window on work of its own: less GPU work would not shorten the step
     hidden_by_host = bound == "communication" and _host_worked(trace, step) >= HOST_CRITICAL * m.span
     if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window: it is the bound
-        bound = "CPU" if steady.host_wait >= steady.kernel_wait + steady.other_wait else "balanced"
+        bound = "CPU"
     line = _SAYS[bound](facts)
     if graph_us[budgets.index(m)] > 0:
         line += (f"; {human_time(graph_us[budgets.index(m)])} of its GPU busy is a graph replay's work the trace does "

@@ -65,23 +65,34 @@ def test_a_long_sync_after_a_plain_kernel_launch_is_not_unrecorded_graph_work():
     assert "graph replay" not in line, line
 
 
-def test_the_gpu_s_wait_after_it_drained_in_an_item_sync_is_the_sync_s():
-    """openpi_h200_policy_25ms: each denoising step replays a graph, reads a flag with .item() (a stream sync that
-    waits for the graph), then re-enters Python and launches the next: the GPU idles ~0.7 ms a step after each sync.
-    Without the sync the host would have been that far on: the wait is the sync's, its lever is named."""
+def _replays_with_item(sync_tid: int) -> list[dict]:
+    """Six graph replays of 2 ms; after each, an .item() whose stream sync (on thread `sync_tid`) waits for the graph,
+    then 0.7 ms of small ops on thread 1, each launching a tiny kernel, before the next replay."""
     events, t = [], 0.0
     for k in range(6):
         events += [ev("cuda_runtime", "cudaGraphLaunch", t, 20, correlation=100 + k)]
         events += [ev("kernel", "nvjet_gemm", t + 30 + 200 * j, 200, tid=7, correlation=100 + k) for j in range(10)]
-        events += [ev("cpu_op", "aten::is_nonzero", t + 40, 2_000), ev("cpu_op", "aten::_local_scalar_dense", t + 41,
-                   1_995), ev("cuda_runtime", "cudaStreamSynchronize", t + 45, 1_990)]  # fmt: skip
+        events += [ev("cpu_op", "aten::is_nonzero", t + 40, 2_000, tid=sync_tid),
+                   ev("cpu_op", "aten::_local_scalar_dense", t + 41, 1_995, tid=sync_tid),
+                   ev("cuda_runtime", "cudaStreamSynchronize", t + 45, 1_990, tid=sync_tid)]  # fmt: skip
         for j in range(10):  # the host re-enters its Python: small ops, each launching a tiny kernel
-            events += _launched(
-                t + 2_040 + 70 * j, "vectorized_elementwise_kernel", 3, 1_000 + 10 * k + j, op="aten::add"
-            )
+            events += _launched(t + 2_040 + 70 * j, "elementwise_kernel", 3, 1_000 + 10 * k + j, op="aten::add")
         t += 2_740
-    line = diagnose(parse({"traceEvents": events})).verdict
+    return events
+
+
+def test_the_gpu_s_wait_after_it_drained_in_an_item_sync_is_the_sync_s():
+    """openpi_h200_policy_25ms: each denoising step replays a graph, reads a flag with .item() (a stream sync that
+    waits for the graph), then re-enters Python and launches the next: the GPU idles ~0.7 ms a step after each sync.
+    Without the sync the host would have been that far on: the wait is the sync's, its lever is named."""
+    line = diagnose(parse({"traceEvents": _replays_with_item(sync_tid=1)})).verdict
     assert "waiting in a sync in aten::_local_scalar_dense" in line, line
+
+
+def test_a_sync_on_a_thread_that_launches_nothing_holds_up_no_launch():
+    """The guard of the rule above: a side thread's sync does not keep the launching thread from running ahead."""
+    line = diagnose(parse({"traceEvents": _replays_with_item(sync_tid=2)})).verdict
+    assert "waiting in a sync" not in line, line
 
 
 def test_a_compiled_region_s_own_time_in_a_window_is_not_a_first_use():
