@@ -1898,8 +1898,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     bound = bound_of(steady)
     if bound == "balanced" and _host_critical(trace, step, m, causes):
         bound = "CPU"  # the host ran the whole window on work of its own: less GPU work would not shorten the step
-    hidden_by_host = bound == "communication" and _host_worked(trace, step) >= HOST_CRITICAL * m.span
-    if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window: it is the bound
+    hidden_by_host = (bound == "communication" and steady.host_wait >= steady.comm_exposed
+                      and _host_worked(trace, step) >= HOST_CRITICAL * m.span)  # fmt: skip
+    if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window, and the GPU
+        # waited for it longer than it communicated: the host is the bound
         bound = "CPU"
     line = _SAYS[bound](facts)
     if graph_us[budgets.index(m)] > 0:
