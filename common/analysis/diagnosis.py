@@ -606,8 +606,9 @@ class GapContext:
         more and ONE_TIME_FACTOR times the usual own time of an op (the median over the trace): a library's first use
         (cuDNN initialising inside the only aten::cudnn_convolution), which no later call shows, since none comes.
         Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out, and so are
-        torch.compile's regions: their own time is their graph's Python and launches, which every call pays (its
-        compiling is told by its labels)."""
+        torch.compile's regions where compiled code runs RECURS times or more in the window (a loop over it): a
+        region called once there is the loop's prefix, whose own time (its graph's Python and launches) every call
+        pays; where the compiled code runs once or twice, its call may hold its first call's set-up."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace or not self.launched:
             return set()
         layers = [thread.layer(OP) for thread in self.trace.tree.threads.values() if len(thread.layer(OP))]
@@ -615,6 +616,9 @@ class GapContext:
         usual = statistics.median(us for own in owns for us in own) if owns else 0.0
         calls = Counter(name for layer in layers for name in layer.names)
         runs = self.launched
+        regions = Counter(prefix for name in calls for prefix in COMPILED_OPS if name.startswith(prefix)
+                          for _ in range(calls[name]))  # fmt: skip
+        recurs = max(regions.values(), default=0) >= RECURS  # compiled code called in a loop: not one cold pass
         found = set()
         for layer, own in zip(layers, owns, strict=True):
             for i, name in enumerate(layer.names):
@@ -623,7 +627,7 @@ class GapContext:
                     and _Usual.once(own[i], usual)
                     and calls[name] < ONE_TIME_MOST
                     and not name.startswith(WAITING_OPS)
-                    and not name.startswith(COMPILED_OPS)
+                    and not (recurs and name.startswith(COMPILED_OPS))
                     and bisect.bisect_left(runs, layer.starts[i]) < bisect.bisect_right(runs, layer.ends[i])
                 ):
                     found.add((layer.starts[i], name))
