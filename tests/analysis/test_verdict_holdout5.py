@@ -50,7 +50,7 @@ def _graph_replay(launch: str, kernels: int, sync_until: float) -> list[dict]:
     return [*events, ev("cuda_runtime", "hipStreamSynchronize", 700, sync_until - 700)]
 
 
-def test_a_sync_long_past_a_graph_replay_s_last_kernel_record_waits_for_its_unrecorded_work():
+def test_a_sync_long_past_a_replay_s_last_kernel_waits_for_its_unrecorded_work():
     """openpi_mi300x_graph_replay_26ms: one hipGraphLaunch, 57 kernel records over 1 ms, then a 29 ms
     hipStreamSynchronize: a sync returns once the work is done, so the GPU ran the graph the whole wait. Not
     'one-time: the sync with the GPU mostly idle (start-up)'."""
