@@ -1567,15 +1567,21 @@ SLOW_LINK = 1e9  # bytes/s: a collective moving its message slower than this (un
 def _says_communication(f: _Facts) -> str:
     m = f.m
     hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
-    line = (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
-            f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}")  # fmt: skip
-    if m.compute < m.comm_exposed / 2:  # overlapping can hide no more of it than the compute there is
-        line += f"; only {human_time(m.compute)} of compute kernels run in it to hide them behind"
-    return line + _waiting_for_peers(f.trace, f.step)
+    little = (
+        f"; only {human_time(m.compute)} of compute kernels run in it to hide them behind"
+        if m.compute < m.comm_exposed / 2
+        else ""
+    )  # overlapping hides no more of it than the compute there is
+    peers = _waiting_for_peers(f.trace, f.step)
+    if peers:  # the collectives' time is their peers' lateness: sending less or overlapping is not the lever
+        return (f"bound by exposed communication that waits for its peers: {percent(m.pct(m.comm_exposed))} of "
+                f"{f.where} is communication no compute hides ({hidden} of it hidden); {peers}{little}")  # fmt: skip
+    return (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
+            f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}{little}")  # fmt: skip
 
 
 def _waiting_for_peers(trace: Trace, step: Step) -> str:
-    """'; its N collectives move X in Y (Z GB/s): …' where the collectives of `step` that ran on the GPU with a known
+    """'its N collectives move X in Y (Z GB/s): …' where the collectives of `step` that ran on the GPU with a known
     message size moved it slower than SLOW_LINK: their time is the peers' lateness, whose lever is the ranks' own
     time per step; '' otherwise."""
     start, end = step.start_us, step.start_us + step.dur_us
@@ -1583,8 +1589,8 @@ def _waiting_for_peers(trace: Trace, step: Step) -> str:
     moved, us = sum(c.bytes for c in timed), sum(c.us for c in timed)
     if not timed or moved / (us * 1e-6) >= SLOW_LINK:
         return ""
-    return (f"; its {len(timed)} collective{'s' if len(timed) > 1 else ''} move {human_bytes(moved)} in "
-            f"{human_time(us)} ({moved / (us * 1e-6) / 1e9:.3g} GB/s): that time is waiting for the peer ranks, not "
+    return (f"its {len(timed)} collective{'s' if len(timed) > 1 else ''} move {human_bytes(moved)} in "
+            f"{human_time(us)} ({moved / (us * 1e-6) / 1e9:.3g} GB/s), so that time is the peer ranks' lateness, not "
             "moving data → less host time per step on every rank (the latest one sets the pace), fewer, larger "
             "exchanges")  # fmt: skip
 
