@@ -6,6 +6,7 @@ torch here (the reader's analysis wing)."""
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 import statistics
 from array import array
@@ -14,7 +15,7 @@ from itertools import compress
 
 from common.analysis.figures import step_flops
 from common.reader.intervals import running_max
-from common.reader.kinds import DATALOADER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
+from common.reader.kinds import DATALOADER, DRIVER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
 from common.reader.model import Step, Trace, median_index
 from common.units import human_time
 
@@ -23,6 +24,7 @@ COMPUTE_TOGETHER = 0.6  # the compute ops' self times together this share of the
 # how a CPU verdict begins: "<kind> on the CPU: ..."
 KINDS = ("compute-bound", "overhead-bound", "data-loading-bound", "communication-bound")
 LOADING_SHARE = 0.5  # a DataLoader's __next__ this share of the step's CPU time or more: bound by loading the data
+LOADING_ASIDE = 0.2  # ... this share or more, beside another bound: named second, with its lever
 # Ops whose own time is not arithmetic: views, wrappers that call the op doing the work, allocation, dispatch glue.
 NOT_COMPUTE = frozenset({
     "aten::linear", "aten::matmul", "aten::t", "aten::transpose", "aten::view", "aten::reshape", "aten::_unsafe_view",
@@ -56,7 +58,8 @@ ONCE_SHOWN = 0.02  # one-time costs this share of the window or more: said apart
 # Ops that wait for the GPU or a peer on a GPU run (a copy to the host, .item(), a collective): a wait, never one-time
 WAITING_OPS = ("aten::copy_", "aten::_local_scalar_dense", "aten::item", "aten::to", "aten::_to_copy", "aten::cpu",
                "c10d::", "record_param_comms", "nccl:", "gloo:")  # fmt: skip
-GPU_ONLY_OPS = ("aten::cudnn", "aten::_cudnn", "aten::miopen", "aten::_miopen", "nccl:")
+GPU_ONLY_OPS = ("aten::cudnn", "aten::_cudnn", "aten::miopen", "aten::_miopen", "nccl:", "aten::record_stream")
+GPU_ONLY_LABELS = ("nccl:",)  # a ProcessGroupNCCL collective's label (nccl:all_to_all): NCCL runs on GPUs alone
 UNCOVERED_SHARE = 0.3  # a label with no op under it this share of the step: its work ran where the trace is silent
 COLLECTIVE_LABELS = ("gloo:",)  # a process group's worker thread's label around a collective (gloo:all_reduce)
 COMM_COVER = 0.5  # collectives on other threads over this share of such a label's silent time: it waits for them
@@ -136,7 +139,7 @@ def cpu_verdict(trace: Trace) -> str:
         return f"bound by the CPU: no GPU activity in the trace; {spent}"
     unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
     step = trace.steps[median_index([s.dur_us for s in trace.steps])]
-    found = host_one_time(trace, step.start_us, step.start_us + step.dur_us)
+    found = host_one_time(trace, step.start_us, step.start_us + step.dur_us) + _idle_syncs(trace, step)
     once = once_clause(found, cpu, unit)
     if once:  # the bound is the steady state's: the one-time costs' own time left out
         for what, us in found.items():
@@ -153,6 +156,11 @@ def cpu_verdict(trace: Trace) -> str:
         name = max(loading)[1]
         return (f"{KINDS[2]} on the CPU: {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's "
                 f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}{once}")  # fmt: skip
+    aside = ""
+    if loader_us >= LOADING_ASIDE * cpu:  # the main thread also makes its batches: a second cause, its own lever
+        name = max(loading)[1]
+        aside = (f"; and {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's __next__ ({name}) → "
+                 f"try {loader_lever(name, gpu=False)}")  # fmt: skip
     ranked = sorted(((us, n) for n, us in own.items() if is_compute(n) and us > 0), reverse=True)
     busiest = max(own.items(), key=lambda kv: kv[1])
     top, top_us = (ranked[0][1], ranked[0][0]) if ranked else busiest
@@ -160,7 +168,8 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
-    lever = _lever(ranked)
+    aside += cold_pass(trace)
+    lever = _lever(ranked) + _idle_gpu(trace) + aside
     steady = " of the steady state" if once else ""
     if share >= COMPUTE_SHARE:
         return f"{KINDS[0]} on the CPU: {share:.0%}{steady or ' of the step'} inside {top}{rate}; {spent} {lever}{once}"
@@ -173,7 +182,59 @@ def cpu_verdict(trace: Trace) -> str:
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
             f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
-            f"fewer ops){once}")  # fmt: skip
+            f"fewer ops){aside}{once}")  # fmt: skip
+
+
+COLD_PASS_MOST = 2  # a window none of whose top-level ops is called more than this often is one pass, not a loop
+
+
+def cold_pass(trace: Trace) -> str:
+    """'; one cold pass: …' where the trace is one window (no ProfilerStep#N) whose top-level ops each run
+    COLD_PASS_MOST times or fewer (one forward, no loop) and one of them runs its first call ONCE_FACTOR times its
+    later calls' time or more, ONCE_US or more: the window measures first calls (a library's, the dispatcher's set-up)
+    as much as the work, so warming up comes first; '' otherwise."""
+    if not trace.whole_trace:
+        return ""
+    calls: dict[str, list[float]] = {}
+    for node in trace.tree.top_level(-math.inf, math.inf, OP):
+        calls.setdefault(node.name, []).append(node.us)
+    if not calls or max(map(len, calls.values())) > COLD_PASS_MOST:
+        return ""
+    later = {name: statistics.median(each[1:]) for name, each in calls.items() if len(each) > 1}
+    cold = [(each[0] / max(later[name], 1e-9), name, each) for name, each in calls.items()
+            if name in later and each[0] >= ONCE_US and each[0] >= ONCE_FACTOR * later[name]]  # fmt: skip
+    if not cold:
+        return ""
+    _, name, each = max(cold)
+    return (f"; one cold pass (no top-level op runs more than {COLD_PASS_MOST} times): the first {name} takes "
+            f"{human_time(each[0])}, the next {human_time(statistics.median(each[1:]))}, so first calls' set-up holds "
+            "much of the window → warm up (run the model once) before timing it")  # fmt: skip
+
+
+def _cuda_calls(trace: Trace) -> bool:
+    """Whether the trace records CUDA (HIP) runtime or driver calls: the run set a GPU up."""
+    return any(len(thread.layer(kind)) for thread in trace.tree.threads.values() for kind in (RUNTIME, DRIVER))
+
+
+def _idle_syncs(trace: Trace, step: Step) -> Counter:
+    """The sync calls of ONCE_US or more in `step` of a trace with no GPU work at all (cpu_verdict's): they wait
+    for nothing launched, so they are the CUDA context's start-up (a first torch.cuda.synchronize() creating it),
+    once: "<call> with no GPU work (CUDA's start-up)" -> µs."""
+    found: Counter = Counter()
+    end = step.start_us + step.dur_us
+    for node in trace.tree.overlapping(step.start_us, end, "sync") if not trace.has_gpu else ():
+        us = min(node.end, end) - max(node.start, step.start_us)
+        if us >= ONCE_US:
+            found[f"{node.name} with no GPU work (CUDA's start-up)"] += us
+    return found
+
+
+def _idle_gpu(trace: Trace) -> str:
+    """', or run it on the <GPU> the trace lists: CUDA was set up on it, yet it ran nothing' for a CPU-bound trace
+    whose run made CUDA calls and whose deviceProperties name a GPU; '' otherwise."""
+    if trace.has_gpu or not trace.device_name or not _cuda_calls(trace):
+        return ""
+    return f"; or run it on the {trace.device_name} the trace lists: CUDA was set up on it, yet it ran nothing"
 
 
 def _comm_lever(trace: Trace) -> str:
@@ -206,6 +267,7 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
         names = layer.names
         for i in (i for i, name in enumerate(names) if (kind, name) in wanted):
             calls.setdefault((kind, names[i]), []).append((layer.starts[i], layer.ends[i], own[i]))
+    flops = _flops_of(trace, {name for kind, name in calls if kind == OP})
     kind_usual = None
     if any(kind == RUNTIME and len(each) < 3 for (kind, _), each in calls.items()):  # against every runtime call
         runtime = array("d")
@@ -224,11 +286,32 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
         else:
             continue
         slow = [call for call in each if call[2] >= ONCE_US and call[2] >= ONCE_FACTOR * usual]
+        usual_rate = _per_flop(each, flops[name]) if slow and kind == OP and name in flops else None
+        if usual_rate is not None:  # a call doing that much more work (its FLOPs) may take that long: not once
+            work = flops[name]
+            slow = [call for call in slow if call[0] not in work or call[2] / work[call[0]] >= ONCE_FACTOR * usual_rate]
         if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
             slow.sort(key=lambda call: -call[2])
             slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
         found += [(kind, name, ts, te, us) for ts, te, us in slow]
     return found
+
+
+def _flops_of(trace: Trace, names: set[str]) -> dict[str, dict[float, float]]:
+    """The FLOPs of each call of the ops `names` that record_shapes gave shapes to (Trace.shaped_calls): name ->
+    {its start: FLOPs}; a name none of whose calls has them is left out."""
+    found: dict[str, dict[float, float]] = {}
+    for ts, _, _, op in trace.shaped_calls if names else ():
+        if op.name in names and (work := op.flops) is not None and work > 0:
+            found.setdefault(op.name, {})[ts] = work
+    return found
+
+
+def _per_flop(calls: list[tuple[float, float, float]], flops: dict[float, float]) -> float | None:
+    """The usual own time per FLOP (µs) of a name's `calls` ((start, end, own µs) each) with known FLOPs (`flops`:
+    start -> FLOPs): their median; None where fewer than two of them have FLOPs."""
+    rates = [us / flops[start] for start, _, us in calls if start in flops]
+    return statistics.median(rates) if len(rates) >= 2 else None
 
 
 def host_one_time(trace: Trace, start: float, end: float) -> Counter:
@@ -259,14 +342,17 @@ def once_clause(found: Counter, span: float, unit: str) -> str:
 
 
 def gpu_evidence(trace: Trace) -> str | None:
-    """What shows that a trace without GPU events ran a GPU anyway: a process group on nccl, or an op that runs
-    only on a GPU (a cuDNN convolution); None where nothing does (a CPU run, whatever devices its machine lists)."""
+    """What shows that a trace without GPU events ran a GPU anyway: a process group on nccl, an op that runs
+    only on a GPU (a cuDNN convolution, Tensor.record_stream on a CUDA stream), or a collective's label of NCCL's
+    process group (nccl:all_to_all, where the trace has no distributedInfo to name the backend); None where nothing
+    does (a CPU run, whatever devices its machine lists)."""
     if str(trace.distributed.get("backend", "")).lower() == "nccl":
         return "its process group runs on nccl"
-    for thread in trace.tree.threads.values():
-        found = min((name for name in set(thread.layer(OP).names) if name.startswith(GPU_ONLY_OPS)), default=None)
-        if found is not None:
-            return f"it ran {found}"
+    for kind, prefixes in ((LABEL, GPU_ONLY_LABELS), (OP, GPU_ONLY_OPS)):
+        for thread in trace.tree.threads.values():
+            found = min((name for name in set(thread.layer(kind).names) if name.startswith(prefixes)), default=None)
+            if found is not None:
+                return f"it ran {found}"
     return None
 
 

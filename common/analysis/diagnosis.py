@@ -55,10 +55,11 @@ from common.reader.kinds import (
     OP,
     PYTHON,
     RUNTIME,
+    SYNC_CALLS,
 )
 from common.reader.model import GpuOp, Launch, Step, Trace, median_index
 from common.reader.naming import kernel_family
-from common.units import human_time
+from common.units import human_bytes, human_time
 
 # Every threshold of the diagnosis, in one place.
 IDLE_BOUND = 0.5  # GPU idle this share of the step or more: the step is bound by what keeps the GPU waiting
@@ -142,6 +143,9 @@ class Diagnosis:
 # ---- the rules ----
 
 
+DEVICE_WIDE = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")  # torch.cuda.synchronize()
+
+
 def _in_step_syncs(step: Step, last_launch: float | None) -> list[Launch]:
     """The step's synchronising calls, less the loop's own end-of-step synchronize: the device-wide syncs after
     which no GPU work was launched (`last_launch`, the start of the step's last launch call), every one of them,
@@ -149,8 +153,7 @@ def _in_step_syncs(step: Step, last_launch: float | None) -> list[Launch]:
     if not step.syncs:
         return []
     syncs = list(step.syncs)
-    device_wide = ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cuCtxSynchronize")
-    while syncs and syncs[-1].name in device_wide and (last_launch is None or syncs[-1].ts > last_launch):
+    while syncs and syncs[-1].name in DEVICE_WIDE and (last_launch is None or syncs[-1].ts > last_launch):
         syncs.pop()
     return syncs
 
@@ -602,7 +605,10 @@ class GapContext:
         ONE_TIME_MOST times that launched GPU work and whose own time (less the ops it called) is ONE_TIME_US or
         more and ONE_TIME_FACTOR times the usual own time of an op (the median over the trace): a library's first use
         (cuDNN initialising inside the only aten::cudnn_convolution), which no later call shows, since none comes.
-        Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out."""
+        Ops that may wait for the GPU or a peer (a copy, a scalar read, a collective) are left out, and so are
+        torch.compile's regions where compiled code runs RECURS times or more in the window (a loop over it): a
+        region called once there is the loop's prefix, whose own time (its graph's Python and launches) every call
+        pays; where the compiled code runs once or twice, its call may hold its first call's set-up."""
         if len(self.trace.steps) != 1 or not self.trace.whole_trace or not self.launched:
             return set()
         layers = [thread.layer(OP) for thread in self.trace.tree.threads.values() if len(thread.layer(OP))]
@@ -610,6 +616,9 @@ class GapContext:
         usual = statistics.median(us for own in owns for us in own) if owns else 0.0
         calls = Counter(name for layer in layers for name in layer.names)
         runs = self.launched
+        regions = Counter(prefix for name in calls for prefix in COMPILED_OPS if name.startswith(prefix)
+                          for _ in range(calls[name]))  # fmt: skip
+        recurs = max(regions.values(), default=0) >= RECURS  # compiled code called in a loop: not one cold pass
         found = set()
         for layer, own in zip(layers, owns, strict=True):
             for i, name in enumerate(layer.names):
@@ -618,6 +627,7 @@ class GapContext:
                     and _Usual.once(own[i], usual)
                     and calls[name] < ONE_TIME_MOST
                     and not name.startswith(WAITING_OPS)
+                    and not (recurs and name.startswith(COMPILED_OPS))
                     and bisect.bisect_left(runs, layer.starts[i]) < bisect.bisect_right(runs, layer.ends[i])
                 ):
                     found.add((layer.starts[i], name))
@@ -661,6 +671,27 @@ class GapContext:
                  if node.us >= ONE_TIME_US and self.busy_in(node.start, node.end) < IDLE_SYNC * node.us
                  and self.trace.tree.innermost(node.tid, node.start, MADE_IN) is None}  # fmt: skip
         return found if len(found) <= ONE_TIME_MOST else set()
+
+    @functools.cached_property
+    def sync_shadows(self) -> tuple[list[tuple[float, float, Node]], float]:
+        """The host-wait time each sync inside the steps made (an .item(), a copy to the host: not a device-wide
+        torch.cuda.synchronize(), the loop's own): where the GPU ran out of work while the host sat in the sync,
+        the host would, without it, have been the sync's length further on then, so the GPU's next wait for the
+        host, up to that long, is the sync's (a sync on a thread that launches GPU work: a side thread's holds up
+        no launch). (drained, drained + the sync's µs, the sync) each, sorted; and the
+        longest such span (µs)."""
+        starts, ends = self.busy
+        launching = {op.launch.tid for op in self.trace.gpu if op.launch is not None}  # a side thread's sync holds
+        found = []  # up no launch
+        for node in self.trace.tree.of_role("sync"):
+            if node.name in DEVICE_WIDE or node.tid not in launching:
+                continue
+            i = bisect.bisect_right(ends, node.end) - 1  # the last stretch of GPU work ended by the sync's end
+            if i < 0 or ends[i] <= node.start or (i + 1 < len(starts) and starts[i + 1] < node.end):
+                continue  # the GPU idle all along the sync, or not drained before it returned
+            found.append((ends[i], ends[i] + node.us, node))
+        found.sort(key=lambda item: item[:2])
+        return found, max((end - start for start, end, _ in found), default=0.0)
 
     @functools.cached_property
     def scripted_first(self) -> list[tuple[float, float, str, object]]:
@@ -773,6 +804,8 @@ def gap_causes(
             # launches are slow (a cold start loads many)
             first = long and role == "launch" and (node.tid, node.start) in context.first_launches
             usual_us = (context.repeat_launch if first else usual.of_call(role, node.name)) if long else 0.0
+            if long and node.name.startswith(GRAPH_LAUNCHES) and (role, node.name) not in usual.names:
+                usual_us = math.inf  # its length is its graph's size: one-time only against its own kind's calls
             if node.name.startswith(CAPTURE_CALLS) or (long and usual.once(node.us, usual_us)):
                 claim(("one-time", node.name), node.start, node.end, node.name, node.tid)
     waits = tree.overlapping(gap.start, gap.end, "sync")
@@ -819,6 +852,12 @@ def gap_causes(
             continue
         made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
         claim(("a sync", made), node.start, node.end, node.name, node.tid)
+    shadows, longest = context.sync_shadows
+    for i in range(bisect.bisect_left(shadows, (gap.start - longest,)), bisect.bisect_left(shadows, (gap.end,))):
+        start, end, node = shadows[i]
+        if end > gap.start:
+            made = _made_in(trace, Launch(node.name, node.start, node.us, None, node.tid)) or node.name
+            claim(("a sync", made), start, end, node.name, node.tid)
     for node in tree.overlapping(gap.start, gap.end, "runtime call"):
         if node.us >= CPU_OP_US:
             claim(("runtime call", node.name), node.start, node.end, node.name, node.tid)
@@ -1370,9 +1409,17 @@ def _host_critical(trace: Trace, step: Step, m: Budget, causes: Counter) -> bool
     top = max(by, key=by.__getitem__, default=None)
     if top not in HOST_OWN:
         return False
+    return _host_worked(trace, step) >= HOST_CRITICAL * m.span
+
+
+def _host_worked(trace: Trace, step: Step) -> float:
+    """How long the host worked in `step`: its CPU span less the time in calls that wait for the GPU (sync calls,
+    and the host-device copy calls, which return when the copy is done and so wait for the work queued before it)."""
     start, end = step.start_us, step.start_us + step.dur_us
-    waits = merged((max(n.start, start), min(n.end, end)) for n in trace.tree.overlapping(start, end, "sync"))
-    return step.dur_us - sum(b - a for a, b in waits) >= HOST_CRITICAL * m.span
+    waits = [n for n in trace.tree.overlapping(start, end, "sync")]
+    waits += [n for n in trace.tree.overlapping(start, end, "runtime call") if "Memcpy" in n.name]
+    spans = merged((max(n.start, start), min(n.end, end)) for n in waits)
+    return step.dur_us - sum(b - a for a, b in spans)
 
 
 def bound_of(m: Budget) -> str:
@@ -1513,11 +1560,39 @@ class _Facts(NamedTuple):
     causes: Counter  # the median step's host_wait_causes
 
 
+SLOW_LINK = 1e9  # bytes/s: a collective moving its message slower than this (under any NCCL link, 10 GbE's 1.25 GB/s
+# included) spent its time waiting for its peers, not moving data
+
+
 def _says_communication(f: _Facts) -> str:
     m = f.m
     hidden = percent(100 * m.comm_hidden / m.comm if m.comm else 0)
+    little = (
+        f"; only {human_time(m.compute)} of compute kernels run in it to hide them behind"
+        if m.compute < m.comm_exposed / 2
+        else ""
+    )  # overlapping hides no more of it than the compute there is
+    peers = _waiting_for_peers(f.trace, f.step)
+    if peers:  # the collectives' time is their peers' lateness: sending less or overlapping is not the lever
+        return (f"bound by exposed communication that waits for its peers: {percent(m.pct(m.comm_exposed))} of "
+                f"{f.where} is communication no compute hides ({hidden} of it hidden); {peers}{little}")  # fmt: skip
     return (f"bound by exposed communication: {percent(m.pct(m.comm_exposed))} of {f.where} is communication no "
-            f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}")  # fmt: skip
+            f"compute hides ({hidden} of it hidden) → {_comm_lever(f.trace)}{little}")  # fmt: skip
+
+
+def _waiting_for_peers(trace: Trace, step: Step) -> str:
+    """'its N collectives move X in Y (Z GB/s): …' where the collectives of `step` that ran on the GPU with a known
+    message size moved it slower than SLOW_LINK: their time is the peers' lateness, whose lever is the ranks' own
+    time per step; '' otherwise."""
+    start, end = step.start_us, step.start_us + step.dur_us
+    timed = [c for c in trace.collectives if start <= c.issued_us < end and c.where == "GPU" and c.bytes and c.us]
+    moved, us = sum(c.bytes for c in timed), sum(c.us for c in timed)
+    if not timed or moved / (us * 1e-6) >= SLOW_LINK:
+        return ""
+    return (f"its {len(timed)} collective{'s' if len(timed) > 1 else ''} move {human_bytes(moved)} in "
+            f"{human_time(us)} ({moved / (us * 1e-6) / 1e9:.3g} GB/s), so that time is the peer ranks' lateness, not "
+            "moving data → less host time per step on every rank (the latest one sets the pace), fewer, larger "
+            "exchanges")  # fmt: skip
 
 
 def _all_to_all(trace: Trace) -> bool:
@@ -1698,6 +1773,55 @@ _SAYS = {"communication": _says_communication, "CPU": _says_idle, "waits": _says
          "GPU": _says_gpu_and_host, "balanced": _says_balanced}  # fmt: skip
 
 
+def unrecorded_graph_work(trace: Trace, context: GapContext) -> list[tuple[float, float]]:
+    """The (start, end) spans, merged, in which a sync call made after a CUDA (HIP) graph launch on its thread (no
+    other sync between them) still waited ONE_TIME_US or more after the last GPU op the trace records had ended: a
+    sync returns once the work it waits for is done, and the graph's work was queued, so the GPU was still running
+    it; a replayed graph's kernels are not all recorded (ROCm's tracer keeps the first few of a hipGraphLaunch).
+    Without a graph launch before it, such a sync is the context's start-up (idle_syncs), not unrecorded work."""
+    starts, ends = context.busy
+    pieces = []
+    for thread in trace.tree.threads.values():
+        calls = []
+        for kind in (RUNTIME, DRIVER):
+            layer = thread.layer(kind)
+            if len(layer) and any(name.startswith(GRAPH_LAUNCHES) or name in SYNC_CALLS for name in set(layer.names)):
+                calls += [(layer.starts[i], layer.ends[i], name.startswith(GRAPH_LAUNCHES))
+                          for i, name in enumerate(layer.names)
+                          if name.startswith(GRAPH_LAUNCHES) or name in SYNC_CALLS]  # fmt: skip
+        after_graph = False
+        for start, end, graph in sorted(calls):
+            if not graph and after_graph:
+                i = bisect.bisect_left(starts, end) - 1  # the last stretch of recorded GPU work begun before its end
+                waited_from = max(start, ends[i]) if i >= 0 else start
+                if end - waited_from >= ONE_TIME_US:
+                    pieces.append((waited_from, end))
+            after_graph = graph
+    return merged(pieces)
+
+
+def _with_unrecorded(b: Budget, start: float, end: float, spans: list[tuple[float, float]]) -> tuple[Budget, float]:
+    """`b`, the budget of the window [start, end], with the parts of `spans` (unrecorded_graph_work) in it counted
+    as GPU busy, compute, instead of the gaps they lay in; and how long they are there (µs; 0: `b` itself)."""
+    inside = [(max(a, start), min(z, end)) for a, z in spans if a < end and z > start]
+    us = sum(z - a for a, z in inside)
+    if us <= 0:
+        return b, 0.0
+    out = Budget(b.span, parts=b.parts, busy=b.busy + us, window=b.window)
+    for name in ("compute", "non_compute", "comm", "comm_exposed"):
+        setattr(out, name, getattr(b, name))
+    out.compute = b.compute + us
+    taken = Counter()
+    for gap in b.gaps:
+        taken[gap.kind] += sum(max(0.0, min(z, gap.end) - max(a, gap.start)) for a, z in inside)
+    out.host_wait = max(b.host_wait - taken["host"], 0.0)
+    out.kernel_wait = max(b.kernel_wait - taken["kernel"], 0.0)
+    out.other_wait = max(b.other_wait - taken["other"], 0.0)
+    out.gaps = _less(b.gaps, inside)
+    out.longest_gap = max((gap.us for gap in out.gaps), default=0.0)
+    return out, us
+
+
 def _recorded_work(trace: Trace) -> bool:
     """Whether any thread of the trace holds an op, a label or a Python frame: what a model's run leaves."""
     return any(len(thread.layer(kind)) for thread in trace.tree.threads.values() for kind in (OP, LABEL, PYTHON))
@@ -1737,6 +1861,11 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         line += (_host_aside(trace) + host_side(trace)) if launches else ""
         return Diagnosis("—", line, [], [r for r in (_rule_first_step(trace),) if r], None, efficiency(trace))
     budgets = step_budgets(trace)
+    context = gap_context(trace)
+    unrecorded = unrecorded_graph_work(trace, context) if any(s.graph_launches for s in trace.steps) else []
+    graph_us = [0.0] * len(budgets)
+    for i, w in enumerate(trace.windows if unrecorded else ()):
+        budgets[i], graph_us[i] = _with_unrecorded(budgets[i], w.start, w.end, unrecorded)
     m = median_budget(budgets)
     assert m is not None
     if not m.span > 0:  # 0 µs (or a time no float holds): no share of it is a figure, so no rule may fire on one
@@ -1753,7 +1882,6 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     longest_gaps = _longest(budgets, GAPS_SHOWN)
     scan = _scan(trace)
     eff = rates(scan.groups, trace.shapes, find_peak(trace.device_name, peak_tflops)) if trace.shapes else {}
-    context = gap_context(trace)
     causes: Counter = Counter()  # the median step's host_wait_causes, found once
     pieces: list[tuple[float, float]] = []  # ... and the pieces of its gaps its one-time causes took
     for gap in m.gaps:
@@ -1780,7 +1908,20 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     bound = bound_of(steady)
     if bound == "balanced" and _host_critical(trace, step, m, causes):
         bound = "CPU"  # the host ran the whole window on work of its own: less GPU work would not shorten the step
+    hidden_by_host = (bound == "communication" and steady.host_wait >= steady.comm_exposed
+                      and _host_worked(trace, step) >= HOST_CRITICAL * m.span)  # fmt: skip
+    if hidden_by_host:  # the collectives ran while the host worked, which it did the whole window, and the GPU
+        # waited for it longer than it communicated: the host is the bound
+        bound = "CPU"
     line = _SAYS[bound](facts)
+    if graph_us[budgets.index(m)] > 0:
+        line += (f"; {human_time(graph_us[budgets.index(m)])} of its GPU busy is a graph replay's work the trace does "
+                 "not record (a sync after the graph launch waited that long past the last recorded GPU op): "
+                 "re-profile without the graph, or with a GPU profiler, to see those kernels")  # fmt: skip
+    if hidden_by_host:
+        exposed = percent(steady.pct(steady.comm_exposed))
+        line += (f"; its exposed communication ({exposed} of the {unit}) ran while the host worked the whole window, "
+                 "so hiding it behind compute would not shorten the step")  # fmt: skip
     if once_all >= ONE_TIME_DOMINATES * total:  # start-up, not the steady state: said first, the bound after it
         listed, lever = _one_time_parts(items, total)
         share = percent(100 * once_all / total)
