@@ -100,12 +100,31 @@ def _lever(ranked: list[tuple[float, str]]) -> str:
 def loader_lever(name: str, gpu: bool = True) -> str:
     """The lever for time in a DataLoader's __next__ (its label `name`): workers (pinned batches for a GPU), or
     where it has them already (its iterator is _MultiProcessingDataLoaderIter) more of them or cheaper items."""
-    if MULTIPROCESSING_LOADER in name:
-        return (f"the DataLoader has workers already ({MULTIPROCESSING_LOADER}): raise num_workers or "
-                "prefetch_factor, or make __getitem__ and collate cheaper")  # fmt: skip
+    if MULTIPROCESSING_LOADER in name:  # read after "try": the lever already on is said, the next one offered
+        return (f"a larger or cheaper DataLoader (it has workers already: {MULTIPROCESSING_LOADER}): raise "
+                "num_workers or prefetch_factor, or make __getitem__ and collate cheaper")  # fmt: skip
     if gpu:
         return "DataLoader workers (num_workers > 0) with pin_memory=True, so the next batch is ready"
     return "DataLoader workers (num_workers > 0), so the next batch is made while the model runs"
+
+
+def starting_workers(trace: Trace, start: float, end: float) -> float | None:
+    """The µs of the trace's first DataLoader __next__ where it falls in (start, end), is a multiprocessing
+    iterator's (whose first call starts its worker processes) and is ONCE_FACTOR times the median of its later
+    calls, or has none: a one-time cost more workers would make longer. None otherwise."""
+    calls = trace.tree.overlapping(-math.inf, math.inf, "DataLoader")
+    if not calls or MULTIPROCESSING_LOADER not in calls[0].name or not start <= calls[0].start < end:
+        return None
+    first, later = calls[0].end - calls[0].start, [c.end - c.start for c in calls[1:]]
+    return first if not later or first >= ONCE_FACTOR * statistics.median(later) else None
+
+
+def start_up_lever(us: float) -> str:
+    """The lever for a DataLoader's first __next__ of `us` that starts its workers (starting_workers)."""
+    return (
+        f"its first __next__ ({human_time(us)}) starts the worker processes, once: keep them across epochs "
+        "(persistent_workers=True) and profile later batches, not more workers"
+    )
 
 
 def _loading(trace: Trace, step: Step) -> tuple[float, str]:
@@ -154,8 +173,12 @@ def cpu_verdict(trace: Trace) -> str:
     loader_us = statistics.median(us for us, _ in loading)
     if loader_us >= LOADING_SHARE * cpu:  # the model waits for its batches: what the ops do is not the bound
         name = max(loading)[1]
+        lever = f"try {loader_lever(name, gpu=False)}"
+        window = (trace.steps[0].start_us, trace.steps[-1].start_us + trace.steps[-1].dur_us)
+        if (first := starting_workers(trace, *window)) is not None and first >= 0.5 * sum(us for us, _ in loading):
+            lever = start_up_lever(first)  # the loading is the workers' start: a one-time cost, not a steady one
         return (f"{KINDS[2]} on the CPU: {min(1.0, loader_us / cpu):.0%} of the {unit} inside the DataLoader's "
-                f"__next__ ({name}); {spent} → try {loader_lever(name, gpu=False)}{once}")  # fmt: skip
+                f"__next__ ({name}); {spent} → {lever}{once}")  # fmt: skip
     aside = ""
     if loader_us >= LOADING_ASIDE * cpu:  # the main thread also makes its batches: a second cause, its own lever
         name = max(loading)[1]
