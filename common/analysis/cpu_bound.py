@@ -93,8 +93,10 @@ def _lever(ranked: list[tuple[float, str]]) -> str:
     if gemm >= 0.5 * sum(us for us, _ in ranked):
         convolutions = any("conv" in name for _, name in ranked)
         return f"→ {cores}, {'channels_last for convolutions, ' if convolutions else ''}{bf16}, or less work per step"
-    return ("→ try fewer passes over memory: fuse the pointwise, softmax and copy passes (torch.compile), or a fused "
-            "kernel (SDPA instead of softmax(QKᵀ)V)")  # fmt: skip
+    if any("softmax" in name for _, name in ranked):  # attention written out: the fused kernel is its lever too
+        return ("→ try fewer passes over memory: fuse the pointwise, softmax and copy passes (torch.compile), or a "
+                "fused kernel (SDPA instead of softmax(QKᵀ)V)")  # fmt: skip
+    return "→ try fewer passes over memory: fuse the pointwise and copy passes (torch.compile)"
 
 
 def loader_lever(name: str, gpu: bool = True) -> str:
@@ -137,6 +139,27 @@ def _loading(trace: Trace, step: Step) -> tuple[float, str]:
     return sum(held.values()), max(held, key=held.__getitem__, default="")
 
 
+def _optimizer_aside(trace: Trace, step: Step, cpu: float, unit: str) -> str:
+    """Where the optimizer's step (torch's `Optimizer.step#...` label) holds LOADING_ASIDE of the CPU step or more,
+    it is named second with its lever: from a loop over the parameters to foreach, from foreach to fused (Adam, AdamW
+    and SGD have a fused CPU kernel), and, fused already, fewer steps; "" otherwise."""
+    end = step.start_us + step.dur_us
+    spans = [n for n in trace.tree.overlapping(step.start_us, end, "optimizer") if n.name.startswith("Optimizer.step")]
+    us = sum(min(n.end, end) - max(n.start, step.start_us) for n in spans)
+    if not spans or us < LOADING_ASIDE * cpu:
+        return ""
+    ops = trace.tree.self_us(step.start_us, end)
+    name = spans[0].name
+    if any(op.startswith("aten::_fused_") for op in ops):
+        lever = "it is fused already: step it less often (gradient accumulation), or fewer parameters"
+    elif any(op.startswith("aten::_foreach_") for op in ops):
+        lever = f"try fused=True ({name.split('#')[-1].split('.')[0]}(..., fused=True)): one kernel for all parameters"
+    else:
+        lever = ("try foreach=True or fused=True (its loop runs each parameter's update op by op): one call over all "
+                 "parameters")  # fmt: skip
+    return f"; and {min(1.0, us / cpu):.0%} of the {unit} in the optimizer ({name}) → {lever}"
+
+
 def cpu_verdict(trace: Trace) -> str:
     """One line: communication-bound where the step's thread waits in a label with no op under it while a process
     group's threads run its collectives (waits_for_collectives); data-loading-bound where a DataLoader's __next__
@@ -147,6 +170,7 @@ def cpu_verdict(trace: Trace) -> str:
     1024 one's). One-time costs (host_one_time: a first cuDNN convolution, allocator growth) are said apart and
     left out of the bound."""
     cpu = trace.per_step(lambda s: s.region_us)
+    step_cpu = cpu  # the whole step's, one-time costs in it: the optimizer's share is of it
     per = ("in the one recording (no ProfilerStep#N)" if trace.whole_trace
            else "per iteration" if trace.cpu_source == "iteration" else "per step")  # fmt: skip
     spent = f"{human_time(cpu)} of CPU {per}" if cpu else f"no CPU time {per}"
@@ -191,6 +215,7 @@ def cpu_verdict(trace: Trace) -> str:
     together = min(1.0, sum(us for us, _ in ranked) / cpu)
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
+    aside += _optimizer_aside(trace, step, step_cpu, unit)
     aside += cold_pass(trace)
     lever = _lever(ranked) + _idle_gpu(trace) + aside
     steady = " of the steady state" if once else ""

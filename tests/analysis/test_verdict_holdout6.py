@@ -35,3 +35,28 @@ def test_a_multiprocessing_loader_that_is_slow_every_batch_is_told_to_grow_and_r
     line = loader_trace([(k * 2_000, 1_500) for k in range(6)])
     assert "→ try a larger or cheaper DataLoader (it has workers already: _MultiProcessingDataLoaderIter)" in line, line
     assert "persistent_workers" not in line, line
+
+
+def adam_steps(update_ops: list[str]) -> str:
+    """Three 1 ms CPU steps: a 500 µs forward of addmm, then Optimizer.step#Adam.step holding 400 µs of `update_ops`."""
+    events = []
+    for i in range(3):
+        at = 1_000 * i
+        events += [ev("user_annotation", f"ProfilerStep#{i}", at, 1_000),
+                   ev("cpu_op", "aten::addmm", at + 10, 500),
+                   ev("user_annotation", "Optimizer.step#Adam.step", at + 550, 420)]  # fmt: skip
+        events += [ev("cpu_op", op, at + 560 + 400 // len(update_ops) * k, 400 // len(update_ops) - 5)
+                   for k, op in enumerate(update_ops)]  # fmt: skip
+    return diagnose(parse({"traceEvents": events})).verdict
+
+
+def test_a_per_parameter_optimizer_holding_much_of_a_cpu_step_is_named_with_foreach():
+    """jeolkorpi_vae_train: a per-parameter Adam.step held 38% of the CPU step and was never named."""
+    line = adam_steps(["aten::mul_", "aten::add_", "aten::sqrt", "aten::div", "aten::addcdiv_"] * 2)
+    assert "; and 42% of the step in the optimizer (Optimizer.step#Adam.step) → try foreach=True or fused=True" in line
+    assert "SDPA" not in line, line  # no softmax here: no attention lever
+
+
+def test_a_foreach_optimizer_is_told_fused_and_a_fused_one_fewer_steps():
+    assert "→ try fused=True (Adam(..., fused=True))" in adam_steps(["aten::_foreach_mul_", "aten::_foreach_addcdiv_"])
+    assert "it is fused already: step it less often" in adam_steps(["aten::_fused_adam_"])
