@@ -186,7 +186,7 @@ def cpu_verdict(trace: Trace) -> str:
     once = once_clause(found, cpu, unit)
     if once:  # the bound is the steady state's: the one-time costs' own time left out
         for what, us in found.items():
-            name = what.removeprefix("first ")
+            name = op_of(what)
             if name in own:
                 own[name] = max(0.0, own[name] - us)
         cpu = max(cpu - sum(found.values()), 1e-9)
@@ -368,13 +368,47 @@ def host_one_time(trace: Trace, start: float, end: float) -> Counter:
     found: Counter = Counter()
     slow = slow_calls(trace)
     calls = sorted((ts, te) for kind, _, ts, te, _ in slow if kind == RUNTIME)
+    ops = {name for kind, name, *_ in slow if kind == OP}
+    firsts, flops = _first_starts(trace, ops), _flops_of(trace, ops)
     for kind, name, ts, te, us in slow:
         if start <= ts < end:
             if kind == OP:  # a slow runtime call inside it (a cudaFree) is said as itself, not twice
                 us = max(0.0, us - sum(min(b, te) - max(a, ts) for a, b in calls if a < te and b > ts))
             if us >= ONCE_US:  # what is left of an op is a one-time cost only where it still is one
-                found[f"first {name}" if kind == OP else name] += us
+                stalled = kind == OP and _stalled(name, ts, firsts, flops.get(name))
+                found[name if kind != OP else f"{STALL}{name}" if stalled else f"first {name}"] += us
     return found
+
+
+def _stalled(name: str, ts: float, firsts: dict[str, float], flops: dict[float, float] | None) -> bool:
+    """Whether a slow call of op `name` at `ts` is a later call that did work done before (a stall of the machine),
+    not a first call: with the calls' FLOPs (record_shapes), an earlier call of the same work; without them, an
+    earlier call of a name that sets nothing up per shape (a GEMM or a convolution's first call of each shape may
+    initialise or tune its library, so those stay first calls)."""
+    if firsts.get(name, ts) >= ts:
+        return False
+    if flops and ts in flops:
+        return any(at < ts and work == flops[ts] for at, work in flops.items())
+    return not (name.startswith(GEMM_LIKE) or "conv" in name or "cudnn" in name)
+
+
+STALL = "stalled "  # host_one_time's prefix for a slow call of an op that is not its first: the machine, not the code
+
+
+def _first_starts(trace: Trace, names: set[str]) -> dict[str, float]:
+    """The start of the first call of each op of `names` in the trace, on any thread."""
+    first: dict[str, float] = {}
+    for thread in trace.tree.threads.values() if names else ():
+        layer = thread.layer(OP)
+        for i, name in enumerate(layer.names):
+            if name in names and layer.starts[i] < first.get(name, math.inf):
+                first[name] = layer.starts[i]
+    return first
+
+
+def op_of(what: str) -> str:
+    """The op a host_one_time key names ("first aten::div", "stalled aten::div" -> "aten::div")."""
+    return what.removeprefix("first ").removeprefix(STALL)
 
 
 def once_clause(found: Counter, span: float, unit: str) -> str:
@@ -384,6 +418,10 @@ def once_clause(found: Counter, span: float, unit: str) -> str:
     if span <= 0 or once < ONCE_SHOWN * span:
         return ""
     listed = ", ".join(f"{human_time(us)} {what}" for what, us in found.most_common(3))
+    if all(what.startswith(STALL) for what in found):  # later calls, slow once: the machine stalled, not a warm-up
+        return (f"; one-off stalls, not counted in the bound: {listed} (later calls of ops, not their first: "
+                f"{min(1.0, once / span):.0%} of the {unit}) → another process or the OS took the CPU: profile "
+                f"more steps, on a quiet machine")  # fmt: skip
     return (f"; one-time, not counted in the bound: {listed} ({min(1.0, once / span):.0%} of the {unit}) → warm up "
             f"before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps (saves up to "
             f"{human_time(once)} of the {human_time(span)} {unit})")  # fmt: skip
