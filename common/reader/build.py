@@ -29,10 +29,10 @@ import struct
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from common.reader import comms
 from common.reader.calltree import FEW_THREADS, CallTree, Layer, Thread
@@ -185,13 +185,25 @@ class _Spans:
         i = bisect.bisect_right(self.starts, ts) - 1
         return self.items[i] if i >= 0 and ts <= self.ends[i] else None
 
-    def slices(self, times: list[float]) -> list[tuple[int, int]]:
-        """For each span in turn, the range [lo, hi) of the sorted `times` that __call__ places in it."""
-        if not self.starts:
-            return []
-        los = [bisect.bisect_left(times, start) for start in self.starts]
-        his = [bisect.bisect_right(times, end) for end in self.ends]
-        return [(lo, min(hi, next_lo)) for lo, hi, next_lo in zip(los, his, [*los[1:], len(times)], strict=True)]
+    def slices(self, times: Sequence[float]) -> Iterator[tuple[int, int]]:
+        """For each span in turn, the range [lo, hi) of the sorted `times` that __call__ places in it, made as they
+        are asked for (the spans can be a trace's phase labels, hundreds of thousands: a list of them took 22 MiB at
+        720,720 labels)."""
+        los = map(bisect.bisect_left, itertools.repeat(times), self.starts)
+        his = map(bisect.bisect_right, itertools.repeat(times), self.ends)
+        bounds = itertools.pairwise(itertools.chain(los, (len(times),)))  # each span's lo and the next one's
+        return ((lo, min(hi, next_lo)) for (lo, next_lo), hi in zip(bounds, his, strict=True))
+
+
+class Tops(NamedTuple):
+    """Some of the top-level labels of one thread (_Collector.children): the thread's top labels' columns, and the
+    positions in them of those picked."""
+
+    begins: array
+    ends: array
+    idx: array  # each top label's index in the thread's labels (their names)
+    names: list[str]
+    picked: list[int]
 
 
 class _Collector:
@@ -382,10 +394,8 @@ class _Collector:
         driver = list(compress(self.launches, map(operator.not_, is_runtime)))
         for kind, records, at in ((LABEL, self.annotations, 3), (PYTHON, self.python, 3), (RUNTIME, runtime, 4),
                                   (DRIVER, driver, 4)):  # fmt: skip
-            for tid, kept in _by_thread(records, at).items():  # columns as lists (a comprehension's index is the
-                starts = [record[1] for record in kept]  # cheapest read), packed by Layer.of
-                ends = [record[1] + record[2] for record in kept]
-                layers.setdefault(tid, {})[kind] = Layer.of(kind, starts, ends, [record[0] for record in kept])
+            for tid, kept in _by_thread(records, at).items():
+                layers.setdefault(tid, {})[kind] = Layer.of_records(kind, kept)
         return CallTree({tid: Thread(tid, dict(sorted(by_kind.items()))) for tid, by_kind in layers.items()})
 
     def steps(self, path: Path | str, tree: CallTree, find_iterations: bool = True) -> tuple[list[Step], bool]:
@@ -442,7 +452,7 @@ class _Collector:
         for thread in tree.threads.values():
             ops = thread.layer(OP)
             names = ops.names
-            inside = step_at.slices(ops.starts)  # a phase counts the ops inside a step only
+            inside = list(step_at.slices(ops.starts))  # a phase counts the ops inside a step only
             his = [hi for _, hi in inside]
             for step, (lo, hi) in zip(step_at.items, inside, strict=True):
                 step.cpu_ops.update(names[lo:hi])
@@ -453,21 +463,25 @@ class _Collector:
                     phase.cpu_ops.update(names[max(lo, step_lo) : min(hi, step_hi)])
 
     @staticmethod
-    def children(tree: CallTree, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, list]:
+    def children(tree: CallTree, outer: list[tuple[float, float, object]], skip: str | None) -> dict[tuple, Tops]:
         """The labels directly inside each span of `outer` ((start, end, tid), sorted; tid None: any thread),
-        each thread apart: (span index, tid) -> [(start, -duration, name)] of its top-level labels, in time order,
-        from the call tree. Steps, the label `skip` itself and torch.compile's own annotations are no labels here:
-        a label inside one of them is still directly inside the span."""
+        each thread apart: (span index, tid) -> its top-level labels, in time order (Tops: their starts, ends and
+        names on that thread, and which of them are its), from the call tree. Steps, the label `skip` itself and
+        torch.compile's own annotations are no labels here: a label inside one of them is still directly inside the
+        span."""
         starts = [start for start, _, _ in outer]
-        top: dict[tuple, list] = {}
+        top: dict[tuple, Tops] = {}
         for tid, thread in tree.threads.items():
             labels = thread.layer(LABEL)
             begins, ends, idx = labels.tops(_label_mask(labels, skip), ("children", skip))
             names = labels.names
-            for begin, end, i in zip(begins, ends, idx, strict=True):
+            for j, (begin, end) in enumerate(zip(begins, ends, strict=True)):
                 k = bisect.bisect_right(starts, begin) - 1
                 if k >= 0 and end <= outer[k][1] and outer[k][2] in (None, tid):
-                    top.setdefault((k, tid), []).append((begin, begin - end, names[i]))
+                    found = top.get((k, tid))
+                    if found is None:
+                        found = top[k, tid] = Tops(begins, ends, idx, names, [])
+                    found.picked.append(j)
         return top
 
     def outline(
@@ -480,8 +494,8 @@ class _Collector:
         outer = [(s.start_us, s.start_us + s.dur_us, None if whole else tids.get((s.start_us, s.dur_us)))
                  for s in steps]  # fmt: skip
         tops = self.children(tree, outer, None)
-        names = {name for labels in tops.values() for _, _, name in labels}
-        if len(names) == 1 and all(len(labels) == 1 for labels in tops.values()):
+        names = {labels.names[labels.idx[j]] for labels in tops.values() for j in labels.picked}
+        if len(names) == 1 and all(len(labels.picked) == 1 for labels in tops.values()):
             [wrapper] = names
             return wrapper, self.spans_of(wrapper)
         return None, outer
@@ -498,13 +512,16 @@ class _Collector:
         summed over its spans."""
         spans: list[tuple[float, float, Phase]] = []
         for labels in self.children(tree, outer, label).values():
-            for ts, neg_dur, name in labels:
+            begins, ends, idx, names = labels.begins, labels.ends, labels.idx, labels.names
+            for j in labels.picked:
+                ts = begins[j]
                 step = step_at(ts)
                 if step is None:
                     continue  # outside the steps
+                name, dur = names[idx[j]], ends[j] - ts
                 phase = step.phases.setdefault(name, Phase(name))
-                phase.cpu_us += -neg_dur
-                spans.append((ts, ts - neg_dur, phase))
+                phase.cpu_us += dur
+                spans.append((ts, ts + dur, phase))
         return spans
 
     def relink(self, tree: CallTree, broken: list[GpuOp], linked: int) -> list[str]:

@@ -27,11 +27,28 @@ def merged(intervals: Iterable[Interval], touch: float = 0.0) -> list[Interval]:
     return list(zip(starts, ends, strict=True))
 
 
+PACKED = 1 << 14  # floats packed at once: a longer list is packed a slice at a time (doubles)
+
+
 def doubles(values: list[float]) -> array:
-    """The floats of the list `values` as an array of doubles, packed in C at once: array("d", values) converts them
-    one at a time through its format parser, 2-3 times the cost (6 times from an iterator)."""
-    out = array("d")
-    out.frombytes(struct.pack(f"{len(values)}d", *values))
+    """The floats of the list `values` as an array of doubles, packed in C: array("d", values) converts them one at
+    a time through its format parser, 2-3 times the cost (6 times from an iterator). A list longer than PACKED goes
+    a slice at a time, so the call's arguments hold no more than PACKED of its floats a second time."""
+    if len(values) <= PACKED:
+        out = array("d")
+        out.frombytes(struct.pack(f"{len(values)}d", *values))
+        return out
+    return chunked_doubles((values[at : at + PACKED] for at in range(0, len(values), PACKED)), len(values))
+
+
+def chunked_doubles(chunks: Iterable[list[float]], size: int) -> array:
+    """An array of `size` doubles packed from `chunks`, lists of floats (`size` of them in all), each in turn into
+    its place in C: only one chunk's floats are alive at once, wherever they come from (sums made for the chunk)."""
+    out = array("d", (0.0,)) * size
+    at = 0
+    for chunk in chunks:
+        struct.pack_into(f"{len(chunk)}d", out, at, *chunk)
+        at += 8 * len(chunk)
     return out
 
 
