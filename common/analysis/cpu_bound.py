@@ -389,7 +389,13 @@ def _stalled(name: str, ts: float, firsts: dict[str, float], flops: dict[float, 
         return False
     if flops and ts in flops:
         return any(at < ts and work == flops[ts] for at, work in flops.items())
-    return not (name.startswith(GEMM_LIKE) or "conv" in name or "cudnn" in name)
+    return not (name.startswith(GEMM_LIKE) or any(word in name for word in PER_SHAPE))
+
+
+# Ops whose first call of each shape may set something up (a library's tuned kernel or primitive, an allocation
+# that grows the heap or touches new pages): without shapes, a later slow call of these may be a first call too.
+PER_SHAPE = ("conv", "cudnn", "mkldnn", "norm", "pool", "empty", "resize", "zeros", "ones", "full", "clone", "copy",
+             "contiguous", "cat", "stack", "_to")  # fmt: skip
 
 
 STALL = "stalled "  # host_one_time's prefix for a slow call of an op that is not its first: the machine, not the code
