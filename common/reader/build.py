@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from common.reader import comms
 from common.reader.calltree import FEW_THREADS, CallTree, Layer, Thread
+from common.reader.intervals import union_us
 from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
@@ -54,7 +55,7 @@ from common.reader.kinds import (
     SYNC_CALLS,
     UNMODELLED_DEVICES,
 )
-from common.reader.model import GpuOp, Launch, Phase, Step, Trace
+from common.reader.model import GpuOp, Launch, Phase, Step, Trace, busy_us
 from common.reader.occupancy import sm_limits
 from common.reader.roofline import SHAPED_OPS, TENSOR_CORE_OPS, ShapedOp
 from common.units import human_time
@@ -164,7 +165,10 @@ _NO_THREAD = object()  # before the first event: no thread id is this
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
 # record_function label, what today's traces call user_annotation. The legacy autograd profiler's export
 # (torch.autograd.profiler's export_chrome_trace before Kineto: pid "CPU functions", no "cat", read as "") is read the
-# same way; a "cat" that is not a string (None) is no category.
+# same way; a "cat" that is not a string (None) is no category. With use_cuda=True that export's pid "CUDA functions"
+# holds, after each op's event, that op's time range on the GPU (CUDA events recorded at its start and end): read by
+# legacy_gpu_ops, not as ops of a thread.
+LEGACY_GPU = "CUDA functions"
 EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
@@ -223,6 +227,9 @@ class _Collector:
         self.shaped_calls: list[tuple[float, float, object, ShapedOp]] = []  # a GEMM/attention op's (ts, dur, tid)
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
         self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
+        # The legacy export's GPU ranges: (start, end, name, the end of the op it mirrors or None, device)
+        self.legacy: list[tuple[float, float, str, float | None, object]] = []
+        self.legacy_host: tuple[str, float] | None = None  # its last CPU op read: (name, end)
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -263,6 +270,11 @@ class _Collector:
                 if cat == "Operator" or cat == "":
                     if e.name is None:
                         continue
+                    if cat == "" and e.ph == "X":  # the legacy export (LEGACY_GPU)
+                        if e.pid == LEGACY_GPU:
+                            self.legacy_range(e)
+                            continue
+                        self.legacy_host = (e.name, ts + dur)
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
@@ -324,6 +336,17 @@ class _Collector:
                     add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
         self.ops_rising, self.last_op_ts = rising, last_ts
+
+    def legacy_range(self, e: Event) -> None:
+        """Keep one GPU range of the legacy export, tied to the op it mirrors: the CPU op written just before it,
+        where that one has its name (torch's export writes each op, then the ranges of its CUDA events)."""
+        ts, dur, name = e.ts, e.dur, e.name
+        if not (0 <= ts < math.inf and 0 <= dur < LONGEST_US):
+            self.skipped += 1
+            return
+        host = self.legacy_host
+        end = host[1] if host is not None and host[0] == name else None
+        self.legacy.append((ts, ts + dur, self.names.setdefault(name, name), end, _id(e.tid)))
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
@@ -565,6 +588,7 @@ class _Collector:
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+        self.gpu += ((op.start, None, op) for op in legacy_gpu_ops(self.legacy))
         tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
@@ -626,7 +650,9 @@ class _Collector:
 
         self.gpu.sort(key=TS_OF_CALL)  # by start, in C
         by_time = not any(corr is not None for _, corr, _ in self.gpu)
-        if by_time and self.gpu:
+        if self.legacy:
+            notes.append(legacy_note(self.legacy, [op for _, _, op in self.gpu]))
+        elif by_time and self.gpu:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
         left_out: list[tuple[object, GpuOp]] = []
         calls, linked, broken = self.shaped_spans, 0, []  # a kernel's link to its shaped op, checked on the way
@@ -701,6 +727,48 @@ class _Collector:
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations)
             if self.comms else [],  # no pass over the GPU ops for a trace without collectives
         )  # fmt: skip
+
+
+def legacy_gpu_ops(ranges: list[tuple[float, float, str, float | None, object]]) -> list[GpuOp]:
+    """The GPU work of the legacy export's ranges (start, end, name, the end of the op it mirrors, device): on each
+    device, each range's own time (less the ranges nested in it, those of the ops its op called) from the moment
+    its op returned on the host, when all its work was queued, so the GPU was busy with queued work until the
+    range ended. Before that moment the GPU may have been waiting for the host to launch the op's work: not
+    counted. A GpuOp per piece, named after its op."""
+    out: list[GpuOp] = []
+
+    def own(item: list, hi: float) -> None:  # the range's own time from its cursor to `hi`, from its host end on
+        (start, end, name, host_end, device), lo = item
+        lo = lo if host_end is None or host_end < lo else host_end
+        if hi > lo:
+            out.append(GpuOp("kernel", name, hi - lo, start=lo, stream=device))
+
+    for device in dict.fromkeys(r[4] for r in ranges):
+        stack: list[list] = []  # [range, where its own time not yet taken starts]
+        for r in sorted((r for r in ranges if r[4] == device), key=lambda r: (r[0], -r[1])):
+            start, end = r[0], r[1]
+            while stack and stack[-1][0][1] < end:  # ended before this one (or overlaps its start): closed there
+                top = stack.pop()
+                own(top, min(top[0][1], start))
+            if stack:
+                own(stack[-1], start)
+                stack[-1][1] = max(stack[-1][1], end)
+            stack.append([r, start])
+        while stack:
+            top = stack.pop()
+            own(top, top[0][1])
+    return out
+
+
+def legacy_note(ranges: list[tuple[float, float, str, float | None, object]], ops: list[GpuOp]) -> str:
+    """The one note of a legacy export with GPU ranges: what its GPU lane is, and what GPU busy counts of it."""
+    covered = union_us((r[0], r[1]) for r in ranges)
+    return (
+        f"a legacy autograd-profiler export (use_cuda): its GPU lane is {len(ranges)} per-op time ranges from "
+        "CUDA events, not kernels (no kernel names, no launches); they cover "
+        f"{human_time(covered)}, of which GPU busy counts {human_time(busy_us(ops))}: each range from its op's "
+        "return on the host, when all its work was queued (before that the GPU may have waited for the launch)"
+    )
 
 
 def _by_start(calls: list[tuple[float, float, object, ShapedOp]]) -> list[tuple[float, float, object, ShapedOp]]:

@@ -105,7 +105,7 @@ LAUNCH_ARGS = [("correlation", int | str | None)]
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 # One element of `traceEvents`, with the fields the reader uses (and `args`, undecoded: see Event). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
-# negative) finds them; a `tid` that is not a number, text, bool or null is None (an array is not built).
+# negative) finds them; a `tid` or `pid` that is not a number, text, bool or null is None (an array is not built).
 EVENT_FIELDS = [
     ("ph", str | None, None),
     ("cat", str | None, ""),  # "" where absent (the legacy autograd export), None where not a string
@@ -113,6 +113,7 @@ EVENT_FIELDS = [
     ("ts", float, math.nan),
     ("dur", float, math.nan),
     ("tid", Any, None),
+    ("pid", Any, None),  # read for the legacy export alone: its GPU lane is pid "CUDA functions"
 ]
 
 if msgspec is not None:  # typed structs: msgspec skips every other field unread
@@ -137,7 +138,7 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
     Event = msgspec.defstruct(
         "Event",
-        [*((f, SCALAR if f == "tid" else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
+        [*((f, SCALAR if f in ("tid", "pid") else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
         gc=False,
     )
     # An object that is not an Event as msgspec types it (a field not of its type): each field undecoded.
@@ -298,6 +299,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("ts")),
             _time(item.get("dur")),
             _scalar(item.get("tid")),
+            _scalar(item.get("pid")),
             _stdlib_args(item.get("args")),
         )
         for item in items
@@ -438,7 +440,7 @@ def _loose_event(item: msgspec.Raw) -> Event:
     return Event(_text(_loose(raw.ph, _TEXT)), "" if raw.cat is None else _text(_loose(raw.cat, _TEXT)),
                  _text(_loose(raw.name, _TEXT)),
                  _time(_loose(raw.ts, _TIME)), _time(_loose(raw.dur, _TIME)), _loose(raw.tid, _SCALAR),
-                 raw.args)  # fmt: skip
+                 _loose(raw.pid, _SCALAR), raw.args)  # fmt: skip
 
 
 def _loose(raw: msgspec.Raw | None, decoder: msgspec.json.Decoder) -> object:
