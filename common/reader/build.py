@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read:
 
 
 STEP_NAME = STEP
+REPAIRED = "repaired backslashes"  # trace_json.REPAIRED: how many lone backslashes the reading doubled
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
 FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
@@ -592,6 +593,9 @@ class _Collector:
         tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
+        if header.get(REPAIRED):
+            notes.append(f"repaired {header[REPAIRED]} unescaped backslashes (Windows paths in Python frames, a known "
+                         "exporter bug)")  # fmt: skip
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
         if whole:
@@ -832,11 +836,17 @@ def parse(data: dict, path: Path | str = "<trace>", region: str | None = None) -
 def read_trace(path: Path | str, region: str | None = None) -> Trace:
     """Read one exported trace file, streaming its events: time and memory grow linearly with its size. The CPU
     column times the record_function `region` where given (else the suite's label, else the step's span)."""
-    from common.reader.trace_json import stream_json
+    from common.reader.trace_json import UnescapedBackslashError, stream_json
 
     collector = _Collector()
     with no_gc():
-        header = stream_json(path, collector.add)
+        try:
+            header = stream_json(path, collector.add)
+        except UnescapedBackslashError:
+            header = None  # the traceback, which holds the first reading, is let go before the second
+        if header is None:  # read again from the start, its lone backslashes doubled
+            collector = _Collector()
+            header = stream_json(path, collector.add, repair=True)
         trace = collector.trace(header, path, region)
         del collector  # its per-event lists are freed before the garbage collector runs again
     return trace
