@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read:
 
 STEP_NAME = STEP
 REPAIRED = "repaired backslashes"  # trace_json.REPAIRED: how many lone backslashes the reading doubled
+EMPTY_STEPS = 0.05  # steps holding at most this share of the top-level ops' time hold none of the work
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
 FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
@@ -227,6 +228,8 @@ class _Collector:
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
         self.shaped_calls: list[tuple[float, float, object, ShapedOp]] = []  # a GEMM/attention op's (ts, dur, tid)
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
+        self.empty_steps: list[Step] = []  # ProfilerStep#N that hold (almost) none of the work: set aside
+        self.work_us = (0.0, 0.0)  # the top-level ops' time inside the steps, and in all
         self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
         # The legacy export's GPU ranges: (start, end, name, the end of the op it mirrors or None, device)
         self.legacy: list[tuple[float, float, str, float | None, object]] = []
@@ -421,7 +424,9 @@ class _Collector:
             key=lambda s: s.start_us,
         )
         if steps:
-            return steps, False
+            if self.holds_work(steps, tree):
+                return steps, False
+            self.empty_steps = steps  # the whole trace is read instead
         layers = [layer for thread in tree.threads.values() for layer in thread.layers.values() if len(layer)]
         spans = [(min(layer.starts[0] for layer in layers), max(max(layer.ends) for layer in layers))] if layers else []
         spans += [(ts, ts + op.us) for ts, _, op in self.gpu]  # GPU work the CPU side did not record launching too
@@ -433,6 +438,27 @@ class _Collector:
         if found:
             return found, False
         return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def holds_work(self, steps: list[Step], tree: CallTree) -> bool:
+        """Whether the ProfilerStep#N `steps` hold the trace's work: false where they launch no GPU work, hold at
+        most EMPTY_STEPS of the time of its top-level ops (every thread's), and what lies outside them is longer
+        than the steps themselves (a marker around the profiler's own step call, the work run before it). A trace
+        without ops trusts its steps."""
+        bounds = [(s.start_us, s.start_us + s.dur_us) for s in steps]
+        starts = [s for s, _ in bounds]
+        for launch in self.launches:
+            i = bisect.bisect_right(starts, launch.ts) - 1
+            if i >= 0 and launch.ts <= bounds[i][1] and launch.name.startswith(GPU_WORK_CALLS):
+                return True
+        inside = total = 0.0
+        for thread in tree.threads.values():
+            begins, ends, _ = thread.layer(OP).tops()
+            total += math.fsum(ends) - math.fsum(begins)
+            for lo, hi in bounds:
+                for i in range(bisect.bisect_left(begins, lo), bisect.bisect_left(begins, hi)):
+                    inside += min(ends[i], hi) - begins[i]
+        self.work_us = (inside, total)
+        return inside > EMPTY_STEPS * total or total - inside <= sum(hi - lo for lo, hi in bounds)
 
     def iterations(self, start: float, tree: CallTree) -> list[Step] | None:
         """The iterations of a trace without ProfilerStep#N, where its top-level labels repeat: on the thread with
@@ -598,7 +624,14 @@ class _Collector:
                          "exporter bug)")  # fmt: skip
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
-        if whole:
+        if self.empty_steps:
+            (inside, total), count = self.work_us, len(self.empty_steps)
+            read = "the whole trace is" if whole else f"the {len(steps)} iterations its repeated labels give are"
+            notes.append(f"its {count} ProfilerStep#N span{'s hold' if count > 1 else ' holds'} "
+                         f"({human_time(sum(s.dur_us for s in self.empty_steps))}) {human_time(inside)} of the "
+                         f"{human_time(total)} its top-level ops take: the work ran outside them, "
+                         f"so {read} summarised instead")  # fmt: skip
+        elif whole:
             notes.append("no ProfilerStep#N events (no schedule?) and no repeated labels: the whole trace is "
                          "summarised as one window, its figures per window")  # fmt: skip
         elif self.iteration_mark is not None:
@@ -724,7 +757,8 @@ class _Collector:
             step.syncs.sort(key=lambda launch: launch.ts)
         return Trace(
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
-            skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
+            skipped=self.skipped, notes=notes, whole_trace=whole, empty_steps=len(self.empty_steps),
+            distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             tree=tree, gpu=gpu, devices=devices, broken_links=bool(link_notes),
             shaped_calls=_by_start(self.shaped_calls),

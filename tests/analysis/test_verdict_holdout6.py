@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from helpers import ev
+
 from common.analysis.diagnosis import diagnose
 from common.reader.build import parse, read_trace
 
@@ -64,3 +66,18 @@ def test_the_legacy_gpu_ranges_are_not_ops_of_a_cpu_thread():
     trace = parse({"traceEvents": events})
     assert set(trace.tree.threads) == {1}, trace.tree.threads
     assert sum(op.us for op in trace.gpu) == 100_000  # own time of each range: nesting counted once
+
+
+def test_a_profiler_step_that_holds_none_of_the_work_is_not_the_window():
+    """august_vae_tb: ProfilerStep#1 is a 14 µs marker around the profiler's own step call; the DataLoader's
+    __next__ (59% of the trace) and the model's ops all ran before it."""
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", loader, 0, 6_000)]
+    events += [ev("cpu_op", "aten::select", 10 + 50 * k, 40) for k in range(100)]
+    events += [ev("cpu_op", "aten::addmm", 6_100 + 300 * k, 250) for k in range(10)]
+    events += [ev("user_annotation", "ProfilerStep#1", 10_000, 14), ev("cpu_op", "aten::empty", 10_002, 2)]
+    trace = parse({"traceEvents": events})
+    d = diagnose(trace)  # before: "bound by the CPU: no GPU activity in the trace; 14.0 µs of CPU per step"
+    assert d.verdict.startswith("data-loading-bound on the CPU: 60% of the window inside the DataLoader's"), d.verdict
+    assert "10.0 ms of CPU in the whole recording (its ProfilerStep#N hold none of the work)" in d.verdict, d.verdict
+    assert any("1 ProfilerStep#N span holds (14.0 µs) 2.00 µs of the 6.50 ms" in n for n in trace.notes), trace.notes
