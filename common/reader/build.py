@@ -620,8 +620,9 @@ class _Collector:
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
         if header.get(REPAIRED):
-            notes.append(f"repaired {header[REPAIRED]} unescaped backslashes (Windows paths in Python frames, a known "
-                         "exporter bug)")  # fmt: skip
+            count = header[REPAIRED]
+            notes.append(f"repaired {count} unescaped backslash{'' if count == 1 else 'es'} (Windows paths in Python "
+                         "frames, a known exporter bug)")  # fmt: skip
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
         if self.empty_steps:

@@ -44,7 +44,7 @@ def test_valid_escapes_are_not_repaired(tmp_path):
     path.write_bytes(_broken(['a\\"b\\u00e9\\n\\\\\\/', "C:\\data"]))
     trace = read_trace(path)
     assert set(trace.tree.threads[1].layer(PYTHON).names) == {'a"bé\n\\/', "C:\\data"}
-    assert "repaired 1 unescaped backslashes" in " ".join(trace.notes), trace.notes
+    assert "repaired 1 unescaped backslash (Windows paths" in " ".join(trace.notes), trace.notes
 
 
 def test_json_still_malformed_after_the_repair_is_refused_in_one_line(tmp_path):
