@@ -171,7 +171,8 @@ def cpu_verdict(trace: Trace) -> str:
     left out of the bound."""
     cpu = trace.per_step(lambda s: s.region_us)
     step_cpu = cpu  # the whole step's, one-time costs in it: the optimizer's share is of it
-    per = ("in the one recording (no ProfilerStep#N)" if trace.whole_trace
+    per = ("in the whole recording (its ProfilerStep#N hold none of the work)" if trace.empty_steps
+           else "in the one recording (no ProfilerStep#N)" if trace.whole_trace
            else "per iteration" if trace.cpu_source == "iteration" else "per step")  # fmt: skip
     spent = f"{human_time(cpu)} of CPU {per}" if cpu else f"no CPU time {per}"
     # each op's self time (its span less the ops it called, on its thread) is the call tree's: no second read

@@ -1328,7 +1328,7 @@ def _cpu_lever(trace: Trace, phase: str | None, compiled: bool) -> str:
     if kernels == 1:
         return ("a larger batch (more work per launch): the step launches one kernel, so nothing is left to fuse "
                 "or capture")  # fmt: skip
-    if kernels < 1:  # its GPU work is copies and sets alone
+    if kernels < 1 and not trace.per_step(lambda s: len(s.kernels)):  # its GPU work is copies and sets alone
         return "fewer, larger copies (a larger batch): the step launches no kernel, only copies and memsets"
     syncs = _syncs_per_step(trace)
     first = (f"taking its {num(syncs)} sync{'' if syncs == 1 else 's'} per step out of the step first (.item(), "
@@ -1650,8 +1650,8 @@ def _says_idle(f: _Facts) -> str:
             else ""
         )  # _host_critical: the bound without an idle GPU
         return (f"bound by the CPU: GPU idle {percent(m.pct(m.idle))} of {f.where} "
-                f"({percent(m.pct(m.host_wait))} waiting for the host{critical}), {num(launches)} "
-                f"launch{'' if launches == 1 else 'es'}{gap}"
+                f"({percent(m.pct(m.host_wait))} waiting for the host{critical})"
+                f"{_launched(launches, f.step)}{gap}"
                 f"{_host_story(trace, f.causes, phase, f.scan.compiled, m)}")  # fmt: skip
     lever = "remove the syncs and waits inside the step"
     synced = _synced_in_waits(trace, m)
@@ -1661,6 +1661,14 @@ def _says_idle(f: _Facts) -> str:
     return (f"bound by waits on the GPU: idle {percent(m.pct(m.idle))} of {f.where}, "
             f"{percent(m.pct(m.kernel_wait + m.other_wait))} with work queued but waiting (syncs, events, "
             f"other streams){gap} → {lever}")  # fmt: skip
+
+
+def _launched(launches: int, step: Step) -> str:
+    """', N launches' for the verdict; nothing where the step holds kernels but no launch call (the legacy
+    export's GPU ranges): the trace does not say how many there were."""
+    if not launches and step.kernels:
+        return ""
+    return f", {num(launches)} launch{'' if launches == 1 else 'es'}"
 
 
 SYNCED_WAITS = 0.5  # the host in a sync call this share of the GPU's queued waits: that sync is the waits' lever

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from common.reader import comms
 from common.reader.calltree import FEW_THREADS, CallTree, Layer, Thread
+from common.reader.intervals import union_us
 from common.reader.kinds import (
     CAPTURE_BEGIN,
     CAPTURE_END,
@@ -54,7 +55,7 @@ from common.reader.kinds import (
     SYNC_CALLS,
     UNMODELLED_DEVICES,
 )
-from common.reader.model import GpuOp, Launch, Phase, Step, Trace
+from common.reader.model import GpuOp, Launch, Phase, Step, Trace, busy_us
 from common.reader.occupancy import sm_limits
 from common.reader.roofline import SHAPED_OPS, TENSOR_CORE_OPS, ShapedOp
 from common.units import human_time
@@ -64,6 +65,8 @@ if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read:
 
 
 STEP_NAME = STEP
+REPAIRED = "repaired backslashes"  # trace_json.REPAIRED: how many lone backslashes the reading doubled
+EMPTY_STEPS = 0.05  # steps holding at most this share of the top-level ops' time hold none of the work
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
 FLOAT_MAX = sys.float_info.max
 NUMBERS = (int, float)  # what JSON numbers decode to (bool is its own type, so it is not one)
@@ -164,7 +167,10 @@ _NO_THREAD = object()  # before the first event: no thread id is this
 # too), read as today's categories. An Operator whose name has no "::" (aten::, c10d::, autograd::...) is a
 # record_function label, what today's traces call user_annotation. The legacy autograd profiler's export
 # (torch.autograd.profiler's export_chrome_trace before Kineto: pid "CPU functions", no "cat", read as "") is read the
-# same way; a "cat" that is not a string (None) is no category.
+# same way; a "cat" that is not a string (None) is no category. With use_cuda=True that export's pid "CUDA functions"
+# holds, after each op's event, that op's time range on the GPU (CUDA events recorded at its start and end): read by
+# legacy_gpu_ops, not as ops of a thread.
+LEGACY_GPU = "CUDA functions"
 EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
@@ -234,7 +240,12 @@ class _Collector:
         self.distinct_shapes: dict[tuple, ShapedOp] = {}
         self.shaped_calls: list[tuple[float, float, object, ShapedOp]] = []  # a GEMM/attention op's (ts, dur, tid)
         self.iteration_mark: str | None = None  # a trace without steps: the label that ends each iteration found
+        self.empty_steps: list[Step] = []  # ProfilerStep#N that hold (almost) none of the work: set aside
+        self.work_us = (0.0, 0.0)  # the top-level ops' time inside the steps, and in all
         self.comms: list[comms.Collective] = []  # record_param_comms and c10d ops (common.reader.comms)
+        # The legacy export's GPU ranges: (start, end, name, the end of the op it mirrors or None, device)
+        self.legacy: list[tuple[float, float, str, float | None, object]] = []
+        self.legacy_host: tuple[str, float] | None = None  # its last CPU op read: (name, end)
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -275,6 +286,11 @@ class _Collector:
                 if cat == "Operator" or cat == "":
                     if e.name is None:
                         continue
+                    if cat == "" and e.ph == "X":  # the legacy export (LEGACY_GPU)
+                        if e.pid == LEGACY_GPU:
+                            self.legacy_range(e)
+                            continue
+                        self.legacy_host = (e.name, ts + dur)
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
@@ -336,6 +352,17 @@ class _Collector:
                     add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
         self.ops_rising, self.last_op_ts = rising, last_ts
+
+    def legacy_range(self, e: Event) -> None:
+        """Keep one GPU range of the legacy export, tied to the op it mirrors: the CPU op written just before it,
+        where that one has its name (torch's export writes each op, then the ranges of its CUDA events)."""
+        ts, dur, name = e.ts, e.dur, e.name
+        if not (0 <= ts < math.inf and 0 <= dur < LONGEST_US):
+            self.skipped += 1
+            return
+        host = self.legacy_host
+        end = host[1] if host is not None and host[0] == name else None
+        self.legacy.append((ts, ts + dur, self.names.setdefault(name, name), end, _id(e.tid)))
 
     def shaped(self, name: str, args: object, ts: float, dur: float, tid: object) -> ShapedOp:
         """Keep a GEMM or attention op's shapes by its External id (the kernels it launched carry that id), with its
@@ -407,7 +434,9 @@ class _Collector:
             key=lambda s: s.start_us,
         )
         if steps:
-            return steps, False
+            if self.holds_work(steps, tree):
+                return steps, False
+            self.empty_steps = steps  # the whole trace is read instead
         layers = [layer for thread in tree.threads.values() for layer in thread.layers.values() if len(layer)]
         spans = [(min(layer.starts[0] for layer in layers), max(max(layer.ends) for layer in layers))] if layers else []
         spans += [(ts, ts + op.us) for ts, _, op in self.gpu]  # GPU work the CPU side did not record launching too
@@ -419,6 +448,27 @@ class _Collector:
         if found:
             return found, False
         return [Step(0, start, max(e for _, e in spans) - start)], True
+
+    def holds_work(self, steps: list[Step], tree: CallTree) -> bool:
+        """Whether the ProfilerStep#N `steps` hold the trace's work: false where they launch no GPU work, hold at
+        most EMPTY_STEPS of the time of its top-level ops (every thread's), and what lies outside them is longer
+        than the steps themselves (a marker around the profiler's own step call, the work run before it). A trace
+        without ops trusts its steps."""
+        bounds = [(s.start_us, s.start_us + s.dur_us) for s in steps]
+        starts = [s for s, _ in bounds]
+        for launch in self.launches:
+            i = bisect.bisect_right(starts, launch.ts) - 1
+            if i >= 0 and launch.ts <= bounds[i][1] and launch.name.startswith(GPU_WORK_CALLS):
+                return True
+        inside = total = 0.0
+        for thread in tree.threads.values():
+            begins, ends, _ = thread.layer(OP).tops()
+            total += math.fsum(ends) - math.fsum(begins)
+            for lo, hi in bounds:
+                for i in range(bisect.bisect_left(begins, lo), bisect.bisect_left(begins, hi)):
+                    inside += min(ends[i], hi) - begins[i]
+        self.work_us = (inside, total)
+        return inside > EMPTY_STEPS * total or total - inside <= sum(hi - lo for lo, hi in bounds)
 
     def iterations(self, start: float, tree: CallTree) -> list[Step] | None:
         """The iterations of a trace without ProfilerStep#N, where its top-level labels repeat: on the thread with
@@ -582,12 +632,24 @@ class _Collector:
         column is the span of `region` (--region) where named, else of the suite's label (its metadata), else
         the step's own span (the whole profiled window where there are no steps)."""
         meta = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+        self.gpu += ((op.start, None, op) for op in legacy_gpu_ops(self.legacy))
         tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
+        if header.get(REPAIRED):
+            count = header[REPAIRED]
+            notes.append(f"repaired {count} unescaped backslash{'' if count == 1 else 'es'} (Windows paths in Python "
+                         "frames, a known exporter bug)")  # fmt: skip
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
         label = region or (meta.get("label") if isinstance(meta.get("label"), str) and meta.get("label") else None)
-        if whole:
+        if self.empty_steps:
+            (inside, total), count = self.work_us, len(self.empty_steps)
+            read = "the whole trace is" if whole else f"the {len(steps)} iterations its repeated labels give are"
+            notes.append(f"its {count} ProfilerStep#N span{'s hold' if count > 1 else ' holds'} "
+                         f"({human_time(sum(s.dur_us for s in self.empty_steps))}) {human_time(inside)} of the "
+                         f"{human_time(total)} its top-level ops take: the work ran outside them, "
+                         f"so {read} summarised instead")  # fmt: skip
+        elif whole:
             notes.append("no ProfilerStep#N events (no schedule?) and no repeated labels: the whole trace is "
                          "summarised as one window, its figures per window")  # fmt: skip
         elif self.iteration_mark is not None:
@@ -643,7 +705,9 @@ class _Collector:
 
         self.gpu.sort(key=TS_OF_CALL)  # by start, in C
         by_time = not any(corr is not None for _, corr, _ in self.gpu)
-        if by_time and self.gpu:
+        if self.legacy:
+            notes.append(legacy_note(self.legacy, [op for _, _, op in self.gpu]))
+        elif by_time and self.gpu:
             notes.append("no correlation ids: GPU work is placed in the step its start time falls in (a guess)")
         left_out: list[tuple[object, GpuOp]] = []
         calls, linked, broken = self.shaped_spans, 0, []  # a kernel's link to its shaped op, checked on the way
@@ -711,13 +775,56 @@ class _Collector:
             step.syncs.sort(key=lambda launch: launch.ts)
         return Trace(
             path=Path(path), label=label, steps=steps, has_gpu=has_gpu, device_name=device, meta=meta,
-            skipped=self.skipped, notes=notes, whole_trace=whole, distributed=distributed, sm=sm_limits(first),
+            skipped=self.skipped, notes=notes, whole_trace=whole, empty_steps=len(self.empty_steps),
+            distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             tree=tree, gpu=gpu, devices=devices, broken_links=bool(link_notes),
             shaped_calls=_by_start(self.shaped_calls),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations)
             if self.comms else [],  # no pass over the GPU ops for a trace without collectives
         )  # fmt: skip
+
+
+def legacy_gpu_ops(ranges: list[tuple[float, float, str, float | None, object]]) -> list[GpuOp]:
+    """The GPU work of the legacy export's ranges (start, end, name, the end of the op it mirrors, device): on each
+    device, each range's own time (less the ranges nested in it, those of the ops its op called) from the moment
+    its op returned on the host, when all its work was queued, so the GPU was busy with queued work until the
+    range ended. Before that moment the GPU may have been waiting for the host to launch the op's work: not
+    counted. A GpuOp per piece, named after its op."""
+    out: list[GpuOp] = []
+
+    def own(item: list, hi: float) -> None:  # the range's own time from its cursor to `hi`, from its host end on
+        (start, end, name, host_end, device), lo = item
+        lo = lo if host_end is None or host_end < lo else host_end
+        if hi > lo:
+            out.append(GpuOp("kernel", name, hi - lo, start=lo, stream=device))
+
+    for device in dict.fromkeys(r[4] for r in ranges):
+        stack: list[list] = []  # [range, where its own time not yet taken starts]
+        for r in sorted((r for r in ranges if r[4] == device), key=lambda r: (r[0], -r[1])):
+            start, end = r[0], r[1]
+            while stack and stack[-1][0][1] < end:  # ended before this one (or overlaps its start): closed there
+                top = stack.pop()
+                own(top, min(top[0][1], start))
+            if stack:
+                own(stack[-1], start)
+                stack[-1][1] = max(stack[-1][1], end)
+            stack.append([r, start])
+        while stack:
+            top = stack.pop()
+            own(top, top[0][1])
+    return out
+
+
+def legacy_note(ranges: list[tuple[float, float, str, float | None, object]], ops: list[GpuOp]) -> str:
+    """The one note of a legacy export with GPU ranges: what its GPU lane is, and what GPU busy counts of it."""
+    covered = union_us((r[0], r[1]) for r in ranges)
+    return (
+        f"a legacy autograd-profiler export (use_cuda): its GPU lane is {len(ranges)} per-op time ranges from "
+        "CUDA events, not kernels (no kernel names, no launches); they cover "
+        f"{human_time(covered)}, of which GPU busy counts {human_time(busy_us(ops))}: each range from its op's "
+        "return on the host, when all its work was queued (before that the GPU may have waited for the launch)"
+    )
 
 
 def _by_start(calls: list[tuple[float, float, object, ShapedOp]]) -> list[tuple[float, float, object, ShapedOp]]:
@@ -781,11 +888,17 @@ def parse(data: dict, path: Path | str = "<trace>", region: str | None = None) -
 def read_trace(path: Path | str, region: str | None = None) -> Trace:
     """Read one exported trace file, streaming its events: time and memory grow linearly with its size. The CPU
     column times the record_function `region` where given (else the suite's label, else the step's span)."""
-    from common.reader.trace_json import stream_json
+    from common.reader.trace_json import UnescapedBackslashError, stream_json
 
     collector = _Collector()
     with no_gc():
-        header = stream_json(path, collector.add)
+        try:
+            header = stream_json(path, collector.add)
+        except UnescapedBackslashError:
+            header = None  # the traceback, which holds the first reading, is let go before the second
+        if header is None:  # read again from the start, its lone backslashes doubled
+            collector = _Collector()
+            header = stream_json(path, collector.add, repair=True)
         trace = collector.trace(header, path, region)
         del collector  # its per-event lists are freed before the garbage collector runs again
     return trace

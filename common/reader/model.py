@@ -288,6 +288,7 @@ class Trace:
     skipped: int = 0  # events dropped for a missing, non-numeric, negative, non-finite or absurd ts/dur
     notes: list[str] = field(default_factory=list)  # how the steps were found, what was left out or guessed
     whole_trace: bool = False  # no ProfilerStep#N events: the one step is the whole trace
+    empty_steps: int = 0  # ProfilerStep#N spans set aside for holding (almost) none of the work: the whole trace read
     distributed: dict = field(default_factory=dict)  # the trace's distributedInfo (rank, world_size, backend)
     sm: SmLimits | None = None  # the device's per-SM limits, for theoretical occupancy
     phases: list[str] = field(default_factory=list)  # the labels inside the step label, in order

@@ -105,7 +105,7 @@ LAUNCH_ARGS = [("correlation", int | str | None)]
 RAW_FIELDS = {"dims": "Input Dims", "types": "Input type", "concrete": "Concrete Inputs"}
 # One element of `traceEvents`, with the fields the reader uses (and `args`, undecoded: see Event). A name that is
 # not a string is None; a `ts` or `dur` that is absent or not a number is NaN, so one check (finite, not
-# negative) finds them; a `tid` that is not a number, text, bool or null is None (an array is not built).
+# negative) finds them; a `tid` or `pid` that is not a number, text, bool or null is None (an array is not built).
 EVENT_FIELDS = [
     ("ph", str | None, None),
     ("cat", str | None, ""),  # "" where absent (the legacy autograd export), None where not a string
@@ -113,6 +113,7 @@ EVENT_FIELDS = [
     ("ts", float, math.nan),
     ("dur", float, math.nan),
     ("tid", Any, None),
+    ("pid", Any, None),  # read for the legacy export alone: its GPU lane is pid "CUDA functions"
 ]
 
 if msgspec is not None:  # typed structs: msgspec skips every other field unread
@@ -137,7 +138,7 @@ if msgspec is not None:  # typed structs: msgspec skips every other field unread
     # `args` undecoded: a Raw (any JSON value), None where absent; `args_of` decodes it.
     Event = msgspec.defstruct(
         "Event",
-        [*((f, SCALAR if f == "tid" else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
+        [*((f, SCALAR if f in ("tid", "pid") else t, d) for f, t, d in EVENT_FIELDS), ("args", msgspec.Raw, None)],
         gc=False,
     )
     # An object that is not an Event as msgspec types it (a field not of its type): each field undecoded.
@@ -249,6 +250,7 @@ _STUB = b'"":0}'  # closes the header where the "traceEvents" key starts (the ke
 _EVENTS_KEY = re.compile(rb'"traceEvents"' + _SPACE + rb":" + _SPACE + rb"\[")
 _ODD = re.compile(rb"NaN|Infinity|\\u[dD][89a-fA-F]")  # what msgspec refuses and the standard library reads
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_BAD_ESCAPE = re.compile(r"invalid escape|Invalid \\escape")  # msgspec's and the standard library's words
 _CUT_TRIES = 2  # how many of the last cuts of a block are tried
 _TAIL_AFTER = 1 << 16  # how far from a block's end the last cuts are looked for first
 _PREFIX = b'{"traceEvents": ['
@@ -298,6 +300,7 @@ def as_events(items: Iterable[object]) -> list[Event]:
             _time(item.get("ts")),
             _time(item.get("dur")),
             _scalar(item.get("tid")),
+            _scalar(item.get("pid")),
             _stdlib_args(item.get("args")),
         )
         for item in items
@@ -438,7 +441,7 @@ def _loose_event(item: msgspec.Raw) -> Event:
     return Event(_text(_loose(raw.ph, _TEXT)), "" if raw.cat is None else _text(_loose(raw.cat, _TEXT)),
                  _text(_loose(raw.name, _TEXT)),
                  _time(_loose(raw.ts, _TIME)), _time(_loose(raw.dur, _TIME)), _loose(raw.tid, _SCALAR),
-                 raw.args)  # fmt: skip
+                 _loose(raw.pid, _SCALAR), raw.args)  # fmt: skip
 
 
 def _loose(raw: msgspec.Raw | None, decoder: msgspec.json.Decoder) -> object:
@@ -712,21 +715,66 @@ def _open(path: Path) -> Iterator[BinaryIO]:
             yield unzipped
 
 
-def stream_json(path: Path | str, on_events: Callable[[list[Event]], None]) -> dict:
+class UnescapedBackslashError(ValueError):
+    """The JSON holds a backslash that starts no escape: read it again with `repair` (stream_json)."""
+
+
+# A JSON escape (group 1), else a lone backslash: what Windows exports with Python stacks write for `torch\profiler`
+# (pytorch#60187, #92988, kineto#336).
+_ESCAPE = re.compile(rb'(\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))|\\')
+_ESCAPE_BYTES = 6  # the longest escape: \uXXXX
+BACKSLASH = ord("\\")
+REPAIRED = "repaired backslashes"  # the entry of stream_json's answer that counts them, where it repaired any
+
+
+class _Doubled:
+    """A file's bytes with each lone backslash (one that starts no JSON escape) doubled, read as the file is: the
+    last few bytes of a read, where an escape may go on in the next, wait for it."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh, self.held, self.count = fh, b"", 0
+
+    def _double(self, found: re.Match) -> bytes:
+        if found.group(1):
+            return found.group(1)
+        self.count += 1
+        return b"\\\\"
+
+    def read(self, size: int) -> bytes:
+        while True:
+            more = self.fh.read(size)
+            data = self.held + more
+            cut = len(data)
+            at = data.rfind(b"\\", max(cut - _ESCAPE_BYTES, 0)) if more else -1  # at the end: nothing to wait for
+            if at >= 0:  # an escape that starts in the last bytes may go on in the next read, unless it ends a pair
+                before = 0  # the backslashes just before it: the run starts where no escape is open
+                while before < at and data[at - 1 - before] == BACKSLASH:
+                    before += 1
+                cut = at if before % 2 == 0 else cut
+            self.held = data[cut:]
+            if cut or not more:
+                return _ESCAPE.sub(self._double, data[:cut]) if b"\\" in data else data[:cut]
+
+
+def stream_json(path: Path | str, on_events: Callable[[list[Event]], None], repair: bool = False) -> dict:
     """Read a Chrome trace (`.json` or `.json.gz`) without holding its events: call `on_events` with the
     `Event`s of the elements of `traceEvents`, a list at a time, in order, and return the other top-level entries
-    ({} for the bare-array form). Raise ValueError naming the file if it is not a trace."""
+    ({} for the bare-array form). Raise ValueError naming the file if it is not a trace: UnescapedBackslashError
+    where a backslash starts no escape, to be read again with `repair`, which doubles each such backslash as it
+    reads (its answer's REPAIRED entry counts them)."""
     path = Path(path)
     say_fallback()
     try:
         with _open(path) as fh:
-            header = _stream(fh, on_events)
+            doubled = _Doubled(fh) if repair else None
+            header = _stream(doubled or fh, on_events)
     except _NotAFileError as exc:
         raise ValueError(f"{path}: {exc}") from None
     except RecursionError:
         raise ValueError(f"{path}: not a Chrome trace (JSON nested too deeply to read)") from None
     except (OSError, EOFError, zlib.error, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable Chrome trace ({exc})") from None
+        error = UnescapedBackslashError if not repair and _BAD_ESCAPE.search(str(exc)) else ValueError
+        raise error(f"{path}: not a readable Chrome trace ({exc})") from None
     if header is None:
         raise ValueError(f"{path}: not a Chrome trace (no traceEvents list)")
-    return header
+    return {**header, REPAIRED: doubled.count} if doubled is not None and doubled.count else header

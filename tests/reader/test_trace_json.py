@@ -142,11 +142,11 @@ def test_events_are_handed_on_as_typed_structs_with_the_fields_the_reader_uses(t
     seen: list[trace_json.Event] = []
     assert trace_json.stream_json(path, seen.extend) == {"suite": {"tag": "x"}}
     (got,) = seen
-    assert (got.ph, got.cat, got.name, got.ts, got.dur, got.tid) == ("X", "kernel", "k", 1.5, 2.0, 7)
+    assert (got.ph, got.cat, got.name, got.ts, got.dur, got.tid, got.pid) == ("X", "kernel", "k", 1.5, 2.0, 7, 1)
     args = trace_json.args_of(got.args)  # decoded only where the reader asks
     assert (args.correlation, args.grid, args.registers, args.external) == (5, [1, 2, 3], 32, 9)
     assert trace_json.decoded(args.dims) == [[1]]
-    assert not hasattr(args, "cbid") and not hasattr(got, "pid")  # not used by the reader: skipped unread
+    assert not hasattr(args, "cbid") and not hasattr(got, "id")  # not used by the reader: skipped unread
 
 
 def test_events_the_caller_keeps_keep_their_args_while_later_blocks_are_read(tmp_path, monkeypatch):
