@@ -20,7 +20,7 @@ def loader_trace(nexts: list[tuple[float, float]]) -> str:
     return diagnose(parse({"traceEvents": events})).verdict
 
 
-def test_a_multiprocessing_loader_s_first_next_is_the_workers_start_not_a_call_for_more_workers():
+def test_a_loader_s_first_next_starting_its_workers_is_not_told_more_workers():
     """jeolkorpi_vae_eval: one 12.5 s __next__, the iterator's first, waiting for freshly spawned workers, was told
     'raise num_workers', which makes that start longer. Its lever is persistent workers and later batches."""
     line = loader_trace([(0, 12_000_000)])
@@ -29,7 +29,7 @@ def test_a_multiprocessing_loader_s_first_next_is_the_workers_start_not_a_call_f
     assert "persistent_workers=True" in line and "raise num_workers" not in line, line
 
 
-def test_a_multiprocessing_loader_that_is_slow_every_batch_is_told_to_grow_and_reads_as_english():
+def test_a_loader_slow_every_batch_with_workers_is_told_to_grow_in_english():
     """Steady slow batches with workers on: the next lever (more workers, cheaper items), after a 'try' that reads
     (it read 'try the DataLoader has workers already')."""
     line = loader_trace([(k * 2_000, 1_500) for k in range(6)])
@@ -50,7 +50,7 @@ def adam_steps(update_ops: list[str]) -> str:
     return diagnose(parse({"traceEvents": events})).verdict
 
 
-def test_a_per_parameter_optimizer_holding_much_of_a_cpu_step_is_named_with_foreach():
+def test_a_per_parameter_optimizer_holding_a_cpu_step_is_named_with_foreach():
     """jeolkorpi_vae_train: a per-parameter Adam.step held 38% of the CPU step and was never named."""
     line = adam_steps(["aten::mul_", "aten::add_", "aten::sqrt", "aten::div", "aten::addcdiv_"] * 2)
     assert "; and 42% of the step in the optimizer (Optimizer.step#Adam.step) → try foreach=True or fused=True" in line
