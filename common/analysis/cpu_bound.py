@@ -296,14 +296,17 @@ def _comm_lever(trace: Trace) -> str:
     return "fewer or smaller collectives (communicate less often), or fewer ranks per process group"
 
 
-def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tuple[int, str, float, float, float]]:
+def slow_calls(
+    trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)
+) -> list[tuple[int, str, float, float, float, bool]]:
     """The calls of a trace that ran once, from the call tree alone: an op whose own time (less the ops it called),
     or a runtime call whose time, is ONCE_FACTOR times its name's usual length (the median over the trace, of a
     name called three times or more) and ONCE_US or more, where no more than ONCE_MOST calls of the name are that
     slow (a first cuDNN convolution or cuBLAS call that initialises the library, an allocation that grew the
     caching allocator, a cudaFree), or whose longest call is ONCE_FACTOR times every other of its name; a runtime
     call named fewer than three times, against every runtime call's usual length. A sync is a wait, never one; so
-    may a copy, a scalar read or a collective be (WAITING_OPS). (kind, name, start, end, own µs) each, in no order."""
+    may a copy, a scalar read or a collective be (WAITING_OPS). (kind, name, start, end, own µs, stalled) each, in
+    no order: `stalled` where an op's slow call is no first call but a stall of the machine (_stalled)."""
     layers = [(kind, layer) for thread in trace.tree.threads.values() for kind in kinds
               if len(layer := thread.layer(kind))]  # fmt: skip
     owns = [layer.self_times() if kind == OP else array("d", map(operator.sub, layer.ends, layer.starts))
@@ -342,7 +345,9 @@ def slow_calls(trace: Trace, kinds: tuple[int, ...] = (OP, RUNTIME)) -> list[tup
         if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
             slow.sort(key=lambda call: -call[2])
             slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
-        found += [(kind, name, ts, te, us) for ts, te, us in slow]
+        first = min(call[0] for call in each)  # each holds every call of the name, on every thread
+        found += [(kind, name, ts, te, us, kind == OP and _stalled(name, ts, first, flops.get(name)))
+                  for ts, te, us in slow]  # fmt: skip
     return found
 
 
@@ -368,25 +373,22 @@ def host_one_time(trace: Trace, start: float, end: float) -> Counter:
     call's name -> µs (an op's own time, less the slow runtime calls inside it, which are said by their name)."""
     found: Counter = Counter()
     slow = slow_calls(trace)
-    calls = sorted((ts, te) for kind, _, ts, te, _ in slow if kind == RUNTIME)
-    ops = {name for kind, name, *_ in slow if kind == OP}
-    firsts, flops = _first_starts(trace, ops), _flops_of(trace, ops)
-    for kind, name, ts, te, us in slow:
+    calls = sorted((ts, te) for kind, _, ts, te, _, _ in slow if kind == RUNTIME)
+    for kind, name, ts, te, us, stalled in slow:
         if start <= ts < end:
             if kind == OP:  # a slow runtime call inside it (a cudaFree) is said as itself, not twice
                 us = max(0.0, us - sum(min(b, te) - max(a, ts) for a, b in calls if a < te and b > ts))
             if us >= ONCE_US:  # what is left of an op is a one-time cost only where it still is one
-                stalled = kind == OP and _stalled(name, ts, firsts, flops.get(name))
                 found[name if kind != OP else f"{STALL}{name}" if stalled else f"first {name}"] += us
     return found
 
 
-def _stalled(name: str, ts: float, firsts: dict[str, float], flops: dict[float, float] | None) -> bool:
+def _stalled(name: str, ts: float, first: float, flops: dict[float, float] | None) -> bool:
     """Whether a slow call of op `name` at `ts` is a later call that did work done before (a stall of the machine),
     not a first call: with the calls' FLOPs (record_shapes), an earlier call of the same work; without them, an
     earlier call of a name that sets nothing up per shape (a GEMM or a convolution's first call of each shape may
-    initialise or tune its library, so those stay first calls)."""
-    if firsts.get(name, ts) >= ts:
+    initialise or tune its library, so those stay first calls). `first`: the start of the name's first call."""
+    if first >= ts:
         return False
     if flops and ts in flops:
         return any(at < ts and work == flops[ts] for at, work in flops.items())
@@ -400,17 +402,6 @@ PER_SHAPE = ("conv", "cudnn", "mkldnn", "norm", "pool", "empty", "resize", "zero
 
 
 STALL = "stalled "  # host_one_time's prefix for a slow call of an op that is not its first: the machine, not the code
-
-
-def _first_starts(trace: Trace, names: set[str]) -> dict[str, float]:
-    """The start of the first call of each op of `names` in the trace, on any thread."""
-    first: dict[str, float] = {}
-    for thread in trace.tree.threads.values() if names else ():
-        layer = thread.layer(OP)
-        for i, name in enumerate(layer.names):
-            if name in names and layer.starts[i] < first.get(name, math.inf):
-                first[name] = layer.starts[i]
-    return first
 
 
 def op_of(what: str) -> str:

@@ -577,7 +577,7 @@ class GapContext:
         """The pieces of the ops whose own time ran once (cpu_bound.slow_calls: a first cuBLAS call initialising the
         library, ten times its name's usual own time): each such op's span less the ops it called, as (start, end,
         name, thread), in start order; in one window, the first uses too (first_uses)."""
-        spans = {(start, name) for _, name, start, _, _ in slow_calls(self.trace, (OP,))} | self.first_uses
+        spans = {(start, name) for _, name, start, *_ in slow_calls(self.trace, (OP,))} | self.first_uses
         found = []
         for thread in self.trace.tree.threads.values():
             layer = thread.layer(OP)
