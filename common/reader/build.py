@@ -65,7 +65,6 @@ if TYPE_CHECKING:  # common.reader.trace_json is imported where a trace is read:
 
 
 STEP_NAME = STEP
-REPAIRED = "repaired backslashes"  # trace_json.REPAIRED: how many lone backslashes the reading doubled
 EMPTY_STEPS = 0.05  # steps holding at most this share of the top-level ops' time hold none of the work
 LONGEST_US = 1e15  # a duration beyond 31 years is not a measurement: the event is skipped
 FLOAT_MAX = sys.float_info.max
@@ -249,6 +248,7 @@ class _Collector:
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
+        self.repaired_key = trace_json.REPAIRED  # stream_json's answer's count of repaired backslashes
         self.typed_args, self.dims = trace_json.typed_args, {}  # dims: one tuple per grid or block value
         self.gpu_args, self.launch_args = trace_json.GPU_ARGS_DECODER, trace_json.LAUNCH_ARGS_DECODER
 
@@ -636,8 +636,7 @@ class _Collector:
         tree = self.call_tree()
         steps, whole = self.steps(path, tree, find_iterations=not meta)  # the suite's own: per call of its label
         notes = [meta["stopped"]] if isinstance(meta.get("stopped"), str) and meta["stopped"] else []  # Ctrl-C
-        if header.get(REPAIRED):
-            count = header[REPAIRED]
+        if count := header.get(self.repaired_key):  # how many lone backslashes the reading doubled
             notes.append(f"repaired {count} unescaped backslash{'' if count == 1 else 'es'} (Windows paths in Python "
                          "frames, a known exporter bug)")  # fmt: skip
         step_at = _Spans([(s.start_us, s.start_us + s.dur_us, s) for s in steps])
