@@ -234,6 +234,16 @@ def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args) -> dict
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
+def launched(t: float, name: str, us: float, corr: int, gpu_at: float | None = None, op: str = "",
+             op_us: float = 8) -> list[dict]:  # fmt: skip
+    """A launch at `t` (inside an op `op` of `op_us` where given) of a kernel `name` of `us` µs, run at `gpu_at`
+    (else t + 5)."""
+    out = [ev("cpu_op", op, t, op_us)] if op else []
+    out += [ev("cuda_runtime", "cudaLaunchKernel", t + 1, 4, correlation=corr),
+            ev("kernel", name, t + 5 if gpu_at is None else gpu_at, us, tid=7, correlation=corr)]  # fmt: skip
+    return out
+
+
 def tiny_gpu_trace() -> dict:
     """Two profiled steps on a GPU. Step 2's kernels run after its CPU span ends (the GPU lags):
     only the correlation id ties them to step 2."""

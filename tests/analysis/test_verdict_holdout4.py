@@ -4,25 +4,17 @@ under a GPU's one-time wait, a lone stretch of Python before the work, a host th
 
 from __future__ import annotations
 
-from helpers import ev
+from helpers import ev, launched
 
 from common.analysis.diagnosis import diagnose
 from common.reader.build import parse
-
-
-def _launched(t: float, name: str, us: float, corr: int, gpu_at: float | None = None, op: str = "") -> list[dict]:
-    """A launch at `t` (inside an op `op` where given) of a kernel `name` of `us` µs, run at `gpu_at` (else t + 5)."""
-    out = [ev("cpu_op", op, t, 8)] if op else []
-    out += [ev("cuda_runtime", "cudaLaunchKernel", t + 1, 4, correlation=corr),
-            ev("kernel", name, t + 5 if gpu_at is None else gpu_at, us, tid=7, correlation=corr)]  # fmt: skip
-    return out
 
 
 def test_gpu_work_before_the_first_runtime_call_opens_the_window():
     """edls_week02_a4000: no CPU op recorded; kernels drain at the start, then 3.8 s with no CUDA call, then a step."""
     events = [ev("kernel", "sgemm_nn", 10 + 100 * k, 90, tid=7) for k in range(5)]  # launched before the profiler
     for k in range(20):
-        events += _launched(3_800_000 + 200 * k, "sgemm_tn", 150, 10 + k)
+        events += launched(3_800_000 + 200 * k, "sgemm_tn", 150, 10 + k)
     line = diagnose(parse({"traceEvents": events})).verdict
     assert line.startswith("bound by the CPU: GPU idle"), line
     assert "of the 3.80 s window" in line and "the trace records no CPU op" in line, line
@@ -35,10 +27,10 @@ def test_the_last_window_of_a_gpu_behind_holds_its_own_work():
     for k in range(5):
         wait = 500_000 if k == 4 else 1_000
         events += [ev("user_annotation", "next_batch", t, wait)]
-        events += _launched(t + 10, "zero_kernel", 2, corr, gpu_at=t + 60_000 if k else None)  # behind the CPU
+        events += launched(t + 10, "zero_kernel", 2, corr, gpu_at=t + 60_000 if k else None)  # behind the CPU
         corr += 1
         for j in range(3):
-            events += _launched(
+            events += launched(
                 t + wait + 10 + 20 * j, "conv_kernel", 30_000, corr, gpu_at=t + wait + 60_000 + 30_000 * j
             )
             corr += 1
@@ -86,10 +78,10 @@ def test_the_hosts_python_under_a_cold_gpus_queued_op_is_kept_in_the_steady_stat
     """moe_compiled_a100_small_rank0: the first kernel sits queued 2 ms on a cold GPU while the host runs the step's
     Python and launches; warmed up, that Python is still the step."""
     events = [ev("user_annotation", "train_step", 0, 6_000)]
-    events += _launched(100, "first_kernel", 10, 1, gpu_at=2_200, op="aten::mm")  # queued 2.1 ms
+    events += launched(100, "first_kernel", 10, 1, gpu_at=2_200, op="aten::mm")  # queued 2.1 ms
     for k in range(20):  # the step's ops, each 90 µs of dispatch around its launch, under the queued wait
         events += [ev("cpu_op", "aten::add", 200 + 100 * k, 90)]
-        events += _launched(200 + 100 * k, "small_kernel", 5, 10 + k, gpu_at=2_300 + 10 * k)
+        events += launched(200 + 100 * k, "small_kernel", 5, 10 + k, gpu_at=2_300 + 10 * k)
     events += [ev("cuda_runtime", "cudaDeviceSynchronize", 2_250, 3_700)]
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "too little is left" not in line, line
@@ -101,10 +93,10 @@ def test_a_lone_stretch_of_python_before_most_of_the_work_is_set_up():
     follow each other closely (80 launches): that one stretch is set-up, not the steady state's Python."""
     events, corr = [], 1
     for k in range(20):
-        events += _launched(100 * k, "prep_kernel", 20, corr, op="aten::slice")
+        events += launched(100 * k, "prep_kernel", 20, corr, op="aten::slice")
         corr += 1
     for k in range(80):
-        events += _launched(302_000 + 100 * k, "fwd_kernel", 60, corr, op="aten::linear")
+        events += launched(302_000 + 100 * k, "fwd_kernel", 60, corr, op="aten::linear")
         corr += 1
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "one long stretch of Python before the work" in line, line
@@ -118,8 +110,8 @@ def test_an_op_called_once_with_a_long_own_time_in_a_cold_pass_is_its_first_use(
               ev("cuda_runtime", "cudaLaunchKernel", 71_000, 5, correlation=1),
               ev("kernel", "conv_kernel", 71_010, 50, tid=7, correlation=1)]  # fmt: skip
     for k in range(5):
-        events += _launched(72_000 + 50 * k, "add_kernel", 10, 10 + k, op="aten::add")
-    events += _launched(0, "fill_kernel", 10, 99, op="aten::fill_")
+        events += launched(72_000 + 50 * k, "add_kernel", 10, 10 + k, op="aten::add")
+    events += launched(0, "fill_kernel", 10, 99, op="aten::fill_")
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "first aten::cudnn_convolution" in line, line
     assert "launching the GPU's work op by op" not in line, line
@@ -137,7 +129,7 @@ def test_a_host_waiting_on_its_dataloader_the_whole_step_is_the_critical_path():
             ev("user_annotation", name, t0, 800_000),
         ]
         for k in range(10):  # the step's work, launched after the batch: runs into the next step's window
-            events += _launched(t0 + 800_000 + 1_000 * k, "conv_kernel", 60_000, 100 * s + k,
+            events += launched(t0 + 800_000 + 1_000 * k, "conv_kernel", 60_000, 100 * s + k,
                                 gpu_at=t0 + 800_100 + 60_000 * k, op="aten::conv2d")  # fmt: skip
     d = diagnose(parse({"traceEvents": events}))
     assert d.bound == "CPU", d.verdict

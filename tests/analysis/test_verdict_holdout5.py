@@ -3,7 +3,7 @@ its NCCL labels)."""
 
 from __future__ import annotations
 
-from helpers import ev
+from helpers import ev, launched
 
 from common.analysis.diagnosis import diagnose
 from common.reader.build import parse
@@ -20,20 +20,12 @@ def test_an_nccl_collective_label_shows_an_unrecorded_gpu():
     assert line.startswith("no bound: the trace holds no GPU event, yet it ran nccl:all_to_all"), line
 
 
-def _launched(t: float, name: str, us: float, corr: int, gpu_at: float | None = None, op: str = "") -> list[dict]:
-    """A launch at `t` (inside an op `op` where given) of a kernel `name` of `us` µs, run at `gpu_at` (else t + 5)."""
-    out = [ev("cpu_op", op, t, 30)] if op else []
-    out += [ev("cuda_runtime", "cudaLaunchKernel", t + 1, 4, correlation=corr),
-            ev("kernel", name, t + 5 if gpu_at is None else gpu_at, us, tid=7, correlation=corr)]  # fmt: skip
-    return out
-
-
 def test_communication_under_a_host_that_never_waits_is_not_the_bound():
     """dlrm_rank6: the all-to-alls run exposed (26% of the step) while the host dispatches ops the whole step and
     never waits for the GPU: hiding them would not shorten the step, the host is the bound."""
     events = [ev("user_annotation", "ProfilerStep#10", 0, 10_000)]
     for k in range(240):
-        events += _launched(20 + 40 * k, "vectorized_elementwise_kernel", 5, k, op="aten::add")
+        events += launched(20 + 40 * k, "vectorized_elementwise_kernel", 5, k, op="aten::add", op_us=30)
     for j, at in enumerate((1_000, 6_000)):
         comm = ev("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", at, 1_500, tid=8, correlation=1_000 + j)
         events += [ev("cuda_runtime", "cudaLaunchKernel", at - 20, 4, correlation=1_000 + j), comm]
@@ -76,7 +68,8 @@ def _replays_with_item(sync_tid: int) -> list[dict]:
                    ev("cpu_op", "aten::_local_scalar_dense", t + 41, 1_995, tid=sync_tid),
                    ev("cuda_runtime", "cudaStreamSynchronize", t + 45, 1_990, tid=sync_tid)]  # fmt: skip
         for j in range(10):  # the host re-enters its Python: small ops, each launching a tiny kernel
-            events += _launched(t + 2_040 + 70 * j, "elementwise_kernel", 3, 1_000 + 10 * k + j, op="aten::add")
+            corr = 1_000 + 10 * k + j
+            events += launched(t + 2_040 + 70 * j, "elementwise_kernel", 3, corr, op="aten::add", op_us=30)
         t += 2_740
     return events
 
@@ -102,10 +95,10 @@ def _compiled_window(loop: int) -> list[dict]:
     events[-1]["args"]["correlation"] = 1
     events += [ev("kernel", "triton_poi_fused_0", 3_020, 2_000, tid=7, correlation=1)]
     for k in range(20):
-        events += _launched(3_200 + 30 * k, "vectorized_elementwise_kernel", 100, 10 + k, op="aten::add")
+        events += launched(3_200 + 30 * k, "vectorized_elementwise_kernel", 100, 10 + k, op="aten::add", op_us=30)
     for k in range(loop):
         t = 5_100 + 300 * k
-        events += [ev("cpu_op", "Torch-Compiled Region: 2/0", t, 200), *_launched(t + 100, "triton_red_1", 250, 50 + k)]
+        events += [ev("cpu_op", "Torch-Compiled Region: 2/0", t, 200), *launched(t + 100, "triton_red_1", 250, 50 + k)]
     return events
 
 
@@ -190,7 +183,7 @@ def _all_to_alls(nelems: int) -> list[dict]:
     whose SendRecv kernels (NCCL's) run 1.5 ms each, back to back; the host waits for the last in a sync."""
     args = {"Collective name": "all_to_all", "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": 2,
             "dtype": "Float", "Process Group Name": "0"}  # fmt: skip
-    events = [ev("user_annotation", "ProfilerStep#3", 0, 6_500), *_launched(100, "ampere_sgemm_32x128_nt", 200, 1)]
+    events = [ev("user_annotation", "ProfilerStep#3", 0, 6_500), *launched(100, "ampere_sgemm_32x128_nt", 200, 1)]
     for k in range(4):
         t = 400 + 100 * k
         kernel = ev("kernel", "ncclDevKernel_SendRecv(ncclDevComm*)", 420 + 1_500 * k, 1_500, tid=8, correlation=10 + k)
@@ -220,7 +213,7 @@ def test_a_lone_graph_launch_is_not_one_time_against_kernel_launches():
     kernel's launch; a graph launch's length is its graph's size, so that is no evidence of a one-time cost."""
     events = []
     for k in range(5):
-        events += _launched(10 + 20 * k, "elementwise_kernel", 3, k, op="aten::fill_")
+        events += launched(10 + 20 * k, "elementwise_kernel", 3, k, op="aten::fill_", op_us=30)
     events += [ev("cuda_runtime", "hipGraphLaunch", 200, 2_100, correlation=50)]
     events += [ev("kernel", f"Cijk_gemm_{k}", 300 + 100 * k, 100, tid=7, correlation=50) for k in range(10)]
     events += [ev("cuda_runtime", "hipStreamSynchronize", 2_310, 3_000)]  # waits for the graph's unrecorded rest
