@@ -160,6 +160,31 @@ def _optimizer_aside(trace: Trace, step: Step, cpu: float, unit: str) -> str:
     return f"; and {min(1.0, us / cpu):.0%} of the {unit} in the optimizer ({name}) → {lever}"
 
 
+DROPOUT_OPS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::dropout", "aten::feature_dropout")
+BACKWARD_SUFFIXES = (
+    "Backward0",
+    "Backward1",
+    "Backward",
+)  # an autograd node's op: MulBackward0, CompiledFunctionBackward
+AUTOGRAD_ENGINE = "autograd::engine::evaluate_function"
+DROPOUT_ASIDE = 0.05  # dropout's own time this share of a CPU step with no backward: it runs in train mode
+
+
+def _dropout_aside(own: dict[str, float], cpu: float, unit: str) -> str:
+    """'; and N% … in dropout …' where dropout's ops (DROPOUT_OPS, their own time) hold DROPOUT_ASIDE of a step that
+    runs no backward (no autograd node's op): a forward for inference in train mode, whose dropout draws a random
+    mask per element for nothing."""
+    us = sum(own.get(name, 0.0) for name in DROPOUT_OPS)
+    if us < DROPOUT_ASIDE * cpu or any(name.endswith(BACKWARD_SUFFIXES) or name.startswith(AUTOGRAD_ENGINE)
+                                       for name in own):  # fmt: skip
+        return ""
+    names = ", ".join(name for name in DROPOUT_OPS if own.get(name, 0.0) > 0)
+    return (
+        f"; and {min(1.0, us / cpu):.0%} of the {unit} in dropout ({names}) with no backward → model.eval() (or "
+        "torch.inference_mode()) for inference turns it off"
+    )
+
+
 def cpu_verdict(trace: Trace) -> str:
     """One line: communication-bound where the step's thread waits in a label with no op under it while a process
     group's threads run its collectives (waits_for_collectives); data-loading-bound where a DataLoader's __next__
@@ -217,19 +242,20 @@ def cpu_verdict(trace: Trace) -> str:
     flops = step_flops(trace)[0]  # the flags', or the ops' shapes' where the script's shapes were edited
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
     aside += _optimizer_aside(trace, step, step_cpu, unit)
+    aside += _dropout_aside(own, cpu, unit)
     aside += cold_pass(trace)
     lever = _lever(ranked) + _idle_gpu(trace) + aside
-    steady = " of the steady state" if once else ""
+    steady = " of the steady state" if once else f" of the {unit}"
     if share >= COMPUTE_SHARE:
-        return f"{KINDS[0]} on the CPU: {share:.0%}{steady or ' of the step'} inside {top}{rate}; {spent} {lever}{once}"
+        return f"{KINDS[0]} on the CPU: {share:.0%}{steady} inside {top}{rate}; {spent} {lever}{once}"
     if together >= COMPUTE_TOGETHER:
         listed = ", ".join(f"{n} {us / cpu:.0%}" for us, n in ranked[:4])
-        return (f"{KINDS[0]} on the CPU: {together:.0%}{steady or ' of the step'} in its ops' own work ({listed}); "
+        return (f"{KINDS[0]} on the CPU: {together:.0%}{steady} in its ops' own work ({listed}); "
                 f"{spent} {lever}{once}")  # fmt: skip
     top, top_us = busiest
     share = min(1.0, max(0.0, top_us) / cpu)
     rate = f" at {flops / (top_us * 1e-6) / 1e9:.3g} GFLOP/s" if flops is not None and top_us > 0 else ""
-    return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady or ' of the step'}{rate}, the "
+    return (f"{KINDS[1]} on the CPU: the busiest op, {top}, is {share:.0%}{steady}{rate}, the "
             f"rest dispatch and Python; {spent} → try fewer, larger ops (a larger batch; torch.compile to dispatch "
             f"fewer ops){aside}{once}")  # fmt: skip
 

@@ -86,6 +86,8 @@ ALLOCATIONS = frozenset({"aten::empty", "aten::empty_strided", "aten::empty_like
 ONE_TIME = ("compiling", "one-time")  # the causes of a host wait that do not come back in the steady state
 ONE_TIME_DOMINATES = 0.5  # one-time costs this share of the profiled windows: the verdict says so first
 ONE_TIME_LEFT = 0.9  # ... and where they hold this share of the median window, no steady state is left to bound
+ONE_TIME_MOST_LEFT = 0.95  # ... unless the GPU works through most of what is left (busy half of it or more): a
+# steady state that ran (a forward's GPU-bound remainder), not the fragments between one-time costs; under this, none
 RECURS = 3  # ... or where no kernel of the trace is launched this many times: one cold pass, no steady state
 ONE_TIME_LISTED = 0.01  # a one-time cost under this share of them all is counted, not listed
 ONE_TIME_SHOWN = 0.02  # one-time costs this share of the profiled windows or more: listed apart
@@ -104,6 +106,8 @@ HOST_ASIDE = 0.2  # a busy GPU that still waits this share of the step for a hos
 BALANCED_IDLE = 0.3  # GPU idle between this share and IDLE_BOUND: neither side dominates, both levers are named
 IDLE_SYNC = 0.5  # a sync with the GPU busy less than this share of it waits for no recorded work: start-up if rare
 SCRIPTED = ("fallback_function", "fused__", "prim::TensorExprGroup", "prim::FusionGroup")  # TorchScript's fusion ops
+SCRIPTED_SLACK_US = 20.0  # ... and a stretch in no op that ends this close to a scripted function's first call is
+# its graph executor's work on it (profiling, optimizing), done before the interpreter opens the function's op
 COMPILE_WORDS = ("Compile", "Dynamo", "Inductor", "autotun", "Autotun")  # labels of compiling and autotuning
 ALL_TO_ALL = ("sendrecv", "all_to_all", "alltoall", "ep::internode", "ep::intranode")  # kernel names (lower case):
 # NCCL's send/recv pairs, all-to-all collectives, DeepEP's expert-parallel dispatch/combine
@@ -298,7 +302,7 @@ def _rule_pageable(trace: Trace, scan: _Scan) -> Rule | None:
     return Rule(
         "pageable host copies",
         [f"per step: {listed}, {human_time(us)} on the GPU"],
-        "allocate the host tensor with pin_memory=True (a DataLoader: pin_memory=True) and copy with non_blocking=True",
+        PIN_LEVER,
     )
 
 
@@ -725,6 +729,44 @@ class GapContext:
         return found
 
     @functools.cached_property
+    def scripted_calls(self) -> list[tuple[float, str]]:
+        """Each scripted function's first call (the op around TorchScript's fallback_function or a fusion group), as
+        (start, name), in start order: the graph executor optimizes a function on its first calls before the
+        interpreter opens the function's op, so that time lies in no op just before it."""
+        first: dict[str, float] = {}
+        for thread in self.trace.tree.threads.values():
+            layer = thread.layer(OP)
+            names = layer.names
+            if not any(name.startswith(SCRIPTED) for name in set(names)):
+                continue
+            parents, starts = layer.parents, layer.starts
+            for i, name in enumerate(names):
+                p = parents[i] if name.startswith(SCRIPTED) else -1
+                while p >= 0 and names[p].startswith(SCRIPTED):
+                    p = parents[p]
+                if p >= 0 and starts[p] < first.get(names[p], math.inf):
+                    first[names[p]] = starts[p]
+        return sorted((start, name) for name, start in first.items())
+
+    @functools.cached_property
+    def copy_waits(self) -> dict[tuple[object, float], float]:
+        """(thread, start) of each copy call whose copy began on the GPU only well into the call -> when it began:
+        a copy from pageable host memory waits for the stream's queued work before its copy can run, so the call's
+        time until then is a wait (a sync), not the copy's launch."""
+        found = {}
+        for op in self.trace.gpu:
+            launch = op.launch
+            began = op.start
+            if (
+                op.category == "gpu_memcpy"
+                and launch is not None
+                and began is not None
+                and (launch.ts + launch.dur / 2 <= began < launch.end)
+            ):
+                found[launch.tid, launch.ts] = began
+        return found
+
+    @functools.cached_property
     def first_launches(self) -> set[tuple[object, float]]:
         """(thread, start) of the launch call of each kernel's first launch in the trace: the launch that loads
         its module (lazy loading), a one-time cost however often the kernels launch later."""
@@ -800,6 +842,10 @@ def gap_causes(
     for role in ("launch", "runtime call"):  # a sync is a wait, never a one-time cost
         for node in tree.overlapping(gap.start, gap.end, role):
             long = node.us >= ONE_TIME_US  # the usual lengths are only looked up for a long one
+            began = context.copy_waits.get((node.tid, node.start)) if long else None
+            if began is not None:  # a pageable copy waiting for the GPU's queued work: a sync until its copy ran
+                claim(("a sync", PAGEABLE_WAIT), node.start, began, node.name, node.tid)
+                continue
             # a kernel's first launch loads its module: against its kind's usual length, however many first
             # launches are slow (a cold start loads many)
             first = long and role == "launch" and (node.tid, node.start) in context.first_launches
@@ -870,6 +916,11 @@ def gap_causes(
         claim(("CPU op", name) if long else ("launches", ""), op_start, op_end, name)
     for node in tree.overlapping(gap.start, gap.end, "launch"):  # a launch no op was recorded around
         claim(("launches", ""), node.start, node.end, node.name, node.tid)
+    scripted = context.scripted_calls  # time in no op right before a scripted function's first call: its compile
+    for a, b in list(claims.free) if long_gap and scripted else ():
+        i = bisect.bisect_left(scripted, (b,))
+        if i < len(scripted) and scripted[i][0] - b <= SCRIPTED_SLACK_US and b - a >= ONE_TIME_US:
+            claim(("compiling", f"TorchScript's first call of {_cut(scripted[i][1])}"), a, b, scripted[i][1])
     pause = context.usual_pause  # one window's single long stretch of Python before its work: set-up, once
     if pause is not None:
         runs = context.launched
@@ -989,6 +1040,8 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
         if "CUDA graphs" in applied:
             return "capture the optimizer step in the CUDA graph too, or a fused optimizer (AdamW(..., fused=True))"
         return "a fused optimizer (AdamW(..., fused=True)), or capture the optimizer step in the CUDA graph too"
+    if cause == "a sync" and what == PAGEABLE_WAIT:
+        return PIN_LEVER
     if cause == "a sync" and what.startswith("aten::") and what not in USER_READS:
         return (f"calling {_cut(what)} less often, or once before the loop: the op syncs inside itself (it reads a "
                 "result on the host, such as a size that depends on the data), no .item() of yours")  # fmt: skip
@@ -1140,6 +1193,10 @@ def _kept(trace: Trace, spans: list[tuple[float, float]], number: int, context: 
 
 COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
 LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
+PIN_LEVER = (
+    "allocate the host tensor with pin_memory=True (a DataLoader: pin_memory=True) and copy with non_blocking=True"
+)
+PAGEABLE_WAIT = "a copy from pageable host memory, which waits for the GPU's queued work before it copies"
 SET_UP_BEFORE = 0.9  # ... a stretch this share of the window's launches come after: set-up before the work
 SET_UP_MOST = 0.5  # ... or, the window's only such stretch, this share (its ops otherwise follow each other closely)
 SLOW_COLLECTIVES_MOST = 1  # one collective that slow is a late peer or a set-up; two or more recur (uneven all-to-all)
@@ -1935,7 +1992,10 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
         share = percent(100 * once_all / total)
         head = f"one-time costs hold {share} of the profiled {_unit(trace)}s: {listed} → {lever}"
         kernels = Counter(op.name for op in trace.gpu if op.category == "kernel")  # over the trace: steps recur
-        if steady.span < (1 - ONE_TIME_LEFT) * m.span or steady.span <= 0:
+        if steady.span <= 0 or (
+            steady.span < (1 - ONE_TIME_LEFT) * m.span
+            and (steady.span < (1 - ONE_TIME_MOST_LEFT) * m.span or steady.busy < steady.span / 2)
+        ):
             line = f"{head}; too little is left of them to bound a steady state"
         elif max(kernels.values(), default=0) < RECURS:  # one pass over cold code: nothing in it is steady
             line = (f"{head}; nothing else recurs (no kernel launched {RECURS} times), so no steady state is left to "

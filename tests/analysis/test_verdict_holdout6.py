@@ -3,7 +3,7 @@ the verdict's model."""
 
 from __future__ import annotations
 
-from helpers import ev
+from helpers import ev, launched
 
 from common.analysis.diagnosis import diagnose
 from common.reader.build import parse
@@ -87,3 +87,53 @@ def test_a_slow_later_call_of_a_convolution_without_shapes_stays_a_first_call():
     """A convolution's calls without shapes: a later slow one may be its first of a new shape (a library tunes it)."""
     line = stalled_steps("aten::mkldnn_convolution")
     assert "first aten::mkldnn_convolution" in line and "stalled" not in line, line
+
+
+EW = "void at::native::vectorized_elementwise_kernel<4>(int)"
+
+
+def scripted_then_cold(left_ms: int, kernel_us: float = 1000) -> str:
+    """partrans_run1_bs512's window: 30 short ops, 290 ms in no op right before the first call of a scripted function
+    (delta_r2 around TorchScript's fallback_function), a 600 ms first launch in a convolution, then `left_ms` of
+    kernels of `kernel_us` launched 100 µs apart, one a millisecond (GPU-bound at 1 ms), and a final sync."""
+    events, corr = [], 1
+    for k in range(30):
+        events += launched(300 * k, EW, 100, corr, op="aten::mul", op_us=20)
+        corr += 1
+    t = 300_000
+    events += [ev("cpu_op", "delta_r2", t, 500), ev("cpu_op", "fallback_function", t + 20, 300)]
+    events += launched(t + 40, EW, 50, corr, op="aten::sub", op_us=20)
+    t, corr = t + 600, corr + 1
+    events += [ev("cpu_op", "aten::cudnn_convolution", t, 600_100),
+               ev("cuda_runtime", "cudaLaunchKernel", t + 50, 600_000, correlation=corr),
+               ev("kernel", "cudnn_conv_kernel", t + 600_060, 500, tid=7, correlation=corr)]  # fmt: skip
+    t, corr = t + 600_200, corr + 1
+    for k in range(left_ms):
+        events += launched(t + 100 * k, EW, kernel_us, corr + k, gpu_at=t + 1000 * k + 10, op="aten::add", op_us=20)
+    sync = t + 100 * left_ms + 10
+    events.append(ev("cuda_runtime", "cudaDeviceSynchronize", sync, t + 1000 * left_ms + 20 - sync))
+    return diagnose(parse({"traceEvents": events})).verdict
+
+
+def test_time_in_no_op_before_a_scripted_function_s_first_call_is_its_compile():
+    """partrans_run1_bs512: 292 ms in no op, 355 ops into the forward and right before delta_r2's only call, was
+    'one long stretch of Python before the work (set-up: a model built, data loaded)'. TorchScript's graph executor
+    profiles and optimizes a function on its first call before the interpreter opens the function's op."""
+    line = scripted_then_cold(70)
+    assert "291 ms compiling (TorchScript's first call of delta_r2)" in line, line
+    assert "set-up" not in line, line
+
+
+def test_a_steady_remainder_of_a_twelfth_of_the_window_is_bounded():
+    """partrans_run1_bs512: one-time costs held 91% of the 1.02 s window, and the 96 ms left, the GPU busy 96% of it
+    on pointwise kernels, was 'too little … to bound a steady state'. Under 5% left still is."""
+    line = scripted_then_cold(70)
+    assert "the steady state: bound by the GPU" in line and "pointwise" in line, line
+    assert "too little is left" in scripted_then_cold(20), scripted_then_cold(20)
+
+
+def test_a_small_remainder_the_gpu_idles_through_is_not_bounded():
+    """tl_vllm_decode_capture's shape: one-time costs hold 94% of the window and the GPU is idle through the 6% left
+    (a few tiny kernels between them): the fragments between one-time costs, no steady state to bound."""
+    line = scripted_then_cold(70, kernel_us=5)
+    assert "too little is left" in line and "the steady state:" not in line, line
