@@ -174,6 +174,22 @@ def fmt(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.3g} s"
 
 
+def marked(stderr: str) -> list[dict]:
+    """The --one mode's notes in a run's stderr: each MARK and the JSON after it, wherever it starts (torchrun's
+    ranks share one stderr, so one rank's note can begin in the middle of another's line); a cut-off one is left
+    out."""
+    notes, decoder, at = [], json.JSONDecoder(), stderr.find(MARK)
+    while at >= 0:
+        try:
+            note, _ = decoder.raw_decode(stderr, at + len(MARK))
+        except ValueError:
+            note = None
+        if isinstance(note, dict):
+            notes.append(note)
+        at = stderr.find(MARK, at + len(MARK))
+    return notes
+
+
 def measure(command: Command, timeout: float) -> dict:
     """Run `command` here and read back its estimate, its own time and its wall time."""
     with tempfile.TemporaryDirectory() as traces:
@@ -183,10 +199,10 @@ def measure(command: Command, timeout: float) -> dict:
         except subprocess.TimeoutExpired:
             return {"why": f"killed after {timeout:.0f} s", "wall_s": time.perf_counter() - start}
         wall = time.perf_counter() - start
-    notes = [json.loads(x[len(MARK) :]) for x in done.stderr.splitlines() if x.startswith(MARK)]
+    notes = marked(done.stderr)
     note = min(notes, key=lambda n: n["rank"]) if notes else {}
     errors = [x for x in (done.stdout + done.stderr).splitlines() if x.startswith("error:")]
-    last = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith(MARK)][-1:]
+    last = [x for x in done.stderr.splitlines() if x.strip() and MARK not in x][-1:]
     why = "" if done.returncode == 0 else (errors or [f"exit {done.returncode}: {' '.join(last)[:200]}"])[0]
     return {**note, "wall_s": wall, "why": why}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import re
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -780,6 +781,11 @@ class GapContext:
         return {(launch.tid, launch.ts) for launch in first.values()}
 
 
+def _overlapping(spans: list[tuple[float, float, str]], start: float, end: float) -> list[tuple[float, float, str]]:
+    """Those of `spans` ((start, end, name) in start order, few: Kineto's overhead events) overlapping [start, end]."""
+    return [span for span in spans[: bisect.bisect_left(spans, (end,))] if span[1] > start]
+
+
 def gap_context(trace: Trace) -> GapContext:
     return GapContext(trace)
 
@@ -830,6 +836,8 @@ def gap_causes(
             held[:] = [HeldBy(name, start, end, thread), us]
 
     claims = _Claims(gap.start, gap.end)
+    for start, end, name in _overlapping(trace.profiler_overhead, gap.start, gap.end):  # not the program's time
+        claim(("one-time", f"the profiler's own overhead (CUPTI's {name})"), start, end, name)
     for node in tree.overlapping(gap.start, gap.end, "compiling"):
         claim(("compiling", _cut(node.name, 60)), node.start, node.end, node.name, node.tid)
     long_gap = gap.us >= ONE_TIME_US  # what runs once takes a millisecond or more: a shorter gap asks nothing of it
@@ -959,6 +967,13 @@ def host_work(
 PYTHON_ONLY = frozenset({PYTHON})
 NO_CPU_OPS = "the trace records no CPU op"  # what a gap's unclaimed time is in a trace of runtime calls alone
 LIBRARY_FRAMES = ("torch/", "<built-in", "<frozen", "<string>", "threading.py", "contextlib.py")
+# Python frames of data preparation (image and audio processors, tokenizers, transforms, decoding, numpy and PIL
+# arrays): time in them is the input's, which DataLoader workers or the GPU take off the step; CUDA graphs do not
+DATA_PREP_FRAMES = re.compile(
+    r"image_processing|image_transforms|feature_extraction|tokenization|processing_utils|torchvision/transforms|"
+    r"torchvision/io|^PIL/|/PIL/|albumentations|^cv2|decord|^av/|of numpy\.ndarray|^numpy/|/numpy/|^datasets/"
+)
+DATA_PREP = "preparing the input: "  # where the Python was data preparation (DATA_PREP_FRAMES): the frame follows
 
 
 def _python_at(tree: CallTree, pieces: list[tuple[float, float]]) -> str:
@@ -974,6 +989,12 @@ def _python_at(tree: CallTree, pieces: list[tuple[float, float]]) -> str:
             node = tree.innermost(tid, (a + b) / 2, PYTHON_ONLY)
             if node is None:
                 continue
+            prep = node  # a frame of data preparation on the stack: its own lever (none of CUDA graphs' reach)
+            while prep is not None and not DATA_PREP_FRAMES.search(prep.name):
+                prep = prep.up
+            if prep is not None:
+                held[DATA_PREP + prep.name] += b - a
+                break
             frame = node
             while frame is not None and (frame.name.startswith(LIBRARY_FRAMES) or "site-packages" in frame.name):
                 frame = frame.up
@@ -1057,6 +1078,10 @@ def _host_lever(cause: str, what: str, trace: Trace, phase: str | None, compiled
         return (f"moving {what} off the CPU: make that tensor on the GPU (device='cuda'), or in DataLoader "
                 "workers with pin_memory=True")  # fmt: skip
     graphs = trace.per_step(lambda s: s.graph_launches) or 0
+    if cause == "no recorded op" and what.startswith(DATA_PREP):
+        return (f"moving that input preparation ({_cut(what.removeprefix(DATA_PREP))}) out of the step: a DataLoader "
+                "with workers (num_workers > 0, pin_memory=True) makes the next input while the model runs, or do it "
+                "on the GPU; CUDA graphs and torch.compile do not reach it")  # fmt: skip
     if cause == "no recorded op" and what == NO_CPU_OPS:
         return ("recording the CPU side (ProfilerActivity.CPU in the profile's activities) to see what the host ran "
                 "then")  # fmt: skip
@@ -1099,7 +1124,9 @@ def _host_story(trace: Trace, causes: Counter, phase: str | None, compiled: bool
         label = {"data loading": f"the DataLoader ({what})", "the optimizer": f"the optimizer ({what})",
                  "CPU op": f"{what} on the CPU", "launches": "launching the GPU's work op by op",
                  "no recorded op": "in no recorded op (the trace records no CPU op: what the host ran is unknown)"
-                 if what == NO_CPU_OPS else f"in Python, no op recorded ({_cut(what)})" if what
+                 if what == NO_CPU_OPS else f"in Python preparing the input, no op recorded ({_cut(prep)})"
+                 if (prep := what.removeprefix(DATA_PREP)) != what
+                 else f"in Python, no op recorded ({_cut(what)})" if what
                  else "in no recorded op (Python)",
                  "a sync": f"waiting in a sync in {_cut(what)}",
                  "runtime call": f"in {what} calls"}[cause]  # fmt: skip

@@ -172,6 +172,7 @@ _NO_THREAD = object()  # before the first event: no thread id is this
 LEGACY_GPU = "CUDA functions"
 EXTERNAL = operator.attrgetter("external")
 UNMODELLED = tuple(UNMODELLED_DEVICES)  # category prefixes of devices the reader does not model
+PROFILER_OVERHEAD = "overhead"  # Kineto's category for CUPTI's own time on the host
 OLD_CATEGORIES = {"Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
 
@@ -245,6 +246,7 @@ class _Collector:
         # The legacy export's GPU ranges: (start, end, name, the end of the op it mirrors or None, device)
         self.legacy: list[tuple[float, float, str, float | None, object]] = []
         self.legacy_host: tuple[str, float] | None = None  # its last CPU op read: (name, end)
+        self.overheads: list[tuple[float, float, str]] = []  # Kineto's `overhead` events: (start, end, name)
         from common.reader import trace_json
 
         self.args_of, self.decoded, self.raw_key = trace_json.args_of, trace_json.decoded, trace_json.raw_key
@@ -294,6 +296,9 @@ class _Collector:
                     cat = "cpu_op" if "::" in e.name else "user_annotation"
                 else:
                     old = OLD_CATEGORIES.get(cat)  # type: ignore[arg-type]
+                    if cat == PROFILER_OVERHEAD:  # CUPTI's own time (a buffer request, instrumenting a module)
+                        self.profiler_overhead(e)
+                        continue
                     if old is None:
                         if cat is not None and cat.startswith(UNMODELLED):
                             unmodelled[cat] += 1
@@ -352,6 +357,13 @@ class _Collector:
                     add_gpu((ts, _correlation(args), gpu_op(e, args)))
         self.skipped += skipped
         self.ops_rising, self.last_op_ts = rising, last_ts
+
+    def profiler_overhead(self, e: Event) -> None:
+        """Keep one of Kineto's `overhead` events (CUPTI's own time: "Activity Buffer Request", "Unrecognized"), as
+        (start, end, name): time the profiler took, not the program's."""
+        ts, dur, name = e.ts, e.dur, e.name
+        if e.ph == "X" and name is not None and 0 <= ts < math.inf and 0 <= dur < LONGEST_US:
+            self.overheads.append((ts, ts + dur, self.names.setdefault(name, name)))
 
     def legacy_range(self, e: Event) -> None:
         """Keep one GPU range of the legacy export, tied to the op it mirrors: the CPU op written just before it,
@@ -778,7 +790,7 @@ class _Collector:
             distributed=distributed, sm=sm_limits(first),
             phases=phases, cpu_source=cpu, phase_parent=parent, gpu_activity=bool(self.gpu), shapes=self.shapes,
             tree=tree, gpu=gpu, devices=devices, broken_links=bool(link_notes),
-            shaped_calls=_by_start(self.shaped_calls),
+            shaped_calls=_by_start(self.shaped_calls), profiler_overhead=sorted(self.overheads),
             collectives=comms.timed(self.comms, [op for s in steps for op in s.gpu], self.annotations)
             if self.comms else [],  # no pass over the GPU ops for a trace without collectives
         )  # fmt: skip

@@ -303,6 +303,9 @@ class Trace:
     # each call of a GEMM, attention or convolution op with shapes: (ts, dur, tid, its shapes), in time order
     shaped_calls: list[tuple[float, float, object, ShapedOp]] = field(default_factory=list)
     collectives: list[comms.Collective] = field(default_factory=list)  # in issue order (common.reader.comms)
+    # the profiler's own time on the host (Kineto's `overhead` events: CUPTI's buffer requests, its instrumenting of a
+    # module on a kernel's first launch): (start, end, name), in time order
+    profiler_overhead: list[tuple[float, float, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """Place the steps on the GPU timeline (Step.window, Step.on_gpu), where the reader gave the trace's GPU ops:

@@ -64,3 +64,40 @@ def test_a_recording_without_steps_gives_its_shares_of_the_window():
     the window' in the same line."""
     line = cpu_forward(backward=False)
     assert "of the window in its ops' own work" in line and "of the step" not in line, line
+
+
+def test_cupti_s_own_overhead_is_the_profiler_s_time_not_the_op_around_it():
+    """cs521_inductor_h64 and openpi_h200_38hz: Kineto's `overhead` events (CUPTI's 'Unrecognized' 1.75 ms inside the
+    first CompiledFunction, an 'Activity Buffer Request' of 3.23 ms) were read as the program's: '1.87 ms first
+    CompiledFunction', or Python. They are the profiler's own time, said so and left out of the bound."""
+    cupti = {"ph": "X", "cat": "overhead", "name": "Unrecognized", "pid": 1, "tid": 1, "ts": 50, "dur": 1_750}
+    events = [ev("cpu_op", "CompiledFunction", 0, 2_000), cupti]
+    events += launched(1_900, EW, 5, 1)
+    for k in range(5):  # the steady part: a launch every 100 µs
+        events += launched(2_100 + 100 * k, EW, 5, 2 + k, op="aten::add", op_us=20)
+    trace = parse({"traceEvents": events})
+    assert trace.profiler_overhead == [(50.0, 1_800.0, "Unrecognized")]
+    line = diagnose(trace).verdict
+    assert "1.75 ms the profiler's own overhead (CUPTI's Unrecognized)" in line, line
+    assert "ms first CompiledFunction" not in line, line  # what is left of it, µs, may be its first call
+
+
+def python_gap(inner: str) -> str:
+    """A 100 ms window whose GPU waits for 80 ms of Python in no op: a pipeline's call, then `inner` under it."""
+    frames = [ev("cpu_op", "aten::add", 0, 5), ev("cuda_runtime", "cudaLaunchKernel", 1, 3, correlation=1),
+              ev("kernel", "k_first", 6, 10, tid=7, correlation=1),
+              ev("python_function", "transformers/pipelines/base.py(1300): __call__", 100, 80_000),
+              ev("python_function", inner, 200, 79_000),
+              ev("cpu_op", "aten::add", 99_900, 5), ev("cuda_runtime", "cudaLaunchKernel", 99_901, 3, correlation=2),
+              ev("kernel", "k_last", 99_910, 10, tid=7, correlation=2)]  # fmt: skip
+    return diagnose(parse({"traceEvents": frames})).verdict
+
+
+def test_python_preparing_the_input_is_told_workers_or_the_gpu_not_cuda_graphs():
+    """tl_timesformer_mi300: 247 ms of a 391 ms step in an HF image processor's Python (normalize, numpy astype)
+    before the model ran was told 'CUDA graphs or torch.compile replace it', which cannot reach it."""
+    line = python_gap("transformers/image_transforms.py(390): normalize")
+    assert "in Python preparing the input, no op recorded (transformers/image_transforms.py(390)" in line, line
+    assert "moving that input preparation (transformers/image_transforms.py(390)" in line, line
+    assert "CUDA graphs or torch.compile replace it" not in line, line
+    assert "CUDA graphs or torch.compile replace it" in python_gap("app/model_runner.py(50): schedule"), line

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, docs_text, run
+from helpers import ROOT, docs_text, load_benchmark, run
 
 import common.harness.estimate
 import common.harness.machine
@@ -835,3 +835,12 @@ def test_the_bench_inside_the_recording_has_one_progress_line_that_says_it(monke
     script.main(["--backend", "flash", "--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8", "--bench",
                  "--traces-dir", str(tmp_path)])  # fmt: skip
     assert seen == [["--bench: the step timed without the profiler"]], seen
+
+
+def test_the_estimate_benchmark_reads_two_ranks_notes_written_into_one_line():
+    """`06 --bucket-cap-mb 5` under torchrun: rank 1's note began in the middle of rank 0's line on the shared stderr,
+    and json.loads of that line stopped the whole benchmark (Extra data)."""
+    bench = load_benchmark("estimate_accuracy")
+    one, two = json.dumps({"rank": 0, "estimate_s": 1.5}), json.dumps({"rank": 1, "estimate_s": 2.0})
+    stderr = f"warn\n{bench.MARK}{one}{bench.MARK}{two}\n{bench.MARK}{{cut off\n"
+    assert bench.marked(stderr) == [{"rank": 0, "estimate_s": 1.5}, {"rank": 1, "estimate_s": 2.0}]
