@@ -209,6 +209,7 @@ def cpu_verdict(trace: Trace) -> str:
     unit = "window" if trace.whole_trace else "iteration" if trace.cpu_source == "iteration" else "step"
     step = trace.steps[median_index([s.dur_us for s in trace.steps])]
     found = host_one_time(trace, step.start_us, step.start_us + step.dur_us) + _idle_syncs(trace, step)
+    found += _long_pauses(trace, step)
     once = once_clause(found, cpu, unit)
     if once:  # the bound is the steady state's: the one-time costs' own time left out
         for what, us in found.items():
@@ -304,6 +305,26 @@ def _idle_syncs(trace: Trace, step: Step) -> Counter:
     return found
 
 
+def _long_pauses(trace: Trace, step: Step) -> Counter:
+    """The pauses in no op between `step`'s top-level ops (on the thread that runs the most of them) that are ONCE_US
+    or more and ONCE_FACTOR times the step's usual pause, where no more than ONCE_MOST are (or the longest few of
+    them are ONCE_FACTOR times every other): the machine stalled (or Python ran once), not the dispatch and Python of
+    every op; "stalled in no op (N pauses)" -> µs."""
+    end = step.start_us + step.dur_us
+    tops = [thread.layer(OP).tops_in(step.start_us, end) for thread in trace.tree.threads.values()]
+    starts, ends, _ = max(tops, key=lambda t: len(t[0]), default=((), (), ()))
+    pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+    if len(pauses) < 3:
+        return Counter()
+    usual = statistics.median(pauses)
+    slow = sorted((us for us in pauses if us >= ONCE_US and us >= ONCE_FACTOR * usual), reverse=True)
+    if len(slow) > ONCE_MOST:  # many: recurring Python, unless the longest few are ten times every other
+        slow = slow[: next((k for k in range(1, ONCE_MOST + 1) if slow[k - 1] >= ONCE_FACTOR * slow[k]), 0)]
+    if not slow:
+        return Counter()
+    return Counter({f"{STALL}in no op ({len(slow)} pause{'s' if len(slow) > 1 else ''})": sum(slow)})
+
+
 def _idle_gpu(trace: Trace) -> str:
     """', or run it on the <GPU> the trace lists: CUDA was set up on it, yet it ran nothing' for a CPU-bound trace
     whose run made CUDA calls and whose deviceProperties name a GPU; '' otherwise."""
@@ -371,8 +392,9 @@ def slow_calls(
         if len(slow) > ONCE_MOST:  # slow often: recurring, unless its longest is ten times every other call
             slow.sort(key=lambda call: -call[2])
             slow = slow[:1] if slow[0][2] >= ONCE_FACTOR * slow[1][2] else []
-        first = min(call[0] for call in each)  # each holds every call of the name, on every thread
-        found += [(kind, name, ts, te, us, kind == OP and _stalled(name, ts, first, flops.get(name)))
+        first = min(each)  # each holds every call of the name, on every thread: (start, end, own µs)
+        set_up = first[2] if first[2] >= ONCE_US and first[2] >= ONCE_FACTOR * usual else None  # its first call's
+        found += [(kind, name, ts, te, us, kind == OP and _stalled(name, ts, us, first[0], set_up, flops.get(name)))
                   for ts, te, us in slow]  # fmt: skip
     return found
 
@@ -409,15 +431,22 @@ def host_one_time(trace: Trace, start: float, end: float) -> Counter:
     return found
 
 
-def _stalled(name: str, ts: float, first: float, flops: dict[float, float] | None) -> bool:
-    """Whether a slow call of op `name` at `ts` is a later call that did work done before (a stall of the machine),
-    not a first call: with the calls' FLOPs (record_shapes), an earlier call of the same work; without them, an
-    earlier call of a name that sets nothing up per shape (a GEMM or a convolution's first call of each shape may
-    initialise or tune its library, so those stay first calls). `first`: the start of the name's first call."""
+def _stalled(
+    name: str, ts: float, us: float, first: float, set_up: float | None, flops: dict[float, float] | None
+) -> bool:
+    """Whether a slow call of op `name` at `ts`, of `us` own time, is a later call that did work done before (a stall
+    of the machine), not a first call: with the calls' FLOPs (record_shapes), an earlier call of the same work;
+    without them, an earlier call of a name that sets nothing up per shape (a GEMM or a convolution's first call of
+    each shape may initialise or tune its library, so those stay first calls), or of one whose own first call was
+    slow (`set_up`, µs) by ONCE_FACTOR times that: a new shape's set-up costs about what the first call's did, not ten
+    times it (dtu_surphase_rn18: a 7.84 s oneDNN convolution, call 181 of 200, whose first took 146 ms). `first`: the
+    start of the name's first call."""
     if first >= ts:
         return False
     if flops and ts in flops:
         return any(at < ts and work == flops[ts] for at, work in flops.items())
+    if set_up is not None and us >= ONCE_FACTOR * set_up:
+        return True
     return not (name.startswith(GEMM_LIKE) or any(word in name for word in PER_SHAPE))
 
 
@@ -441,14 +470,22 @@ def once_clause(found: Counter, span: float, unit: str) -> str:
     once = sum(found.values())
     if span <= 0 or once < ONCE_SHOWN * span:
         return ""
-    listed = ", ".join(f"{human_time(us)} {what}" for what, us in found.most_common(3))
-    if all(what.startswith(STALL) for what in found):  # later calls, slow once: the machine stalled, not a warm-up
-        return (f"; one-off stalls, not counted in the bound: {listed} (later calls of ops, not their first: "
-                f"{min(1.0, once / span):.0%} of the {unit}) → another process or the OS took the CPU: profile "
-                f"more steps, on a quiet machine")  # fmt: skip
-    return (f"; one-time, not counted in the bound: {listed} ({min(1.0, once / span):.0%} of the {unit}) → warm up "
-            f"before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps (saves up to "
-            f"{human_time(once)} of the {human_time(span)} {unit})")  # fmt: skip
+    stalls = Counter({what: us for what, us in found.items() if what.startswith(STALL)})
+    firsts = found - stalls
+    said = ""
+    if stalls:  # later calls, slow once, or long pauses: the machine stalled, not a warm-up
+        stalled = sum(stalls.values())
+        listed = ", ".join(f"{human_time(us)} {what}" for what, us in stalls.most_common(3))
+        said = (f"; one-off stalls, not counted in the bound: {listed} (later calls of ops, not their first, and "
+                f"pauses ten times the usual: {min(1.0, stalled / span):.0%} of the {unit}) → another process or the "
+                "OS took the CPU: profile more steps, on a quiet machine")  # fmt: skip
+    if firsts:
+        first = sum(firsts.values())
+        listed = ", ".join(f"{human_time(us)} {what}" for what, us in firsts.most_common(3))
+        said += (f"; one-time, not counted in the bound: {listed} ({min(1.0, first / span):.0%} of the {unit}) → "
+                 f"warm up before profiling (schedule(wait=1, warmup=1, ...)), or profile later steps (saves up to "
+                 f"{human_time(first)} of the {human_time(span)} {unit})")  # fmt: skip
+    return said
 
 
 def gpu_evidence(trace: Trace) -> str | None:

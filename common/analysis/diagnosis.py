@@ -1582,13 +1582,37 @@ def slow_collective_ops(trace: Trace) -> list[GpuOp]:
         if len(comm) >= 3:
             usual = statistics.median(op.us for op in comm)
             slow = [op for op in comm if _Usual.once(op.us, usual)]
-            slow = slow if len(slow) <= SLOW_COLLECTIVES_MOST else []
+            if len(slow) > SLOW_COLLECTIVES_MOST:  # several: recurring, but for those a first launch's stall holds
+                stalls = _first_launch_stalls(trace)  # (the peers, running the same code, stall there too)
+                slow = [op for op in slow if any(a <= op.start and op.start + op.us <= b for a, b in stalls)]
         if slow and not trace.whole_trace:  # a profiled step is the loop's, past its warm-up: only the first of
             # several can hold a set-up (the others show the steady state without it); a lone one gives no evidence
             first = trace.windows[0] if len(trace.steps) > 1 else None
             slow = [op for op in slow if first is not None and first.start <= op.start < first.end]
     trace._slow_collectives = (gpu, len(gpu), slow)
     return slow
+
+
+def _first_launch_stalls(trace: Trace) -> list[tuple[float, float]]:
+    """The (start, end) of each kernel's first launch call that is ONE_TIME_US or more and ONE_TIME_FACTOR times the
+    usual launch call (the median of every other): a module loaded lazily, a stall every rank of the same code
+    makes, so a collective that runs inside it waits for peers stalled the same way."""
+    first: dict[str, Launch] = {}
+    lengths = []
+    for op in trace.gpu:
+        launch = op.launch
+        if op.category != "kernel" or launch is None or launch.name.startswith(GRAPH_LAUNCHES):
+            continue
+        known = first.get(op.name)
+        if known is None or launch.ts < known.ts:
+            first[op.name] = launch
+        lengths.append(launch.dur)
+    usual = statistics.median(lengths) if lengths else 0.0
+    return [
+        (launch.ts, launch.end)
+        for launch in first.values()
+        if launch.dur >= ONE_TIME_US and _Usual.once(launch.dur, usual)
+    ]
 
 
 def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:

@@ -78,6 +78,7 @@ def test_a_profiler_step_that_holds_none_of_the_work_is_not_the_window():
     events += [ev("user_annotation", "ProfilerStep#1", 10_000, 14), ev("cpu_op", "aten::empty", 10_002, 2)]
     trace = parse({"traceEvents": events})
     d = diagnose(trace)  # before: "bound by the CPU: no GPU activity in the trace; 14.0 µs of CPU per step"
-    assert d.verdict.startswith("data-loading-bound on the CPU: 60% of the window inside the DataLoader's"), d.verdict
+    # 67%: of the window less the 1.1 ms pause before the marker's op, ten times the usual one (a one-off stall)
+    assert d.verdict.startswith("data-loading-bound on the CPU: 67% of the window inside the DataLoader's"), d.verdict
     assert "10.0 ms of CPU in the whole recording (its ProfilerStep#N hold none of the work)" in d.verdict, d.verdict
     assert any("1 ProfilerStep#N span holds (14.0 µs) 2.00 µs of the 6.50 ms" in n for n in trace.notes), trace.notes

@@ -101,3 +101,58 @@ def test_python_preparing_the_input_is_told_workers_or_the_gpu_not_cuda_graphs()
     assert "moving that input preparation (transformers/image_transforms.py(390)" in line, line
     assert "CUDA graphs or torch.compile replace it" not in line, line
     assert "CUDA graphs or torch.compile replace it" in python_gap("app/model_runner.py(50): schedule"), line
+
+
+def cpu_forwards(stall_call: int | None, pauses: int) -> str:
+    """10 CPU forwards of 20 convolutions (1 ms own time each, the very first 20 ms: oneDNN's set-up) with 100 µs of
+    Python between ops, and a 100 µs add each; call `stall_call` of the convolution stalls for 800 ms; `pauses` of
+    the gaps between forwards last 400 ms (the machine taken away), the others 200 µs."""
+    events, at, call = [], 0.0, 0
+    for forward in range(10):
+        for _ in range(20):
+            us = 20_000 if call == 0 else 800_000 if call == stall_call else 1_000
+            events += [ev("cpu_op", "aten::mkldnn_convolution", at, us), ev("cpu_op", "aten::add", at + us + 100, 100)]
+            at += us + 300
+            call += 1
+        at += 400_000 if forward < pauses else 200
+    return diagnose(parse({"traceEvents": events})).verdict
+
+
+def test_a_late_call_ten_times_its_ops_slow_first_call_is_a_stall_said_apart():
+    """dtu_surphase_rn18: a 7.84 s oneDNN convolution, call 181 of 200, whose first call took 146 ms, was its 'first
+    aten::mkldnn_convolution → warm up before profiling'. A new shape's set-up costs about what the first call's did:
+    ten times that is the machine stalling, said apart with its own lever."""
+    line = cpu_forwards(stall_call=181, pauses=0)
+    assert "800 ms stalled aten::mkldnn_convolution" in line, line
+    assert "one-off stalls" in line and "first aten::mkldnn_convolution" in line, line  # the very first is set-up
+
+
+def test_long_pauses_in_no_op_are_stalls_and_left_out_of_the_cpu_bound():
+    """dtu_surphase_rn18: two 1.3 s pauses in no op among 2,000 short ones were counted as the steady state's
+    'dispatch and Python', which read a convolution-bound run (74% of the forwards) as overhead-bound."""
+    line = cpu_forwards(stall_call=None, pauses=2)
+    assert "800 ms stalled in no op (2 pauses)" in line, line
+    assert line.startswith("compute-bound on the CPU"), line
+
+
+SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def test_collectives_that_run_inside_a_first_launch_s_stall_are_one_time():
+    """moe_before_r0: a 12.1 ms first cudaLaunchKernel (a module loaded lazily), inside which two all_to_all kernels
+    ran 2.03 and 4.54 ms waiting for a peer stalled the same way, while ten others took microseconds, was read as a
+    steady state 'bound by exposed communication that waits for its peers'. The two are the stall's, one-time."""
+    events, corr = [], 1
+    for k in range(10):  # the steady exchanges: 20 µs each, launched 300 µs apart
+        events += launched(300 * k, SENDRECV, 20, corr, op="nccl:all_to_all", op_us=10)
+        corr += 1
+    events += launched(3_000, SENDRECV, 2_030, corr, gpu_at=3_500, op="nccl:all_to_all", op_us=10)
+    events += launched(3_100, SENDRECV, 4_540, corr + 1, gpu_at=6_000, op="nccl:all_to_all", op_us=10)
+    events += [ev("cpu_op", "aten::add_", 3_200, 12_200),  # its kernel's first launch: 12.1 ms
+               ev("cuda_runtime", "cudaLaunchKernel", 3_250, 12_100, correlation=corr + 2),
+               ev("kernel", EW, 15_400, 3, tid=7, correlation=corr + 2)]  # fmt: skip
+    for k in range(5):
+        events += launched(15_500 + 100 * k, EW, 3, corr + 3 + k, op="aten::mul", op_us=20)
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "ms a collective waiting for its peers" in line, line
+    assert not line.startswith("bound by exposed communication"), line
