@@ -563,9 +563,13 @@ class GapContext:
 
     @functools.cached_property
     def busy(self) -> tuple[list[float], list[float]]:
-        """The GPU's busy time as the disjoint (starts, ends) of the union of its ops, in time order."""
-        spans = merged((op.start, op.start + op.us) for op in self.trace.gpu if op.start is not None)
-        return [a for a, _ in spans], [b for _, b in spans]
+        """The GPU's busy time as the disjoint (starts, ends) of the union of its ops, in time order: the timeline's
+        union (built once for the trace), on the trace's clock."""
+        if not self.trace.gpu:
+            return [], []
+        timeline = self.trace.timeline
+        origin, union = timeline.origin, timeline.union
+        return [origin + start for start in union.starts], [origin + end for end in union.ends]
 
     def busy_in(self, start: float, end: float) -> float:
         """How long the GPU was busy (any op) in [start, end]."""
