@@ -320,9 +320,9 @@ def _long_pauses(trace: Trace, step: Step) -> Counter:
     slow = sorted((us for us in pauses if us >= ONCE_US and us >= ONCE_FACTOR * usual), reverse=True)
     if len(slow) > ONCE_MOST:  # many: recurring Python, unless the longest few are ten times every other
         slow = slow[: next((k for k in range(1, ONCE_MOST + 1) if slow[k - 1] >= ONCE_FACTOR * slow[k]), 0)]
-    if not slow:
+    if not slow or sum(slow) < ONCE_SHOWN * step.dur_us:  # a pause or two of a few ms in a long step: nothing to say
         return Counter()
-    return Counter({f"{STALL}in no op ({len(slow)} pause{'s' if len(slow) > 1 else ''})": sum(slow)})
+    return Counter({f"{PAUSES} ({len(slow)} pause{'s' if len(slow) > 1 else ''})": sum(slow)})
 
 
 def _idle_gpu(trace: Trace) -> str:
@@ -457,6 +457,7 @@ PER_SHAPE = ("conv", "cudnn", "mkldnn", "norm", "pool", "empty", "resize", "zero
 
 
 STALL = "stalled "  # host_one_time's prefix for a slow call of an op that is not its first: the machine, not the code
+PAUSES = STALL + "in no op"  # _long_pauses' key: pauses between ops ten times the usual one
 
 
 def op_of(what: str) -> str:
@@ -476,9 +477,13 @@ def once_clause(found: Counter, span: float, unit: str) -> str:
     if stalls:  # later calls, slow once, or long pauses: the machine stalled, not a warm-up
         stalled = sum(stalls.values())
         listed = ", ".join(f"{human_time(us)} {what}" for what, us in stalls.most_common(3))
-        said = (f"; one-off stalls, not counted in the bound: {listed} (later calls of ops, not their first, and "
-                f"pauses ten times the usual: {min(1.0, stalled / span):.0%} of the {unit}) → another process or the "
-                "OS took the CPU: profile more steps, on a quiet machine")  # fmt: skip
+        kinds = [("later calls of ops, not their first", any(not w.startswith(PAUSES) for w in stalls)),
+                 ("pauses ten times the usual", any(w.startswith(PAUSES) for w in stalls))]  # fmt: skip
+        what = ", and ".join(words for words, found in kinds if found)
+        said = (
+            f"; one-off stalls, not counted in the bound: {listed} ({what}: {min(1.0, stalled / span):.0%} of "
+            f"the {unit}) → another process or the OS took the CPU: profile more steps, on a quiet machine"
+        )
     if firsts:
         first = sum(firsts.values())
         listed = ", ".join(f"{human_time(us)} {what}" for what, us in firsts.most_common(3))

@@ -103,10 +103,10 @@ def test_python_preparing_the_input_is_told_workers_or_the_gpu_not_cuda_graphs()
     assert "CUDA graphs or torch.compile replace it" in python_gap("app/model_runner.py(50): schedule"), line
 
 
-def cpu_forwards(stall_call: int | None, pauses: int) -> str:
+def cpu_forwards(stall_call: int | None, pauses: int, pause_us: float = 400_000) -> str:
     """10 CPU forwards of 20 convolutions (1 ms own time each, the very first 20 ms: oneDNN's set-up) with 100 µs of
     Python between ops, and a 100 µs add each; call `stall_call` of the convolution stalls for 800 ms; `pauses` of
-    the gaps between forwards last 400 ms (the machine taken away), the others 200 µs."""
+    the gaps between forwards last `pause_us` (the machine taken away), the others 200 µs."""
     events, at, call = [], 0.0, 0
     for forward in range(10):
         for _ in range(20):
@@ -114,7 +114,7 @@ def cpu_forwards(stall_call: int | None, pauses: int) -> str:
             events += [ev("cpu_op", "aten::mkldnn_convolution", at, us), ev("cpu_op", "aten::add", at + us + 100, 100)]
             at += us + 300
             call += 1
-        at += 400_000 if forward < pauses else 200
+        at += pause_us if forward < pauses else 200
     return diagnose(parse({"traceEvents": events})).verdict
 
 
@@ -156,3 +156,9 @@ def test_collectives_that_run_inside_a_first_launch_s_stall_are_one_time():
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "ms a collective waiting for its peers" in line, line
     assert not line.startswith("bound by exposed communication"), line
+
+
+def test_a_pause_of_a_few_ms_in_a_long_window_is_not_said_a_stall():
+    """dtu_lindahl_trace: one 1.47 ms pause in a 429 ms window was listed as a one-off stall, '0% of the window'."""
+    line = cpu_forwards(stall_call=None, pauses=1, pause_us=2_000)
+    assert "stall" not in line, line
