@@ -306,14 +306,22 @@ def _idle_syncs(trace: Trace, step: Step) -> Counter:
 
 
 def _long_pauses(trace: Trace, step: Step) -> Counter:
-    """The pauses in no op between `step`'s top-level ops (on the thread that runs the most of them) that are ONCE_US
+    """The pauses in no op between `step`'s top-level ops (on the thread that runs the most of them; not where other
+    threads' ops ran through half the pause: a wait for them) that are ONCE_US
     or more and ONCE_FACTOR times the step's usual pause, where no more than ONCE_MOST are (or the longest few of
     them are ONCE_FACTOR times every other): the machine stalled (or Python ran once), not the dispatch and Python of
     every op; "stalled in no op (N pauses)" -> µs."""
     end = step.start_us + step.dur_us
-    tops = [thread.layer(OP).tops_in(step.start_us, end) for thread in trace.tree.threads.values()]
-    starts, ends, _ = max(tops, key=lambda t: len(t[0]), default=((), (), ()))
-    pauses = [b - a for a, b in zip(ends, starts[1:], strict=False) if b > a]
+    threads = list(trace.tree.threads.values())
+    tops = [thread.layer(OP).tops_in(step.start_us, end) for thread in threads]
+    main = max(range(len(tops)), key=lambda k: len(tops[k][0]), default=None)
+    if main is None:
+        return Counter()
+    starts, ends, _ = tops[main]
+    others = [(a, b) for k, thread in enumerate(threads) if k != main for kind in (OP, LABEL)
+              for a, b in zip(*thread.layer(kind).tops_in(step.start_us, end)[:2], strict=True)]  # fmt: skip
+    pauses = [b - a for a, b in zip(ends, starts[1:], strict=False)
+              if b > a and not _worked_beside(others, a, b)]  # fmt: skip
     if len(pauses) < 3:
         return Counter()
     usual = statistics.median(pauses)
@@ -323,6 +331,12 @@ def _long_pauses(trace: Trace, step: Step) -> Counter:
     if not slow or sum(slow) < ONCE_SHOWN * step.dur_us:  # a pause or two of a few ms in a long step: nothing to say
         return Counter()
     return Counter({f"{PAUSES} ({len(slow)} pause{'s' if len(slow) > 1 else ''})": sum(slow)})
+
+
+def _worked_beside(spans: list[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether ops of other threads (`spans`: their top-level ops' (start, end)) ran through half of [start, end] or
+    more: the step's thread waited for them there (a process group's collective, a loader thread), no stall."""
+    return sum(min(b, end) - max(a, start) for a, b in spans if a < end and b > start) >= (end - start) / 2
 
 
 def _idle_gpu(trace: Trace) -> str:

@@ -162,3 +162,15 @@ def test_a_pause_of_a_few_ms_in_a_long_window_is_not_said_a_stall():
     """dtu_lindahl_trace: one 1.47 ms pause in a 429 ms window was listed as a one-off stall, '0% of the window'."""
     line = cpu_forwards(stall_call=None, pauses=1, pause_us=2_000)
     assert "stall" not in line, line
+
+
+def test_a_pause_while_another_thread_works_is_a_wait_not_a_stall():
+    """ddp_gloo fixtures: the step's thread sat 7.9 ms in no op while gloo's threads ran the all-reduce; the pause
+    rule had called it 'stalled in no op' (a wait for the collective, which the verdict names)."""
+    events = []
+    for k in range(60):
+        at = 1_000 * k + (20_000 if k >= 30 else 0)
+        events.append(ev("cpu_op", "aten::addmm", at, 900))
+    events.append(ev("user_annotation", "gloo:all_reduce", 29_950, 20_000, tid=9))
+    line = diagnose(parse({"traceEvents": events})).verdict
+    assert "stall" not in line, line
