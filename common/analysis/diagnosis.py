@@ -754,6 +754,11 @@ class GapContext:
         return sorted((start, name) for name, start in first.items())
 
     @functools.cached_property
+    def launch_stalls(self) -> list[tuple[float, float]]:
+        """_first_launch_stalls of the trace: each kernel's first launch call that stalled the host."""
+        return _first_launch_stalls(self.trace)
+
+    @functools.cached_property
     def copy_waits(self) -> dict[tuple[object, float], float]:
         """(thread, start) of each copy call whose copy began on the GPU only well into the call -> when it began:
         a copy from pageable host memory waits for the stream's queued work before its copy can run, so the call's
@@ -1178,10 +1183,11 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
             rest += 1
     context = context or gap_context(trace)
     for i, b in enumerate(budgets):  # less the host's own work meanwhile, which a warm run still waits for (host_work)
-        for gap in cold_start(b, context):
-            us = gap.us - _kept(trace, [(gap.start, gap.end)], gap.step, context)
-            items[COLD_START] += us
-            per_step[i]["queued"] += us
+        for label, gaps in ((COLD_START, cold_start(b, context)), (STALLED_QUEUE, stalled_queue(b, context))):
+            for gap in gaps:
+                us = gap.us - _kept(trace, [(gap.start, gap.end)], gap.step, context)
+                items[label] += us
+                per_step[i]["queued"] += us
     if len(trace.steps) == len(budgets):
         slow = slow_collective_ops(trace)  # once: each window only asks where they lie
         for i, w in enumerate(trace.windows if slow else ()):
@@ -1223,6 +1229,7 @@ def _kept(trace: Trace, spans: list[tuple[float, float]], number: int, context: 
 
 
 COLD_START = "the GPU's first op queued (a cold GPU's set-up)"
+STALLED_QUEUE = "the GPU's queued work held up by a first launch's stall"
 LONG_PAUSE = "one long stretch of Python before the work (set-up: a model built, data loaded)"
 PIN_LEVER = (
     "allocate the host tensor with pin_memory=True (a DataLoader: pin_memory=True) and copy with non_blocking=True"
@@ -1241,6 +1248,17 @@ def cold_start(b: Budget, context: GapContext) -> list[Gap]:
     if first is None:
         return []
     return [gap for gap in b.gaps if gap.after is first and gap.kind != "host" and gap.us >= ONE_TIME_US]
+
+
+def stalled_queue(b: Budget, context: GapContext) -> list[Gap]:
+    """The gaps of `b` in which the GPU held queued work, not run (no host wait), ONE_TIME_US or longer, that lie
+    inside a kernel's first launch call that stalled the host (_first_launch_stalls: a module loaded lazily): the
+    work waited on what the stall held up (a collective's peers stalled the same way, an event the host had yet to
+    record), a one-time cost as the stall is. The trace's first GPU op's wait is cold_start's."""
+    stalls = context.launch_stalls
+    first = context.first_gpu
+    return [gap for gap in b.gaps if stalls and gap.kind != "host" and gap.us >= ONE_TIME_US
+            and gap.after is not first and any(a <= gap.start and gap.end <= z for a, z in stalls)]  # fmt: skip
 
 
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
@@ -2009,7 +2027,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
             causes.update(gap_causes(trace, gap, context, pieces)[0])
     causes = +causes
     once = sum(us for (cause, _), us in causes.items() if cause in ONE_TIME)
-    cold = cold_start(m, context)
+    cold = cold_start(m, context) + stalled_queue(m, context)
     pieces += [(gap.start, gap.end) for gap in cold]
     once_found = one_time(trace, budgets, context)
     items = once_found.items

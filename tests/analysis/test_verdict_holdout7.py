@@ -6,7 +6,7 @@ from __future__ import annotations
 from helpers import ev, launched
 
 from common.analysis.budget import step_budgets
-from common.analysis.diagnosis import PAGEABLE_WAIT, diagnose, gap_causes
+from common.analysis.diagnosis import PAGEABLE_WAIT, STALLED_QUEUE, diagnose, gap_causes, one_time
 from common.reader.build import parse
 
 EW = "void at::native::vectorized_elementwise_kernel<4>(int)"
@@ -174,3 +174,18 @@ def test_a_pause_while_another_thread_works_is_a_wait_not_a_stall():
     events.append(ev("user_annotation", "gloo:all_reduce", 29_950, 20_000, tid=9))
     line = diagnose(parse({"traceEvents": events})).verdict
     assert "stall" not in line, line
+
+
+def test_work_queued_through_a_first_launch_s_stall_is_one_time():
+    """moe_before_r0: inside the 12.1 ms first launch, the GPU sat 2.3 ms with queued work that waited on what the
+    stall held up; that wait stayed in the steady state, read as 'bound by waits on the GPU'."""
+    events = launched(0, EW, 20, 1, op="aten::mul", op_us=10)
+    events += launched(100, SENDRECV, 2_030, 2, gpu_at=3_500, op="nccl:all_to_all", op_us=10)
+    events += launched(3_150, EW, 50, 3, gpu_at=7_000, op="aten::mul", op_us=10)  # queued from 5.53 to 7.0 ms
+    events += launched(3_200, SENDRECV, 4_540, 4, gpu_at=7_100, op="nccl:all_to_all", op_us=10)
+    events += [ev("cpu_op", "aten::add_", 3_240, 12_200),
+               ev("cuda_runtime", "cudaLaunchKernel", 3_250, 12_100, correlation=5),
+               ev("kernel", "void first_add_kernel(int)", 15_400, 3, tid=7, correlation=5)]  # fmt: skip
+    trace = parse({"traceEvents": events})
+    items = one_time(trace, step_budgets(trace)).items
+    assert items[STALLED_QUEUE] >= 1_400, items
