@@ -14,7 +14,7 @@ from collections import Counter
 from itertools import compress
 
 from common.analysis.figures import step_flops
-from common.reader.intervals import running_max
+from common.reader.intervals import running_max, union_us
 from common.reader.kinds import DATALOADER, DRIVER, LABEL, MULTIPROCESSING_LOADER, OP, RUNTIME, STEP, SYNC_CALLS
 from common.reader.model import Step, Trace, median_index
 from common.units import human_time
@@ -161,11 +161,8 @@ def _optimizer_aside(trace: Trace, step: Step, cpu: float, unit: str) -> str:
 
 
 DROPOUT_OPS = ("aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::dropout", "aten::feature_dropout")
-BACKWARD_SUFFIXES = (
-    "Backward0",
-    "Backward1",
-    "Backward",
-)  # an autograd node's op: MulBackward0, CompiledFunctionBackward
+# an autograd node's op (MulBackward0, CompiledFunctionBackward): the step runs a backward
+BACKWARD_SUFFIXES = ("Backward0", "Backward1", "Backward")
 AUTOGRAD_ENGINE = "autograd::engine::evaluate_function"
 DROPOUT_ASIDE = 0.05  # dropout's own time this share of a CPU step with no backward: it runs in train mode
 
@@ -318,8 +315,9 @@ def _long_pauses(trace: Trace, step: Step) -> Counter:
     if main is None:
         return Counter()
     starts, ends, _ = tops[main]
-    others = [(a, b) for k, thread in enumerate(threads) if k != main for kind in (OP, LABEL)
-              for a, b in zip(*thread.layer(kind).tops_in(step.start_us, end)[:2], strict=True)]  # fmt: skip
+    others = [(a, b) for k, thread in enumerate(threads) if k != main
+              for top in (tops[k], thread.layer(LABEL).tops_in(step.start_us, end))
+              for a, b in zip(top[0], top[1], strict=True)]  # fmt: skip
     pauses = [b - a for a, b in zip(ends, starts[1:], strict=False)
               if b > a and not _worked_beside(others, a, b)]  # fmt: skip
     if len(pauses) < 3:
@@ -334,9 +332,10 @@ def _long_pauses(trace: Trace, step: Step) -> Counter:
 
 
 def _worked_beside(spans: list[tuple[float, float]], start: float, end: float) -> bool:
-    """Whether ops of other threads (`spans`: their top-level ops' (start, end)) ran through half of [start, end] or
-    more: the step's thread waited for them there (a process group's collective, a loader thread), no stall."""
-    return sum(min(b, end) - max(a, start) for a, b in spans if a < end and b > start) >= (end - start) / 2
+    """Whether other threads' work (`spans`: their top-level ops' and labels' (start, end), nested or not) ran
+    through half of [start, end] or more: the step's thread waited for it there (a process group's collective, a
+    loader thread), no stall."""
+    return union_us((max(a, start), min(b, end)) for a, b in spans if a < end and b > start) >= (end - start) / 2
 
 
 def _idle_gpu(trace: Trace) -> str:

@@ -43,7 +43,7 @@ from common.analysis.efficiency import efficiency, rates
 from common.analysis.tables import num, printable
 from common.physics import find_peak, rate
 from common.reader.build import no_gc
-from common.reader.calltree import CallTree, Node, Thread
+from common.reader.calltree import CallTree, Layer, Node, Thread
 from common.reader.intervals import merged
 from common.reader.kinds import (
     CAPTURE_BEGIN,
@@ -703,19 +703,17 @@ class GapContext:
         return found, max((end - start for start, end, _ in found), default=0.0)
 
     @functools.cached_property
-    def scripted_first(self) -> list[tuple[float, float, str, object]]:
-        """TorchScript's first calls: a scripted function (the op around TorchScript's fallback_function or a
-        fusion group, fused__…) whose own time is ONE_TIME_US or more on a call where the profiling executor
-        profiles and fuses its graph (its name called twice or less, or ONE_TIME_FACTOR times its usual own time):
-        compiling, once. (start, end, name, thread) each."""
+    def scripted_functions(self) -> list[tuple[object, Layer, list[int]]]:
+        """The scripted functions' calls: per thread whose ops include TorchScript's (SCRIPTED: fallback_function, a
+        fusion group), its thread id, its op layer and the indices of the ops around them (past nested SCRIPTED
+        ones), in index order."""
         found = []
         for thread in self.trace.tree.threads.values():
             layer = thread.layer(OP)
             names = layer.names
             if not any(name.startswith(SCRIPTED) for name in set(names)):
                 continue
-            parents, own = layer.parents, layer.self_times()
-            scripted = set()
+            parents, scripted = layer.parents, set()
             for i, name in enumerate(names):
                 if name.startswith(SCRIPTED):
                     p = parents[i]
@@ -723,40 +721,56 @@ class GapContext:
                         p = parents[p]
                     if p >= 0:
                         scripted.add(p)
+            found.append((thread.tid, layer, sorted(scripted)))
+        return found
+
+    @functools.cached_property
+    def scripted_first(self) -> list[tuple[float, float, str, object]]:
+        """TorchScript's first calls: a scripted function (scripted_functions) whose own time is ONE_TIME_US or more
+        on a call where the profiling executor profiles and fuses its graph (its name called twice or less, or
+        ONE_TIME_FACTOR times its usual own time): compiling, once. (start, end, name, thread) each."""
+        found = []
+        for tid, layer, scripted in self.scripted_functions:
+            names, own = layer.names, layer.self_times()
+            wanted = {names[p] for p in scripted}
             calls: dict[str, list[float]] = {}
             for i, name in enumerate(names):
-                if name in {names[p] for p in scripted}:
+                if name in wanted:
                     calls.setdefault(name, []).append(own[i])
-            for p in sorted(scripted):
+            for p in scripted:
                 each = calls[names[p]]
                 if own[p] >= ONE_TIME_US and (len(each) <= 2 or own[p] >= ONE_TIME_FACTOR * statistics.median(each)):
-                    found.append((layer.starts[p], layer.ends[p], names[p], thread.tid))
+                    found.append((layer.starts[p], layer.ends[p], names[p], tid))
         return found
 
     @functools.cached_property
     def scripted_calls(self) -> list[tuple[float, str]]:
-        """Each scripted function's first call (the op around TorchScript's fallback_function or a fusion group), as
-        (start, name), in start order: the graph executor optimizes a function on its first calls before the
-        interpreter opens the function's op, so that time lies in no op just before it."""
+        """Each scripted function's first call (scripted_functions), as (start, name), in start order: the graph
+        executor optimizes a function on its first calls before the interpreter opens the function's op, so that
+        time lies in no op just before it."""
         first: dict[str, float] = {}
-        for thread in self.trace.tree.threads.values():
-            layer = thread.layer(OP)
-            names = layer.names
-            if not any(name.startswith(SCRIPTED) for name in set(names)):
-                continue
-            parents, starts = layer.parents, layer.starts
-            for i, name in enumerate(names):
-                p = parents[i] if name.startswith(SCRIPTED) else -1
-                while p >= 0 and names[p].startswith(SCRIPTED):
-                    p = parents[p]
-                if p >= 0 and starts[p] < first.get(names[p], math.inf):
-                    first[names[p]] = starts[p]
+        for _, layer, scripted in self.scripted_functions:
+            for p in scripted:
+                name, start = layer.names[p], layer.starts[p]
+                if start < first.get(name, math.inf):
+                    first[name] = start
         return sorted((start, name) for name, start in first.items())
 
     @functools.cached_property
     def launch_stalls(self) -> list[tuple[float, float]]:
-        """_first_launch_stalls of the trace: each kernel's first launch call that stalled the host."""
-        return _first_launch_stalls(self.trace)
+        """The (start, end) of each kernel's first launch call (first_launches) that stalled the host: ONE_TIME_US or
+        more and ONE_TIME_FACTOR times the usual launch that is not a first one (repeat_launch), the test gap_causes
+        makes of a first launch. A module loaded lazily is a stall every rank of the same code makes, so a collective
+        that runs inside it waits for peers stalled the same way."""
+        first = self.first_launches
+        if not first:
+            return []
+        usual = self.repeat_launch
+        return [
+            (node.start, node.end)
+            for node in self.trace.tree.of_role("launch")
+            if (node.tid, node.start) in first and node.us >= ONE_TIME_US and _Usual.once(node.us, usual)
+        ]
 
     @functools.cached_property
     def copy_waits(self) -> dict[tuple[object, float], float]:
@@ -1189,7 +1203,7 @@ def one_time(trace: Trace, budgets: list[Budget], context: GapContext | None = N
                 items[label] += us
                 per_step[i]["queued"] += us
     if len(trace.steps) == len(budgets):
-        slow = slow_collective_ops(trace)  # once: each window only asks where they lie
+        slow = slow_collective_ops(trace, context)  # once: each window only asks where they lie
         for i, w in enumerate(trace.windows if slow else ()):
             comm = slow_collectives(trace, w.start, w.end, slow)
             if comm is not None and comm.exposed > 0:
@@ -1252,13 +1266,13 @@ def cold_start(b: Budget, context: GapContext) -> list[Gap]:
 
 def stalled_queue(b: Budget, context: GapContext) -> list[Gap]:
     """The gaps of `b` in which the GPU held queued work, not run (no host wait), ONE_TIME_US or longer, that lie
-    inside a kernel's first launch call that stalled the host (_first_launch_stalls: a module loaded lazily): the
+    inside a kernel's first launch call that stalled the host (GapContext.launch_stalls: a module loaded lazily): the
     work waited on what the stall held up (a collective's peers stalled the same way, an event the host had yet to
     record), a one-time cost as the stall is. The trace's first GPU op's wait is cold_start's."""
-    stalls = context.launch_stalls
     first = context.first_gpu
-    return [gap for gap in b.gaps if stalls and gap.kind != "host" and gap.us >= ONE_TIME_US
-            and gap.after is not first and any(a <= gap.start and gap.end <= z for a, z in stalls)]  # fmt: skip
+    queued = [gap for gap in b.gaps if gap.kind != "host" and gap.us >= ONE_TIME_US and gap.after is not first]
+    stalls = context.launch_stalls if queued else []  # the launches are looked at only where a long wait is
+    return [gap for gap in queued if any(a <= gap.start and gap.end <= z for a, z in stalls)]
 
 
 def _one_time_parts(items: Counter, total: float) -> tuple[str, str]:
@@ -1584,7 +1598,7 @@ class SlowCollectives(NamedTuple):
     spans: tuple[tuple[float, float], ...] = ()
 
 
-def slow_collective_ops(trace: Trace) -> list[GpuOp]:
+def slow_collective_ops(trace: Trace, context: GapContext | None = None) -> list[GpuOp]:
     """The one-time collectives of a trace: of three collective kernels or more, the one ONE_TIME_FACTOR times their
     median and ONE_TIME_US or more, where it is the only one (SLOW_COLLECTIVES_MOST; more: a recurring wait, the
     steady state's, such as an all-to-all whose peer is slower every half-step). In a trace of profiled steps, only in
@@ -1605,7 +1619,7 @@ def slow_collective_ops(trace: Trace) -> list[GpuOp]:
             usual = statistics.median(op.us for op in comm)
             slow = [op for op in comm if _Usual.once(op.us, usual)]
             if len(slow) > SLOW_COLLECTIVES_MOST:  # several: recurring, but for those a first launch's stall holds
-                stalls = _first_launch_stalls(trace)  # (the peers, running the same code, stall there too)
+                stalls = (context or gap_context(trace)).launch_stalls  # (the peers, the same code, stall there too)
                 slow = [op for op in slow if any(a <= op.start and op.start + op.us <= b for a, b in stalls)]
         if slow and not trace.whole_trace:  # a profiled step is the loop's, past its warm-up: only the first of
             # several can hold a set-up (the others show the steady state without it); a lone one gives no evidence
@@ -1613,28 +1627,6 @@ def slow_collective_ops(trace: Trace) -> list[GpuOp]:
             slow = [op for op in slow if first is not None and first.start <= op.start < first.end]
     trace._slow_collectives = (gpu, len(gpu), slow)
     return slow
-
-
-def _first_launch_stalls(trace: Trace) -> list[tuple[float, float]]:
-    """The (start, end) of each kernel's first launch call that is ONE_TIME_US or more and ONE_TIME_FACTOR times the
-    usual launch call (the median of every other): a module loaded lazily, a stall every rank of the same code
-    makes, so a collective that runs inside it waits for peers stalled the same way."""
-    first: dict[str, Launch] = {}
-    lengths = []
-    for op in trace.gpu:
-        launch = op.launch
-        if op.category != "kernel" or launch is None or launch.name.startswith(GRAPH_LAUNCHES):
-            continue
-        known = first.get(op.name)
-        if known is None or launch.ts < known.ts:
-            first[op.name] = launch
-        lengths.append(launch.dur)
-    usual = statistics.median(lengths) if lengths else 0.0
-    return [
-        (launch.ts, launch.end)
-        for launch in first.values()
-        if launch.dur >= ONE_TIME_US and _Usual.once(launch.dur, usual)
-    ]
 
 
 def slow_collectives(trace: Trace, start: float, end: float, slow: list[GpuOp] | None = None) -> SlowCollectives | None:
@@ -2033,7 +2025,7 @@ def _diagnose(trace: Trace, peak_tflops: float | None) -> Diagnosis:
     items = once_found.items
     once_all, total = sum(items.values()), sum(b.span for b in budgets)
     w = trace.windows[budgets.index(m)]
-    comm = slow_collectives(trace, w.start, w.end)
+    comm = slow_collectives(trace, w.start, w.end, slow_collective_ops(trace, context))
     gpu_once = [(gap.start, gap.end) for gap in cold] + list(comm.spans if comm is not None else ())
     work, kept = host_work(trace, gpu_once, w.number, context) if gpu_once else (Counter(), [])
     causes.update(work)  # the steady state's host wait holds them

@@ -212,6 +212,12 @@ class Tops(NamedTuple):
     picked: list[int]
 
 
+def _timed(ts: float, dur: float) -> bool:
+    """Whether an event's start and duration are usable: finite, not negative, not absurd (_Collector._add makes the
+    same test inline, per event)."""
+    return 0 <= ts < math.inf and 0 <= dur < LONGEST_US
+
+
 class _Collector:
     """Keeps what the reader needs of each event, compactly, as the events stream past."""
 
@@ -362,14 +368,14 @@ class _Collector:
         """Keep one of Kineto's `overhead` events (CUPTI's own time: "Activity Buffer Request", "Unrecognized"), as
         (start, end, name): time the profiler took, not the program's."""
         ts, dur, name = e.ts, e.dur, e.name
-        if e.ph == "X" and name is not None and 0 <= ts < math.inf and 0 <= dur < LONGEST_US:
+        if e.ph == "X" and name is not None and _timed(ts, dur):
             self.overheads.append((ts, ts + dur, self.names.setdefault(name, name)))
 
     def legacy_range(self, e: Event) -> None:
         """Keep one GPU range of the legacy export, tied to the op it mirrors: the CPU op written just before it,
         where that one has its name (torch's export writes each op, then the ranges of its CUDA events)."""
         ts, dur, name = e.ts, e.dur, e.name
-        if not (0 <= ts < math.inf and 0 <= dur < LONGEST_US):
+        if not _timed(ts, dur):
             self.skipped += 1
             return
         host = self.legacy_host
